@@ -1,0 +1,112 @@
+#pragma once
+/// \file scalar.hpp
+/// The Scalar concept and per-type traits.
+///
+/// attnref's algorithms are written once, over a type parameter T. T is not restricted to
+/// std::floating_point: Boost.Multiprecision numbers (float128, cpp_bin_float, mpfr_float, mpfi_float)
+/// and the emulated storage formats (bfloat16, float16, fp8) are class types. What the algorithms
+/// need from T is exactly what Scalar asks for: field arithmetic, ordering (used only to pick the
+/// max shift, never to decide which keys are masked), construction from small integers and from
+/// double, and explicit conversion back to double for reporting. Interval types satisfy it too:
+/// every operation encloses, and no branch of the algorithms depends on an interval comparison for
+/// correctness (the max shift may be any value; softmax is shift-invariant in exact arithmetic).
+
+#include <concepts>
+#include <cstdint>
+#include <limits>
+#include <string_view>
+#include <type_traits>
+
+namespace attnref {
+
+/// True for the hardware floating-point types whose arithmetic the compiler constant-evaluates:
+/// float, double, long double and (GCC, Clang on x86-64) __float128.
+template <class T>
+concept BuiltinFloatingPoint = std::is_same_v<std::remove_cv_t<T>, float> ||
+                               std::is_same_v<std::remove_cv_t<T>, double> ||
+                               std::is_same_v<std::remove_cv_t<T>, long double>
+#if defined(__SIZEOF_FLOAT128__)
+                               || std::is_same_v<std::remove_cv_t<T>, __float128>
+#endif
+    ;
+
+/// Per-type facts. Specialise for class types whose std::numeric_limits is missing or wrong.
+/// - digits: significand precision p in bits (u = 2^-p is the unit roundoff).
+/// - epsilon(): 2^(1-p), the distance from 1 to the next representable number.
+/// - name: a stable human-readable name used in reports and manifests.
+/// - builtin_type / unwrap / wrap (optional): for class types that wrap a BuiltinFloatingPoint
+///   (Boost's float128), so that the constexpr math kernels can run on them.
+template <class T>
+struct scalar_traits {
+    static constexpr int digits = std::numeric_limits<T>::digits;
+    static constexpr T epsilon() { return std::numeric_limits<T>::epsilon(); }
+    static constexpr std::string_view name = "unnamed";
+};
+
+template <>
+struct scalar_traits<float> {
+    static constexpr int digits = 24;
+    static constexpr float epsilon() { return 0x1p-23f; }
+    static constexpr std::string_view name = "float32";
+};
+template <>
+struct scalar_traits<double> {
+    static constexpr int digits = 53;
+    static constexpr double epsilon() { return 0x1p-52; }
+    static constexpr std::string_view name = "float64";
+};
+template <>
+struct scalar_traits<long double> {
+    static constexpr int digits = std::numeric_limits<long double>::digits;
+    static constexpr long double epsilon() { return std::numeric_limits<long double>::epsilon(); }
+    static constexpr std::string_view name = std::numeric_limits<long double>::digits == 64 ? "x87_extended80"
+                                             : std::numeric_limits<long double>::digits == 113 ? "binary128_long_double"
+                                                                                              : "float64_long_double";
+};
+#if defined(__SIZEOF_FLOAT128__)
+template <>
+struct scalar_traits<__float128> {
+    static constexpr int digits = 113;
+    static constexpr __float128 epsilon() {
+        __float128 e = 1;
+        for (int i = 0; i < 112; ++i) e /= 2;
+        return e;
+    }
+    static constexpr std::string_view name = "binary128";
+};
+#endif
+
+/// The requirements attnref's algorithms place on an arithmetic type; see the file comment.
+template <class T>
+concept Scalar = std::copyable<T> && requires(const T a, const T b, T c, double d, int i) {
+    { a + b } -> std::convertible_to<T>;
+    { a - b } -> std::convertible_to<T>;
+    { a * b } -> std::convertible_to<T>;
+    { a / b } -> std::convertible_to<T>;
+    { -a } -> std::convertible_to<T>;
+    { a < b } -> std::convertible_to<bool>;
+    { a > b } -> std::convertible_to<bool>;
+    T(d);
+    T(i);
+    static_cast<double>(a);
+    { scalar_traits<T>::digits } -> std::convertible_to<int>;
+};
+
+/// True when scalar_traits<T> supplies unwrap/wrap to a BuiltinFloatingPoint (e.g. Boost float128).
+template <class T>
+concept WrapsBuiltinFloatingPoint = requires(const T x) {
+    typename scalar_traits<T>::builtin_type;
+    requires BuiltinFloatingPoint<typename scalar_traits<T>::builtin_type>;
+    { scalar_traits<T>::unwrap(x) } -> std::same_as<typename scalar_traits<T>::builtin_type>;
+    { scalar_traits<T>::wrap(typename scalar_traits<T>::builtin_type{}) } -> std::same_as<T>;
+};
+
+/// Unit roundoff u = 2^-digits of T, computed in T.
+template <Scalar T>
+constexpr T unit_roundoff() {
+    T u = T(1);
+    for (int i = 0; i < scalar_traits<T>::digits; ++i) u = u / T(2);
+    return u;
+}
+
+}  // namespace attnref
