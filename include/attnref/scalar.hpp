@@ -41,22 +41,30 @@ struct scalar_traits {
     static constexpr int digits = std::numeric_limits<T>::digits;
     static constexpr T epsilon() { return std::numeric_limits<T>::epsilon(); }
     static constexpr std::string_view name = "unnamed";
+    static constexpr T infinity() { return std::numeric_limits<T>::infinity(); }
+    static constexpr T quiet_NaN() { return std::numeric_limits<T>::quiet_NaN(); }
 };
 
 template <>
 struct scalar_traits<float> {
+    static constexpr float infinity() { return __builtin_inff(); }
+    static constexpr float quiet_NaN() { return __builtin_nanf(""); }
     static constexpr int digits = 24;
     static constexpr float epsilon() { return 0x1p-23f; }
     static constexpr std::string_view name = "float32";
 };
 template <>
 struct scalar_traits<double> {
+    static constexpr double infinity() { return __builtin_inf(); }
+    static constexpr double quiet_NaN() { return __builtin_nan(""); }
     static constexpr int digits = 53;
     static constexpr double epsilon() { return 0x1p-52; }
     static constexpr std::string_view name = "float64";
 };
 template <>
 struct scalar_traits<long double> {
+    static constexpr long double infinity() { return __builtin_infl(); }
+    static constexpr long double quiet_NaN() { return __builtin_nanl(""); }
     static constexpr int digits = std::numeric_limits<long double>::digits;
     static constexpr long double epsilon() { return std::numeric_limits<long double>::epsilon(); }
     static constexpr std::string_view name = std::numeric_limits<long double>::digits == 64 ? "x87_extended80"
@@ -66,6 +74,8 @@ struct scalar_traits<long double> {
 #if defined(__SIZEOF_FLOAT128__)
 template <>
 struct scalar_traits<__float128> {
+    static constexpr __float128 infinity() { return static_cast<__float128>(__builtin_inf()); }
+    static constexpr __float128 quiet_NaN() { return static_cast<__float128>(__builtin_nan("")); }
     static constexpr int digits = 113;
     static constexpr __float128 epsilon() {
         __float128 e = 1;
@@ -100,6 +110,22 @@ concept WrapsBuiltinFloatingPoint = requires(const T x) {
     { scalar_traits<T>::unwrap(x) } -> std::same_as<typename scalar_traits<T>::builtin_type>;
     { scalar_traits<T>::wrap(typename scalar_traits<T>::builtin_type{}) } -> std::same_as<T>;
 };
+
+/// +inf of T: scalar_traits<T>::infinity() where the traits define it, else std::numeric_limits.
+template <class T>
+constexpr T infinity() {
+    if constexpr (requires { scalar_traits<T>::infinity(); }) return scalar_traits<T>::infinity();
+    else return std::numeric_limits<T>::infinity();
+}
+/// A quiet NaN of T (same lookup as infinity()).
+template <class T>
+constexpr T quiet_NaN() {
+    if constexpr (requires { scalar_traits<T>::quiet_NaN(); }) return scalar_traits<T>::quiet_NaN();
+    else return std::numeric_limits<T>::quiet_NaN();
+}
+/// NaN test that needs only operator== (x ≠ x exactly for NaN); intervals with NaN ends included.
+template <class T>
+constexpr bool is_nan(const T& x) { return !(x == x); }
 
 /// Unit roundoff u = 2^-digits of T, computed in T.
 template <Scalar T>

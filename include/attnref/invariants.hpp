@@ -1,0 +1,271 @@
+#pragma once
+/// \file invariants.hpp
+/// Properties every correct attention implementation's outputs satisfy, as functions over plain
+/// views, so they can gate other implementations' results (the checker) as well as attnref's own
+/// (tests, static_assert). Each returns an invariant_report: ok, how many elements were checked and
+/// violated, the worst value found (in the invariant's own unit) against its bound, and where.
+///
+/// Tolerances are a-priori rounding-error bounds in terms of the unit roundoff u of the arithmetic
+/// that produced the values (pass 0 for exact or interval-midpoint checks):
+/// - rows of P sum to 1:  |Σ_j p̂_j − 1| ≤ (n + 3)u + γ_n(u)  (n = keys). Each p̂_j = p_j(1 + θ_j) with
+///   |θ_j| ≤ (n + 3)u for the shifted softmax (Blanchard, Higham & Higham 2021), so
+///   |Σ p̂_j − 1| ≤ Σ p_j|θ_j| ≤ (n + 3)u; the check's own sum, in the same arithmetic, adds ≤ γ_n.
+/// - P = exp(S − lse):   |p̂ − exp(s − l̂)| ≤ [(n + 3)u + 2u(|s| + |l̂| + 1)]·exp(s − l̂) + u_min, where the
+///   2u(|s| + |l̂|) term is the absolute error of s − l̂ that exp turns into relative error.
+/// - head outputs in the range of V: o = Σ p_j v_j is a convex combination; rounding can leave the
+///   range by at most (2n + 4)u·max_j |v_j| (γ_n for the sum plus (n + 3)u for the weights).
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "attnref/mask.hpp"
+#include "attnref/math.hpp"
+#include "attnref/scalar.hpp"
+#include "attnref/tensor.hpp"
+
+namespace attnref {
+
+struct invariant_report {
+    const char* name = "";
+    bool ok = true;
+    std::size_t checked = 0;
+    std::size_t violations = 0;
+    double worst = 0;  ///< largest |deviation| found (or the offending value)
+    double bound = 0;  ///< the bound at the worst element
+    std::array<std::size_t, 4> index{};
+
+    constexpr void record(bool pass, double deviation, double bound_here, std::array<std::size_t, 4> where) {
+        ++checked;
+        if (!pass) {
+            ok = false;
+            ++violations;
+        }
+        // Keep the first violation, or the largest deviation while all pass.
+        if ((!pass && violations == 1) || (ok && deviation > worst)) {
+            worst = deviation;
+            bound = bound_here;
+            index = where;
+        }
+    }
+};
+
+/// γ_n = n·u / (1 − n·u).
+constexpr double gamma(std::size_t n, double u) {
+    const double nu = static_cast<double>(n) * u;
+    return nu / (1 - nu);
+}
+
+/// What the checks need to know about the call that produced the outputs: its masks and its
+/// empty-row policy. Rows where every key is structurally masked are "empty".
+struct invariant_context {
+    mask_options mask{};
+    empty_row_policy empty_rows = empty_row_policy::zero;
+};
+
+namespace detail {
+constexpr double abs_value(double x) { return x < 0 ? -x : x; }
+template <class T>
+constexpr double to_double(const T& x) { return static_cast<double>(x); }
+
+constexpr bool row_is_empty(const mask_options& m, std::size_t b, std::size_t h, std::size_t i, std::size_t sq,
+                            std::size_t sk) {
+    for (std::size_t j = 0; j < sk; ++j)
+        if (!structurally_masked(m, b, h, i, j, sq, sk)) return false;
+    return true;
+}
+}  // namespace detail
+
+/// Rows of P (B, H, Sq, Sk) sum to 1 within (n + 3)u + γ_n(u); empty rows sum to 0 (zero policy),
+/// 1 (uniform) or are all NaN (nan policy).
+template <class T>
+constexpr invariant_report rows_sum_to_one(tensor_view<const T, 4> p, const invariant_context& ctx, double u) {
+    invariant_report r{"rows of P sum to 1"};
+    const auto [batch, heads, sq, sk] = p.extents;
+    const double bound = static_cast<double>(sk + 3) * u + gamma(sk, u);
+    for (std::size_t b = 0; b < batch; ++b)
+        for (std::size_t h = 0; h < heads; ++h)
+            for (std::size_t i = 0; i < sq; ++i) {
+                const bool empty = detail::row_is_empty(ctx.mask, b, h, i, sq, sk);
+                if (empty && ctx.empty_rows == empty_row_policy::nan) {
+                    bool all_nan = true;
+                    for (std::size_t j = 0; j < sk; ++j) all_nan = all_nan && is_nan(p(b, h, i, j));
+                    r.record(all_nan, all_nan ? 0 : 1, 0, {b, h, i, 0});
+                    continue;
+                }
+                double sum = 0;
+                for (std::size_t j = 0; j < sk; ++j) sum += detail::to_double(p(b, h, i, j));
+                const double target = empty && ctx.empty_rows == empty_row_policy::zero ? 0.0 : 1.0;
+                const double deviation = detail::abs_value(sum - target);
+                r.record(deviation <= bound, deviation, bound, {b, h, i, 0});  // NaN fails: NaN <= x is false
+            }
+    return r;
+}
+
+/// P is exactly 0 wherever a key is structurally masked (in non-empty rows).
+template <class T>
+constexpr invariant_report masked_weights_are_zero(tensor_view<const T, 4> p, const invariant_context& ctx) {
+    invariant_report r{"masked weights are exactly 0"};
+    const auto [batch, heads, sq, sk] = p.extents;
+    for (std::size_t b = 0; b < batch; ++b)
+        for (std::size_t h = 0; h < heads; ++h)
+            for (std::size_t i = 0; i < sq; ++i) {
+                if (detail::row_is_empty(ctx.mask, b, h, i, sq, sk)) continue;
+                for (std::size_t j = 0; j < sk; ++j) {
+                    if (!structurally_masked(ctx.mask, b, h, i, j, sq, sk)) continue;
+                    const double value = detail::to_double(p(b, h, i, j));
+                    r.record(value == 0, is_nan(value) ? 1 : detail::abs_value(value), 0, {b, h, i, j});
+                }
+            }
+    return r;
+}
+
+/// 0 ≤ p ≤ 1 for every weight (NaN fails, except in empty rows under the nan policy).
+template <class T>
+constexpr invariant_report weights_in_unit_interval(tensor_view<const T, 4> p, const invariant_context& ctx) {
+    invariant_report r{"0 <= P <= 1"};
+    const auto [batch, heads, sq, sk] = p.extents;
+    for (std::size_t b = 0; b < batch; ++b)
+        for (std::size_t h = 0; h < heads; ++h)
+            for (std::size_t i = 0; i < sq; ++i) {
+                if (ctx.empty_rows == empty_row_policy::nan && detail::row_is_empty(ctx.mask, b, h, i, sq, sk)) continue;
+                for (std::size_t j = 0; j < sk; ++j) {
+                    const double value = detail::to_double(p(b, h, i, j));
+                    const bool pass = value >= 0 && value <= 1;
+                    r.record(pass, pass ? 0 : (value < 0 ? -value : value - 1), 0, {b, h, i, j});
+                }
+            }
+    return r;
+}
+
+/// p = exp(s − lse) for attendable keys, within the bound in the file comment (n = keys, u of the
+/// producing arithmetic). `logits` is S (B, H, Sq, Sk) with −inf where masked (attention_logits).
+/// The check computes exp in double with attnref's own exp.
+template <class T, class S, class L>
+constexpr invariant_report weights_match_lse(tensor_view<const T, 4> p, tensor_view<const S, 4> logits,
+                                             tensor_view<const L, 3> lse, const invariant_context& ctx, double u) {
+    invariant_report r{"P = exp(S - lse)"};
+    const auto [batch, heads, sq, sk] = p.extents;
+    for (std::size_t b = 0; b < batch; ++b)
+        for (std::size_t h = 0; h < heads; ++h)
+            for (std::size_t i = 0; i < sq; ++i) {
+                const double l = detail::to_double(lse(b, h, i));
+                if (detail::row_is_empty(ctx.mask, b, h, i, sq, sk)) {
+                    r.record(l < 0 && l * 0.5 == l, 0, 0, {b, h, i, 0});  // lse = −inf on empty rows
+                    continue;
+                }
+                for (std::size_t j = 0; j < sk; ++j) {
+                    if (structurally_masked(ctx.mask, b, h, i, j, sq, sk)) continue;
+                    const double s = detail::to_double(logits(b, h, i, j));
+                    const double expected = math::exp(s - l);
+                    const double rel = static_cast<double>(sk + 3) * u +
+                                       2 * (u + 0x1p-53) * (detail::abs_value(s) + detail::abs_value(l) + 1);
+                    const double bound = rel * expected + 0x1p-1022;
+                    const double deviation = detail::abs_value(detail::to_double(p(b, h, i, j)) - expected);
+                    r.record(deviation <= bound, deviation, bound, {b, h, i, j});
+                }
+            }
+    return r;
+}
+
+/// Each head's output before W_o lies in the range of the values it averages (keys with p ≠ 0),
+/// widened by (2n + 4)u·max|v|; rows whose weights are all 0 must output 0.
+/// head_outputs (B, H, Sq, dv), v (B, Hkv, Sk, dv), p (B, H, Sq, Sk); query head h reads kv head h / (H / Hkv).
+template <class O, class V, class T>
+constexpr invariant_report head_outputs_in_value_range(tensor_view<const O, 4> head_outputs, tensor_view<const V, 4> v,
+                                                       tensor_view<const T, 4> p, double u) {
+    invariant_report r{"head output within the range of V"};
+    const auto [batch, heads, sq, dv] = head_outputs.extents;
+    const std::size_t kv_heads = v.extents[1], sk = v.extents[2], group = heads / kv_heads;
+    for (std::size_t b = 0; b < batch; ++b)
+        for (std::size_t h = 0; h < heads; ++h)
+            for (std::size_t i = 0; i < sq; ++i)
+                for (std::size_t c = 0; c < dv; ++c) {
+                    bool any = false;
+                    double lo = 0, hi = 0, largest = 0;
+                    for (std::size_t j = 0; j < sk; ++j) {
+                        if (detail::to_double(p(b, h, i, j)) == 0) continue;
+                        const double x = detail::to_double(v(b, h / group, j, c));
+                        lo = any && lo < x ? lo : x;
+                        hi = any && hi > x ? hi : x;
+                        largest = detail::abs_value(x) > largest ? detail::abs_value(x) : largest;
+                        any = true;
+                    }
+                    const double o = detail::to_double(head_outputs(b, h, i, c));
+                    const double slack = static_cast<double>(2 * sk + 4) * u * largest;
+                    const bool pass = any ? (o >= lo - slack && o <= hi + slack) : o == 0;
+                    const double deviation = o < lo ? lo - o : (o > hi ? o - hi : 0);
+                    r.record(pass, pass ? deviation : (any ? deviation : detail::abs_value(o)), slack, {b, h, i, c});
+                }
+    return r;
+}
+
+/// Causality: for every cut t, changing keys and values at positions ≥ t must leave bitwise unchanged
+/// every query row whose last attendable key (by the causal/window mask) is < t. `attend(q, k, v)`
+/// returns the output (B, H, Sq, dv) of the implementation under test; k and v are (B, Hkv, Sk, d).
+template <class F, class T>
+constexpr invariant_report causality(F&& attend, const tensor<T, 4>& q, const tensor<T, 4>& k, const tensor<T, 4>& v,
+                                     const mask_options& mask) {
+    invariant_report r{"causality"};
+    const auto base = attend(q, k, v);
+    const std::size_t batch = q.extent(0), heads = q.extent(1), sq = q.extent(2), sk = k.extent(2), dv = v.extent(3);
+    for (std::size_t t = 0; t < sk; ++t) {
+        tensor<T, 4> k2 = k, v2 = v;
+        for (std::size_t b = 0; b < batch; ++b)
+            for (std::size_t h = 0; h < k.extent(1); ++h)
+                for (std::size_t j = t; j < sk; ++j) {
+                    for (std::size_t c = 0; c < k.extent(3); ++c) k2(b, h, j, c) = k2(b, h, j, c) * T(-3) + T(7);
+                    for (std::size_t c = 0; c < dv; ++c) v2(b, h, j, c) = v2(b, h, j, c) * T(5) - T(11);
+                }
+        const auto changed = attend(q, k2, v2);
+        for (std::size_t b = 0; b < batch; ++b)
+            for (std::size_t h = 0; h < heads; ++h)
+                for (std::size_t i = 0; i < sq; ++i) {
+                    bool sees_future = false;  // does row i attend to any key ≥ t?
+                    for (std::size_t j = t; j < sk; ++j)
+                        sees_future = sees_future || !structurally_masked(mask, b, h, i, j, sq, sk);
+                    if (sees_future) continue;
+                    for (std::size_t c = 0; c < dv; ++c) {
+                        const bool same = base(b, h, i, c) == changed(b, h, i, c) ||
+                                          (is_nan(base(b, h, i, c)) && is_nan(changed(b, h, i, c)));
+                        r.record(same, same ? 0 : 1, 0, {b, h, i, c});
+                    }
+                }
+    }
+    return r;
+}
+
+/// Permuting keys and values together (same permutation of axis 2 of k and v) leaves the output
+/// unchanged up to summation order: |o − o_perm| ≤ 2(2n + 4)u·max|v| per element. Use without
+/// position-dependent masks (or permute them too in `attend`).
+template <class F, class T>
+constexpr invariant_report key_permutation_invariance(F&& attend, const tensor<T, 4>& q, const tensor<T, 4>& k,
+                                                      const tensor<T, 4>& v, std::span<const std::size_t> permutation,
+                                                      double u) {
+    invariant_report r{"key/value permutation invariance"};
+    const auto base = attend(q, k, v);
+    tensor<T, 4> k2 = k, v2 = v;
+    const std::size_t sk = k.extent(2);
+    double largest = 0;
+    for (std::size_t b = 0; b < k.extent(0); ++b)
+        for (std::size_t h = 0; h < k.extent(1); ++h)
+            for (std::size_t j = 0; j < sk; ++j) {
+                for (std::size_t c = 0; c < k.extent(3); ++c) k2(b, h, j, c) = k(b, h, permutation[j], c);
+                for (std::size_t c = 0; c < v.extent(3); ++c) {
+                    v2(b, h, j, c) = v(b, h, permutation[j], c);
+                    const double x = detail::abs_value(detail::to_double(v(b, h, j, c)));
+                    largest = x > largest ? x : largest;
+                }
+            }
+    const auto permuted = attend(q, k2, v2);
+    const double bound = 2 * static_cast<double>(2 * sk + 4) * u * largest;
+    for (std::size_t n = 0; n < base.size(); ++n) {
+        const double deviation = detail::abs_value(detail::to_double(base[n]) - detail::to_double(permuted[n]));
+        r.record(deviation <= bound, deviation, bound, {n, 0, 0, 0});
+    }
+    return r;
+}
+
+}  // namespace attnref

@@ -1,0 +1,56 @@
+#pragma once
+/// \file parallel.hpp
+/// Work splitting over independent tasks. Each task writes only its own outputs and computes them in a
+/// fixed order, so results do not depend on the number of threads. In constant evaluation (and with
+/// threads == 1) tasks run in order on the calling thread.
+///
+/// Boost.Multiprecision types with run-time precision (mpfr_float, mpfi_float with 0 digits) keep
+/// their default precision per thread; use the fixed-precision types with threads > 1.
+
+#include <algorithm>
+#include <cstddef>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace attnref::detail {
+
+template <class F>
+void parallel_for_threads(std::size_t count, std::size_t threads, F& task) {
+    std::vector<std::thread> pool;
+    std::exception_ptr failure;
+    std::mutex failure_mutex;
+    pool.reserve(threads);
+    for (std::size_t t = 0; t < threads; ++t) {
+        pool.emplace_back([&, t] {
+            try {
+                for (std::size_t n = t; n < count; n += threads) task(n);
+            } catch (...) {
+                const std::lock_guard<std::mutex> lock(failure_mutex);
+                if (!failure) failure = std::current_exception();
+            }
+        });
+    }
+    for (std::thread& th : pool) th.join();
+    if (failure) std::rethrow_exception(failure);
+}
+
+/// Runs task(0) … task(count − 1). threads == 0: std::thread::hardware_concurrency().
+template <class F>
+constexpr void parallel_for(std::size_t count, std::size_t threads, F&& task) {
+    if (std::is_constant_evaluated()) {
+        for (std::size_t n = 0; n < count; ++n) task(n);
+        return;
+    }
+    if (threads == 0) threads = std::max<std::size_t>(1, std::thread::hardware_concurrency());
+    threads = std::min(threads, count);
+    if (threads <= 1) {
+        for (std::size_t n = 0; n < count; ++n) task(n);
+        return;
+    }
+    parallel_for_threads(count, threads, task);
+}
+
+}  // namespace attnref::detail

@@ -1,0 +1,142 @@
+#pragma once
+/// \file tensor.hpp
+/// Storage and shapes. Every algorithm in attnref reads and writes through `tensor_view<T, Rank>`:
+/// a pointer and row-major extents (the last index varies fastest). Two owners produce views:
+/// - `tensor<T, Rank>`: run-time extents, contiguous heap storage (std::vector), for realistic sizes;
+/// - `fixed_tensor<T, Extents...>`: extents as template parameters, std::array storage, a literal type
+///   for compile-time evaluation.
+/// So there is one copy of the math, whichever storage holds the numbers.
+
+#include <array>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace attnref {
+
+/// Thrown for run-time shape errors; the message names the dimension and what was expected.
+class shape_error : public std::invalid_argument {
+public:
+    using std::invalid_argument::invalid_argument;
+};
+
+template <std::size_t Rank>
+using extents_t = std::array<std::size_t, Rank>;
+
+template <std::size_t Rank>
+constexpr std::size_t element_count(const extents_t<Rank>& extents) {
+    std::size_t n = 1;
+    for (std::size_t e : extents) n *= e;
+    return n;
+}
+
+/// Non-owning row-major view. `T` may be const-qualified.
+template <class T, std::size_t Rank>
+struct tensor_view {
+    T* data = nullptr;
+    extents_t<Rank> extents{};
+
+    constexpr std::size_t size() const { return element_count(extents); }
+    constexpr std::size_t extent(std::size_t axis) const { return extents[axis]; }
+    constexpr bool empty() const { return data == nullptr; }
+
+    /// Linear offset of a multi-index; row-major.
+    template <class... I>
+        requires(sizeof...(I) == Rank)
+    constexpr std::size_t offset(I... index) const {
+        const std::array<std::size_t, Rank> idx{static_cast<std::size_t>(index)...};
+        std::size_t off = 0;
+        for (std::size_t a = 0; a < Rank; ++a) off = off * extents[a] + idx[a];
+        return off;
+    }
+    template <class... I>
+        requires(sizeof...(I) == Rank)
+    constexpr T& operator()(I... index) const {
+        return data[offset(index...)];
+    }
+    constexpr T& operator[](std::size_t linear) const { return data[linear]; }
+
+    constexpr operator tensor_view<const T, Rank>() const
+        requires(!std::is_const_v<T>)
+    {
+        return {data, extents};
+    }
+};
+
+/// Owning tensor with run-time extents and contiguous storage.
+template <class T, std::size_t Rank>
+class tensor {
+public:
+    constexpr tensor() = default;
+    constexpr explicit tensor(const extents_t<Rank>& extents, const T& fill = T(0))
+        : extents_(extents), storage_(element_count(extents), fill) {}
+
+    constexpr tensor_view<T, Rank> view() { return {storage_.data(), extents_}; }
+    constexpr tensor_view<const T, Rank> view() const { return {storage_.data(), extents_}; }
+    constexpr operator tensor_view<const T, Rank>() const { return view(); }
+
+    template <class... I>
+    constexpr T& operator()(I... index) {
+        return view()(index...);
+    }
+    template <class... I>
+    constexpr const T& operator()(I... index) const {
+        return view()(index...);
+    }
+    constexpr T& operator[](std::size_t linear) { return storage_[linear]; }
+    constexpr const T& operator[](std::size_t linear) const { return storage_[linear]; }
+
+    constexpr const extents_t<Rank>& extents() const { return extents_; }
+    constexpr std::size_t extent(std::size_t axis) const { return extents_[axis]; }
+    constexpr std::size_t size() const { return storage_.size(); }
+    constexpr T* data() { return storage_.data(); }
+    constexpr const T* data() const { return storage_.data(); }
+    constexpr std::vector<T>& storage() { return storage_; }
+    constexpr const std::vector<T>& storage() const { return storage_; }
+
+private:
+    extents_t<Rank> extents_{};
+    std::vector<T> storage_;
+};
+
+/// Owning tensor with extents fixed at compile time; a literal type when T is.
+template <class T, std::size_t... Extents>
+struct fixed_tensor {
+    static constexpr std::size_t rank = sizeof...(Extents);
+    static constexpr extents_t<rank> extents{Extents...};
+    std::array<T, (Extents * ... * std::size_t{1})> values{};
+
+    constexpr tensor_view<T, rank> view() { return {values.data(), extents}; }
+    constexpr tensor_view<const T, rank> view() const { return {values.data(), extents}; }
+    template <class... I>
+    constexpr T& operator()(I... index) {
+        return view()(index...);
+    }
+    template <class... I>
+    constexpr const T& operator()(I... index) const {
+        return view()(index...);
+    }
+};
+
+/// Copies a view into an owning tensor (element type converted with static_cast).
+template <class To, class From, std::size_t Rank>
+constexpr tensor<To, Rank> to_tensor(tensor_view<From, Rank> source) {
+    tensor<To, Rank> result(source.extents);
+    for (std::size_t n = 0; n < source.size(); ++n) result[n] = static_cast<To>(source[n]);
+    return result;
+}
+
+namespace detail {
+inline std::string describe_extent(const char* what, std::size_t got, std::size_t expected) {
+    return std::string(what) + ": expected " + std::to_string(expected) + ", got " + std::to_string(got);
+}
+}  // namespace detail
+
+/// Throws shape_error naming `what` unless got == expected.
+constexpr void require_extent(const char* what, std::size_t got, std::size_t expected) {
+    if (got != expected) throw shape_error(detail::describe_extent(what, got, expected));
+}
+
+}  // namespace attnref
