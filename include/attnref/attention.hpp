@@ -196,7 +196,7 @@ constexpr void scaled_dot_product_attention_into(tensor_view<const Q, 4> q, tens
     auto run_head = [&](std::size_t task) {
         const std::size_t b = task / d.heads, h = task % d.heads, hk = h / group;
         const detail::logits_context<A> ctx = detail::make_logits_context<A>(options, d, h);
-        std::vector<A> qh(sq * dk), kh(sk * dk), vh(sk * dv);
+        std::vector<A> qh(sq * dk, A(0)), kh(sk * dk, A(0)), vh(sk * dv, A(0));
         detail::convert_head_inputs(options, ctx.scale, q, k, b, h, hk, qh, kh);
         for (std::size_t j = 0; j < sk; ++j)
             for (std::size_t c = 0; c < dv; ++c) vh[j * dv + c] = convert<A>(v(b, hk, j, c));
@@ -259,7 +259,7 @@ constexpr tensor<typename Policy::accumulate_type, 4> attention_logits(tensor_vi
     for (std::size_t b = 0; b < d.batch; ++b)
         for (std::size_t h = 0; h < d.heads; ++h) {
             const detail::logits_context<A> ctx = detail::make_logits_context<A>(options, d, h);
-            std::vector<A> qh(sq * dk), kh(sk * dk), logits(sk, A(0));
+            std::vector<A> qh(sq * dk, A(0)), kh(sk * dk, A(0)), logits(sk, A(0));
             std::vector<std::uint8_t> allowed(sk, 0);
             detail::convert_head_inputs(options, ctx.scale, q, k, b, h, h / group, qh, kh);
             for (std::size_t i = 0; i < sq; ++i) {

@@ -117,8 +117,8 @@ constexpr void validate_masks(const mask_options& m, std::size_t batch, std::siz
         const auto& e = mask.values.extents;
         if (e[0] != 1 && e[0] != batch) throw shape_error(std::string(name) + " mask axis 0 (batch): expected 1 or " + std::to_string(batch) + ", got " + std::to_string(e[0]));
         if (e[1] != 1 && e[1] != heads) throw shape_error(std::string(name) + " mask axis 1 (heads): expected 1 or " + std::to_string(heads) + ", got " + std::to_string(e[1]));
-        require_extent((std::string(name) + " mask axis 2 (query length)").c_str(), e[2], sq);
-        require_extent((std::string(name) + " mask axis 3 (key length)").c_str(), e[3], sk);
+        require_extent("mask axis 2 (query length)", e[2], sq, name);
+        require_extent("mask axis 3 (key length)", e[3], sk, name);
     };
     check(m.boolean, "boolean");
     check(m.additive, "additive");

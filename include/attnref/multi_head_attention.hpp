@@ -74,10 +74,10 @@ constexpr void linear_into(tensor_view<const X, 3> x, tensor_view<const E, 2> w,
                            tensor_view<Y, 3> y, std::size_t threads, const char* name) {
     using A = typename Policy::accumulate_type;
     const std::size_t rows = x.extents[0] * x.extents[1], m = x.extents[2], n = w.extents[1];
-    require_extent((std::string(name) + " weight axis 0 (input features)").c_str(), w.extents[0], m);
-    if (!bias.empty()) require_extent((std::string(name) + " bias size (output features)").c_str(), bias.extents[0], n);
+    require_extent("weight axis 0 (input features)", w.extents[0], m, name);
+    if (!bias.empty()) require_extent("bias size (output features)", bias.extents[0], n, name);
     auto row = [&](std::size_t r) {
-        std::vector<A> acc(n, A(0)), xr(m);
+        std::vector<A> acc(n, A(0)), xr(m, A(0));
         for (std::size_t k = 0; k < m; ++k) xr[k] = convert<A>(x[r * m + k]);
         for (std::size_t k = 0; k < m; ++k)  // i-k-j order: W's rows are contiguous; each acc[j] still sums k ascending
             for (std::size_t j = 0; j < n; ++j) {

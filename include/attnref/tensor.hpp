@@ -134,9 +134,11 @@ inline std::string describe_extent(const char* what, std::size_t got, std::size_
 }
 }  // namespace detail
 
-/// Throws shape_error naming `what` unless got == expected.
-constexpr void require_extent(const char* what, std::size_t got, std::size_t expected) {
-    if (got != expected) throw shape_error(detail::describe_extent(what, got, expected));
+/// Throws shape_error naming `what` (prefixed by `owner` and a space when given) unless got == expected.
+/// The message is only built on failure, so the check is usable in constant evaluation.
+constexpr void require_extent(const char* what, std::size_t got, std::size_t expected, const char* owner = nullptr) {
+    if (got != expected)
+        throw shape_error(detail::describe_extent((owner ? std::string(owner) + " " + what : std::string(what)).c_str(), got, expected));
 }
 
 }  // namespace attnref
