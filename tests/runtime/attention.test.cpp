@@ -1,0 +1,396 @@
+// Scaled dot-product attention: every convention on hand-worked cases, precision against
+// higher-precision references with derived bounds, and interval enclosure.
+#define BOOST_TEST_MODULE attention
+#include <boost/mpl/list.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "test_support.hpp"
+
+using namespace attnref;
+using attnref::test::random_tensor;
+using reference_real = mpfr_real<60>;  // ~200 bits: far below every tested type's rounding
+
+#ifdef ATTNREF_HAS_BOOST_FLOAT128
+using floating_types = boost::mpl::list<float, double, long double, float128>;
+#else
+using floating_types = boost::mpl::list<float, double, long double>;
+#endif
+
+namespace {
+
+// Single query, two keys, dk = dv = 1, scale 1: logits (0, 2)·q… derived by hand:
+// s = (q·k0, q·k1) = (0, 2); p = (1, e²)/(1 + e²); o = (v0 + v1·e²)/(1 + e²); lse = log(1 + e²).
+template <class T>
+struct two_key_case {
+    tensor<T, 4> q{{1, 1, 1, 1}, T(2)}, k{{1, 1, 2, 1}, T(0)}, v{{1, 1, 2, 1}, T(1)};
+    two_key_case() {
+        k(0, 0, 1, 0) = T(1);
+        v(0, 0, 1, 0) = T(3);
+    }
+};
+
+template <class T>
+double ulp_of(double x) {
+    const int e = std::ilogb(x == 0 ? 1.0 : x);
+    return std::ldexp(1.0, e - scalar_traits<T>::digits + 1);
+}
+
+attention_options with_scale(double s) {
+    attention_options o;
+    o.scale = s;
+    return o;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(hand_worked_two_keys, T, floating_types) {
+    two_key_case<T> c;
+    const auto r = scaled_dot_product_attention(c.q, c.k, c.v, with_scale(1.0));
+    const reference_real e2 = exp(reference_real(2));
+    const double p0 = static_cast<double>(1 / (1 + e2)), p1 = static_cast<double>(e2 / (1 + e2));
+    const double o = static_cast<double>((1 + 3 * e2) / (1 + e2)), lse = static_cast<double>(log(1 + e2));
+    const double u = static_cast<double>(unit_roundoff<T>());
+    // Each is a handful of correctly-rounded-within-1-ulp operations: 8u is generous and still tight.
+    BOOST_TEST(std::fabs(static_cast<double>(r.weights[0]) - p0) <= 8 * u * p0);
+    BOOST_TEST(std::fabs(static_cast<double>(r.weights[1]) - p1) <= 8 * u * p1);
+    BOOST_TEST(std::fabs(static_cast<double>(r.output[0]) - o) <= 8 * u * o);
+    BOOST_TEST(std::fabs(static_cast<double>(r.lse[0]) - lse) <= 8 * u * lse);
+}
+
+BOOST_AUTO_TEST_CASE(default_scale_is_one_over_sqrt_dk) {
+    // q = k = (1, 1, 1, 1): q·k = 4, default scale 1/√4 = 1/2 → logit 2 for both keys → weights 1/2.
+    // With a different key (0, 0, 0, 0) the logits are (2, 0): p0 = e²/(1 + e²).
+    tensor<double, 4> q({1, 1, 1, 4}, 1.0), k({1, 1, 2, 4}, 1.0), v({1, 1, 2, 1}, 0.0);
+    for (std::size_t c = 0; c < 4; ++c) k(0, 0, 1, c) = 0;
+    v(0, 0, 0, 0) = 1;
+    const auto r = scaled_dot_product_attention(q, k, v);
+    const double e2 = std::exp(2.0);
+    BOOST_TEST(std::fabs(r.weights[0] - e2 / (1 + e2)) <= 4e-16);
+    const auto logits = attention_logits<uniform_precision<double>, double, double>(q.view(), k.view());
+    BOOST_TEST(logits[0] == 2.0);
+    BOOST_TEST(logits[1] == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(causal_alignment_top_left_and_bottom_right) {
+    // Sq = 2, Sk = 3. top_left: row i sees j ≤ i; bottom_right: row i sees j ≤ i + 1.
+    const auto q = random_tensor<double, 4>({1, 1, 2, 4}, 1), k = random_tensor<double, 4>({1, 1, 3, 4}, 2),
+               v = random_tensor<double, 4>({1, 1, 3, 2}, 3);
+    attention_options o;
+    o.mask.causal = true;
+    const auto top = scaled_dot_product_attention(q, k, v, o);
+    BOOST_TEST(top.weights(0, 0, 0, 0) == 1.0);
+    BOOST_TEST(top.weights(0, 0, 0, 1) == 0.0);
+    BOOST_TEST(top.weights(0, 0, 0, 2) == 0.0);
+    BOOST_TEST(top.weights(0, 0, 1, 2) == 0.0);
+    BOOST_TEST(top.weights(0, 0, 1, 1) > 0.0);
+    BOOST_TEST(top.output(0, 0, 0, 1) == v(0, 0, 0, 1));  // one key: output is that value, exactly
+    o.mask.alignment = causal_alignment::bottom_right;
+    const auto bottom = scaled_dot_product_attention(q, k, v, o);
+    BOOST_TEST(bottom.weights(0, 0, 0, 1) > 0.0);
+    BOOST_TEST(bottom.weights(0, 0, 0, 2) == 0.0);
+    BOOST_TEST(bottom.weights(0, 0, 1, 2) > 0.0);
+    // An explicit diagonal offset of Sk − Sq = 1 on top_left is bottom_right, bitwise.
+    o.mask.alignment = causal_alignment::top_left;
+    o.mask.diagonal_offset = 1;
+    const auto offset = scaled_dot_product_attention(q, k, v, o);
+    BOOST_TEST(offset.output.storage() == bottom.output.storage());
+}
+
+BOOST_AUTO_TEST_CASE(bottom_right_with_sq_greater_than_sk_empties_leading_rows) {
+    // Sq = 3, Sk = 2, bottom_right: diagonal(i) = i − 1, so row 0 has no key.
+    const auto q = random_tensor<double, 4>({1, 1, 3, 4}, 4), k = random_tensor<double, 4>({1, 1, 2, 4}, 5),
+               v = random_tensor<double, 4>({1, 1, 2, 3}, 6);
+    attention_options o;
+    o.mask.causal = true;
+    o.mask.alignment = causal_alignment::bottom_right;
+    o.softmax.empty_rows = empty_row_policy::zero;
+    auto r = scaled_dot_product_attention(q, k, v, o);
+    BOOST_TEST(r.lse(0, 0, 0) == -std::numeric_limits<double>::infinity());
+    for (std::size_t c = 0; c < 3; ++c) BOOST_TEST(r.output(0, 0, 0, c) == 0.0);
+    BOOST_TEST(r.weights(0, 0, 1, 0) == 1.0);  // row 1 sees key 0 only
+    o.softmax.empty_rows = empty_row_policy::nan;
+    r = scaled_dot_product_attention(q, k, v, o);
+    BOOST_TEST(std::isnan(r.output(0, 0, 0, 0)));
+    BOOST_TEST(std::isnan(r.weights(0, 0, 0, 1)));
+    BOOST_TEST(r.lse(0, 0, 0) == -std::numeric_limits<double>::infinity());
+    o.softmax.empty_rows = empty_row_policy::uniform;
+    r = scaled_dot_product_attention(q, k, v, o);
+    BOOST_TEST(r.weights(0, 0, 0, 0) == 0.5);
+    for (std::size_t c = 0; c < 3; ++c)  // mean of V: 0.5·v0 + 0.5·v1, each product exact
+        BOOST_TEST(r.output(0, 0, 0, c) == 0.5 * v(0, 0, 0, c) + 0.5 * v(0, 0, 1, c));
+}
+
+BOOST_AUTO_TEST_CASE(sliding_window_and_key_padding) {
+    const auto q = random_tensor<double, 4>({2, 1, 5, 4}, 7), k = random_tensor<double, 4>({2, 1, 5, 4}, 8),
+               v = random_tensor<double, 4>({2, 1, 5, 2}, 9);
+    attention_options o;
+    o.mask.causal = true;
+    o.mask.window = sliding_window{1, 0};  // row i sees keys i−1 and i
+    const std::size_t lengths[] = {5, 3};
+    o.mask.key_lengths = lengths;
+    const auto r = scaled_dot_product_attention(q, k, v, o);
+    for (std::size_t b = 0; b < 2; ++b)
+        for (std::size_t i = 0; i < 5; ++i)
+            for (std::size_t j = 0; j < 5; ++j) {
+                const bool visible = j <= i && j + 1 >= i && j < lengths[b];
+                const bool empty = b == 1 && i == 4;  // keys 3 and 4 are padding, row 4 sees only them
+                if (!empty) BOOST_TEST((r.weights(b, 0, i, j) > 0) == visible, "b=" << b << " i=" << i << " j=" << j);
+            }
+    BOOST_TEST(r.output(1, 0, 4, 0) == 0.0);  // empty row, zero policy
+}
+
+BOOST_AUTO_TEST_CASE(boolean_mask_polarity_and_additive_minus_infinity_agree) {
+    const auto q = random_tensor<double, 4>({1, 2, 3, 4}, 10), k = random_tensor<double, 4>({1, 2, 4, 4}, 11),
+               v = random_tensor<double, 4>({1, 2, 4, 3}, 12);
+    // Mask of shape (1, 1, 3, 4), broadcast over heads.
+    std::vector<std::uint8_t> attend = {1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 1, 1}, masked(12);
+    std::vector<double> additive(12);
+    for (std::size_t n = 0; n < 12; ++n) {
+        masked[n] = !attend[n];
+        additive[n] = attend[n] ? 0.0 : -std::numeric_limits<double>::infinity();
+    }
+    attention_options a, b, c;
+    a.mask.boolean.values = {attend.data(), {1, 1, 3, 4}};
+    b.mask.boolean.values = {masked.data(), {1, 1, 3, 4}};
+    b.mask.polarity = mask_polarity::true_means_masked;
+    c.mask.additive.values = {additive.data(), {1, 1, 3, 4}};
+    const auto ra = scaled_dot_product_attention(q, k, v, a), rb = scaled_dot_product_attention(q, k, v, b),
+               rc = scaled_dot_product_attention(q, k, v, c);
+    BOOST_TEST(ra.output.storage() == rb.output.storage());
+    BOOST_TEST(ra.weights.storage() == rb.weights.storage());
+    // Adding +0 to a logit is exact, so the additive form is bitwise the boolean form.
+    BOOST_TEST(ra.output.storage() == rc.output.storage());
+    for (std::size_t h = 0; h < 2; ++h) BOOST_TEST(ra.weights(0, h, 0, 1) == 0.0);
+    // Flipping the polarity without flipping the data changes the result.
+    a.mask.polarity = mask_polarity::true_means_masked;
+    BOOST_TEST(scaled_dot_product_attention(q, k, v, a).output.storage() != ra.output.storage());
+}
+
+BOOST_AUTO_TEST_CASE(seed_mask_convention) {
+    // The seed adds mask·(−1e9). In double, exp(−1e9 − m) underflows to +0, so a partially masked
+    // row equals the boolean-masked row bitwise (adding +0 terms is exact).
+    const auto q = random_tensor<double, 4>({1, 1, 2, 4}, 13), k = random_tensor<double, 4>({1, 1, 3, 4}, 14),
+               v = random_tensor<double, 4>({1, 1, 3, 2}, 15);
+    std::vector<double> seed = {0, 1, 0, 1, 1, 1};  // row 1 fully masked
+    std::vector<std::uint8_t> attend = {1, 0, 1, 0, 0, 0};
+    attention_options s, bm;
+    s.mask.seed.values = {seed.data(), {1, 1, 2, 3}};
+    bm.mask.boolean.values = {attend.data(), {1, 1, 2, 3}};
+    const auto rs = scaled_dot_product_attention(q, k, v, s), rb = scaled_dot_product_attention(q, k, v, bm);
+    for (std::size_t j = 0; j < 3; ++j) BOOST_TEST(rs.weights(0, 0, 0, j) == rb.weights(0, 0, 0, j));
+    // A fully masked row is not empty under the seed convention: in float, s − 1e9 rounds to −1e9
+    // for |s| < 32 (ulp(1e9) = 64 in float), so all logits tie and the weights are exactly uniform.
+    const auto rf = scaled_dot_product_attention(attnref::test::cast<float>(q), attnref::test::cast<float>(k),
+                                                 attnref::test::cast<float>(v), s);
+    for (std::size_t j = 0; j < 3; ++j) BOOST_TEST(rf.weights(0, 0, 1, j) == 1.0f / 3.0f);
+    // In double the −1e9 shift is almost exact, so the row is ≈ the unmasked softmax (|Δs| ≤ ulp(1e9) = 2^-23).
+    const auto ru = scaled_dot_product_attention(q, k, v);
+    for (std::size_t j = 0; j < 3; ++j) BOOST_TEST(std::fabs(rs.weights(0, 0, 1, j) - ru.weights(0, 0, 1, j)) <= 4 * 0x1p-23);
+}
+
+BOOST_AUTO_TEST_CASE(masks_combine) {
+    // causal ∧ padding ∧ boolean: a key is visible only if every mask allows it.
+    const auto q = random_tensor<double, 4>({1, 1, 4, 4}, 16), k = random_tensor<double, 4>({1, 1, 4, 4}, 17),
+               v = random_tensor<double, 4>({1, 1, 4, 2}, 18);
+    std::vector<std::uint8_t> attend(16, 1);
+    attend[3 * 4 + 0] = 0;  // row 3 may not see key 0
+    const std::size_t lengths[] = {3};
+    attention_options o;
+    o.mask.causal = true;
+    o.mask.key_lengths = lengths;
+    o.mask.boolean.values = {attend.data(), {1, 1, 4, 4}};
+    const auto r = scaled_dot_product_attention(q, k, v, o);
+    for (std::size_t i = 0; i < 4; ++i)
+        for (std::size_t j = 0; j < 4; ++j) {
+            const bool visible = j <= i && j < 3 && !(i == 3 && j == 0);
+            BOOST_TEST((r.weights(0, 0, i, j) > 0) == visible);
+        }
+}
+
+BOOST_AUTO_TEST_CASE(softcap_and_alibi_logits) {
+    const auto q = random_tensor<double, 4>({1, 2, 3, 4}, 19, -4, 4), k = random_tensor<double, 4>({1, 2, 5, 4}, 20, -4, 4);
+    const double slopes[] = {0.5, 0.25};
+    attention_options plain, capped;
+    capped.softcap = 2.0;
+    capped.alibi_slopes = slopes;
+    capped.mask.alignment = causal_alignment::bottom_right;
+    const auto s = attention_logits<uniform_precision<reference_real>, double, double>(q.view(), k.view(), plain);
+    const auto t = attention_logits<uniform_precision<reference_real>, double, double>(q.view(), k.view(), capped);
+    for (std::size_t h = 0; h < 2; ++h)
+        for (std::size_t i = 0; i < 3; ++i)
+            for (std::size_t j = 0; j < 5; ++j) {
+                // Hand derivation: cap·tanh(s/cap) − slope·|i + (Sk − Sq) − j|, softcap before the bias.
+                const reference_real expected =
+                    2 * tanh(s(0, h, i, j) / 2) - reference_real(slopes[h]) * std::abs(double(i) + 2 - double(j));
+                BOOST_TEST(static_cast<double>(abs(t(0, h, i, j) - expected)) <= 1e-50);
+            }
+    BOOST_TEST(static_cast<double>(abs(t(0, 0, 0, 2) - 2 * tanh(s(0, 0, 0, 2) / 2))) <= 1e-50);  // on the diagonal: no bias
+}
+
+BOOST_AUTO_TEST_CASE(gqa_equals_mha_with_repeated_kv_heads) {
+    // H = 4 query heads, H_kv = 2: head h reads kv head h / 2. Repeating each kv head twice gives
+    // plain MHA with the same numbers in the same order: bitwise equal.
+    const auto q = random_tensor<double, 4>({2, 4, 3, 4}, 21), k = random_tensor<double, 4>({2, 2, 5, 4}, 22),
+               v = random_tensor<double, 4>({2, 2, 5, 3}, 23);
+    tensor<double, 4> k_rep({2, 4, 5, 4}), v_rep({2, 4, 5, 3});
+    for (std::size_t b = 0; b < 2; ++b)
+        for (std::size_t h = 0; h < 4; ++h)
+            for (std::size_t j = 0; j < 5; ++j) {
+                for (std::size_t c = 0; c < 4; ++c) k_rep(b, h, j, c) = k(b, h / 2, j, c);
+                for (std::size_t c = 0; c < 3; ++c) v_rep(b, h, j, c) = v(b, h / 2, j, c);
+            }
+    BOOST_TEST(scaled_dot_product_attention(q, k, v).output.storage() ==
+               scaled_dot_product_attention(q, k_rep, v_rep).output.storage());
+    // MQA: one kv head shared by all.
+    tensor<double, 4> k1({2, 1, 5, 4}), v1({2, 1, 5, 3});
+    for (std::size_t n = 0; n < k1.size(); ++n) k1[n] = k[n % 20 + (n / 20) * 40];
+    for (std::size_t n = 0; n < v1.size(); ++n) v1[n] = v[n % 15 + (n / 15) * 30];
+    const auto mqa = scaled_dot_product_attention(q, k1, v1);
+    for (std::size_t h = 0; h < 4; ++h) {
+        tensor<double, 4> qh({2, 1, 3, 4});
+        for (std::size_t b = 0; b < 2; ++b)
+            for (std::size_t n = 0; n < 12; ++n) qh[b * 12 + n] = q(b, h, n / 4, n % 4);
+        const auto single = scaled_dot_product_attention(qh, k1, v1);
+        for (std::size_t b = 0; b < 2; ++b)
+            for (std::size_t n = 0; n < 9; ++n) BOOST_TEST(single.output[b * 9 + n] == mqa.output(b, h, n / 3, n % 3));
+    }
+}
+
+BOOST_AUTO_TEST_CASE(dk_differs_from_dv_and_cross_attention) {
+    const auto q = random_tensor<double, 4>({1, 2, 3, 8}, 24), k = random_tensor<double, 4>({1, 2, 7, 8}, 25),
+               v = random_tensor<double, 4>({1, 2, 7, 5}, 26);
+    const auto r = scaled_dot_product_attention(q, k, v);
+    BOOST_TEST(r.output.extent(3) == 5u);
+    BOOST_TEST(r.weights.extent(3) == 7u);
+    const auto hi = scaled_dot_product_attention(test::cast<reference_real>(q), test::cast<reference_real>(k),
+                                                 test::cast<reference_real>(v));
+    for (std::size_t n = 0; n < r.output.size(); ++n)
+        BOOST_TEST(std::fabs(r.output[n] - static_cast<double>(hi.output[n])) <= 1e-14);
+}
+
+BOOST_AUTO_TEST_CASE(shape_errors_name_the_dimension) {
+    const auto q = random_tensor<double, 4>({1, 3, 2, 4}, 27), k = random_tensor<double, 4>({1, 2, 5, 4}, 28),
+               v = random_tensor<double, 4>({1, 2, 5, 4}, 29), k5 = random_tensor<double, 4>({1, 3, 5, 5}, 30);
+    auto message = [](auto&& f) {
+        try {
+            f();
+        } catch (const shape_error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no exception");
+    };
+    BOOST_TEST(message([&] { scaled_dot_product_attention(q, k, v); }).find("kv heads") != std::string::npos);
+    BOOST_TEST(message([&] { scaled_dot_product_attention(q, k5, k5); }).find("head dim dk") != std::string::npos);
+    const double slopes[] = {1.0};
+    attention_options o;
+    o.alibi_slopes = slopes;
+    const auto k3 = random_tensor<double, 4>({1, 3, 5, 4}, 31);
+    BOOST_TEST(message([&] { scaled_dot_product_attention(q, k3, k3, o); }).find("alibi_slopes") != std::string::npos);
+}
+
+// Precision: each arithmetic against a ~200-bit reference, within the first-order bound
+//   |ô − o| ≤ [2γ_{dk+4}·s·max_j |q|ᵀ|k_j| + (n + 3)u + γ_n]·Σ_j p_j|v_j|
+// (logit error γ_{dk+4}·s|q|ᵀ|k| from the dot product, scale and √scale roundings; softmax turns an
+// absolute logit error δ into a relative weight error ≤ 2δ; (n+3)u from the softmax itself; γ_n from
+// P·V). Derived in FIELD-NOTES §3 and re-derived here; a 1% margin covers second-order terms.
+BOOST_AUTO_TEST_CASE_TEMPLATE(sdpa_within_first_order_bound, T, floating_types) {
+    const std::size_t sq = 6, sk = 33, dk = 16, dv = 8;
+    const auto q = random_tensor<double, 4>({2, 2, sq, dk}, 32, -2, 2), k = random_tensor<double, 4>({2, 2, sk, dk}, 33, -2, 2),
+               v = random_tensor<double, 4>({2, 2, sk, dv}, 34);
+    const auto ref = scaled_dot_product_attention(test::cast<reference_real>(q), test::cast<reference_real>(k),
+                                                  test::cast<reference_real>(v));
+    const tensor<double, 4> p_ref = test::cast<double>(ref.weights);
+    const tensor<double, 4> sigma = test::output_scale(p_ref, v);
+    const double u = static_cast<double>(unit_roundoff<T>());
+    for (scale_placement placement : {scale_placement::on_product, scale_placement::on_query, scale_placement::split_sqrt})
+        for (softmax_algorithm algorithm : {softmax_algorithm::shifted_division, softmax_algorithm::online}) {
+            attention_options o;
+            o.placement = placement;
+            o.softmax.algorithm = algorithm;
+            o.softmax.block_size = 8;
+            const auto r = scaled_dot_product_attention(test::cast<T>(q), test::cast<T>(k), test::cast<T>(v), o);
+            double worst_ratio = 0;
+            for (std::size_t b = 0; b < 2; ++b)
+                for (std::size_t h = 0; h < 2; ++h)
+                    for (std::size_t i = 0; i < sq; ++i) {
+                        double qk = 0;
+                        for (std::size_t j = 0; j < sk; ++j) {
+                            double dot = 0;
+                            for (std::size_t c = 0; c < dk; ++c) dot += std::fabs(q(b, h, i, c) * k(b, h, j, c));
+                            qk = std::max(qk, dot);
+                        }
+                        const double logit_error = gamma(dk + 4, u) * qk / std::sqrt(double(dk));
+                        // online: each of the ⌈n/block⌉ rescales adds one exp and one product: +2u·(rescales)
+                        const double rescale = algorithm == softmax_algorithm::online ? 4.0 * u * (sk / 8 + 1) : 0.0;
+                        const double factor = 1.01 * (2 * logit_error + (sk + 3) * u + gamma(sk, u) + rescale);
+                        for (std::size_t c = 0; c < dv; ++c) {
+                            const double err = static_cast<double>(
+                                abs(reference_real(r.output(b, h, i, c)) - ref.output(b, h, i, c)));
+                            const double bound = factor * sigma(b, h, i, c);
+                            BOOST_TEST(err <= bound);
+                            worst_ratio = std::max(worst_ratio, err / bound);
+                        }
+                    }
+            BOOST_TEST_MESSAGE(scalar_traits<T>::name << " placement " << int(placement) << " softmax " << int(algorithm)
+                                                      << ": worst error / bound = " << worst_ratio);
+        }
+}
+
+BOOST_AUTO_TEST_CASE(scale_placements_agree_exactly_in_high_precision_and_differ_in_float) {
+    // dk = 12: the default scale 1/√12 is not a power of two, so the placements round differently.
+    const auto q = random_tensor<double, 4>({1, 2, 8, 12}, 35, -3, 3), k = random_tensor<double, 4>({1, 2, 8, 12}, 36, -3, 3),
+               v = random_tensor<double, 4>({1, 2, 8, 4}, 37);
+    std::vector<tensor<reference_real, 4>> hi;
+    std::vector<tensor<float, 4>> lo;
+    for (scale_placement placement : {scale_placement::on_product, scale_placement::on_query, scale_placement::split_sqrt}) {
+        attention_options o;
+        o.placement = placement;
+        hi.push_back(scaled_dot_product_attention(test::cast<reference_real>(q), test::cast<reference_real>(k),
+                                                  test::cast<reference_real>(v), o).output);
+        lo.push_back(scaled_dot_product_attention(test::cast<float>(q), test::cast<float>(k), test::cast<float>(v), o).output);
+    }
+    for (std::size_t n = 0; n < hi[0].size(); ++n) {
+        BOOST_TEST(static_cast<double>(abs(hi[0][n] - hi[1][n])) <= 1e-55);
+        BOOST_TEST(static_cast<double>(abs(hi[0][n] - hi[2][n])) <= 1e-55);
+    }
+    BOOST_TEST(lo[0].storage() != lo[1].storage());  // they round differently in float
+    BOOST_TEST(lo[0].storage() != lo[2].storage());
+}
+
+BOOST_AUTO_TEST_CASE(interval_encloses_high_precision_result) {
+    const auto q = random_tensor<double, 4>({1, 2, 4, 8}, 38, -2, 2), k = random_tensor<double, 4>({1, 1, 6, 8}, 39, -2, 2),
+               v = random_tensor<double, 4>({1, 1, 6, 3}, 40);
+    for (softmax_algorithm algorithm : {softmax_algorithm::shifted_division, softmax_algorithm::naive,
+                                        softmax_algorithm::division_free, softmax_algorithm::online}) {
+        attention_options o;
+        o.mask.causal = true;
+        o.softcap = 3.0;
+        o.softmax.algorithm = algorithm;
+        o.softmax.block_size = 2;
+        using I = mpfr_interval<30>;
+        const auto box = scaled_dot_product_attention(test::cast<I>(q), test::cast<I>(k), test::cast<I>(v), o);
+        const auto point = scaled_dot_product_attention(test::cast<reference_real>(q), test::cast<reference_real>(k),
+                                                        test::cast<reference_real>(v), o);
+        for (std::size_t n = 0; n < box.output.size(); ++n) BOOST_TEST(encloses(box.output[n], point.output[n]));
+        for (std::size_t n = 0; n < box.weights.size(); ++n) BOOST_TEST(encloses(box.weights[n], point.weights[n]));
+        for (std::size_t n = 0; n < box.lse.size(); ++n) BOOST_TEST(encloses(box.lse[n], point.lse[n]));
+        // And the enclosure is tight: width ≤ 1e-25 relative at 30 digits.
+        for (std::size_t n = 0; n < box.output.size(); ++n)
+            BOOST_TEST(static_cast<double>(upper_end(box.output[n]) - lower_end(box.output[n])) <= 1e-25);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(results_do_not_depend_on_thread_count) {
+    const auto q = random_tensor<double, 4>({3, 4, 9, 8}, 41), k = random_tensor<double, 4>({3, 2, 11, 8}, 42),
+               v = random_tensor<double, 4>({3, 2, 11, 5}, 43);
+    attention_options one, many;
+    one.threads = 1;
+    many.threads = 5;
+    const auto a = scaled_dot_product_attention(q, k, v, one), b = scaled_dot_product_attention(q, k, v, many);
+    BOOST_TEST(a.output.storage() == b.output.storage());
+    BOOST_TEST(a.weights.storage() == b.weights.storage());
+    BOOST_TEST(a.lse.storage() == b.lse.storage());
+}
