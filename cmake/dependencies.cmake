@@ -2,6 +2,7 @@
 find_package(Threads REQUIRED)
 find_package(Boost 1.74 REQUIRED COMPONENTS unit_test_framework)
 find_package(fmt REQUIRED)
+find_package(OpenSSL REQUIRED)
 find_library(ATTNREF_MPFR_LIBRARY mpfr REQUIRED)
 find_library(ATTNREF_MPFI_LIBRARY mpfi REQUIRED)
 find_library(ATTNREF_GMP_LIBRARY gmp REQUIRED)

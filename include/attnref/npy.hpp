@@ -135,8 +135,8 @@ inline std::string quote_excerpt(std::string_view text) {
     throw error(text);
 }
 
-/// Maps any accepted spelling of a descriptor to its canonical entry; nullopt-free: throws with
-/// the reason (unsupported type, big-endian, ambiguous native byte order).
+/// Maps any accepted spelling of a descriptor to its canonical entry, or throws npy::error with
+/// the reason (unsupported type, big-endian, byte order unstated for a multi-byte type).
 inline const dtype_info& lookup_dtype(std::string_view descr, std::string_view source,
                                       std::string_view field) {
     const std::string supported =
@@ -481,6 +481,7 @@ inline array parse(std::span<const std::byte> bytes, std::string_view source_nam
     if (header.empty() || header.back() != '\n')
         fail(source, "header", "not terminated by '\\n': '" + quote_excerpt(header.substr(header.size() > 60 ? header.size() - 60 : 0)) + "'");
     header.remove_suffix(1);
+    while (!header.empty() && header.back() == ' ') header.remove_suffix(1);  // padding
     for (std::size_t i = 0; i < header.size(); ++i) {
         const auto c = static_cast<unsigned char>(header[i]);
         if (!((c >= 0x20 && c < 0x7f) || c == '\t'))
@@ -531,9 +532,10 @@ inline array read(const std::filesystem::path& path) {
     return parse(bytes, source);
 }
 
-/// The bytes of a version 1.0 .npy file holding `a`, byte-compatible with np.save's layout:
-/// header "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }" padded with spaces so
-/// that preamble + header is a multiple of 64 bytes, ending in '\n'. Throws npy::error if `a` is
+/// The bytes of a version 1.0 .npy file holding `a`, laid out as np.save lays it out: the dict
+/// text "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }" exactly as numpy writes
+/// it, padded with spaces so that preamble + header is a multiple of 64 bytes, ending in '\n'
+/// (numpy >= 1.23 may pad with up to 64 more spaces; readers do not care). Throws npy::error if `a` is
 /// inconsistent (unsupported descr, data length not size() * itemsize, '|b1' byte not 0 or 1).
 inline std::vector<std::byte> serialize(const array& a) {
     const detail::dtype_info& info = detail::check_array(a, detail::in_memory);
@@ -580,9 +582,14 @@ inline void write(const std::filesystem::path& path, const array& a) {
     fs::path temporary;
     std::FILE* file = nullptr;
     for (int attempt = 0; attempt < 16 && !file; ++attempt) {
+        std::string name = ".";  // appends, not operator+: GCC 12 -Wrestrict false positive
+        name += path.filename().string();
+        name += ".tmp-";
+        name += std::to_string(stamp);
+        name += '-';
+        name += std::to_string(counter.fetch_add(1));
         temporary = path;
-        temporary.replace_filename("." + path.filename().string() + ".tmp-" + std::to_string(stamp) + "-" +
-                                   std::to_string(counter.fetch_add(1)));
+        temporary.replace_filename(name);
         file = std::fopen(temporary.c_str(), "wbx");  // 'x': fail if it exists (C11)
         if (!file && fs::exists(temporary, ec)) continue;
         if (!file) break;
