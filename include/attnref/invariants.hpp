@@ -78,13 +78,14 @@ constexpr bool row_is_empty(const mask_options& m, std::size_t b, std::size_t h,
 }
 }  // namespace detail
 
-/// Rows of P (B, H, Sq, Sk) sum to 1 within (n + 3)u + γ_n(u); empty rows sum to 0 (zero policy),
+/// Rows of P (B, H, Sq, Sk) sum to 1 within (n + 3)u + γ_n(max(u, u_T)), summed in T; empty rows sum to 0 (zero policy),
 /// 1 (uniform) or are all NaN (nan policy).
 template <class T>
 constexpr invariant_report rows_sum_to_one(tensor_view<const T, 4> p, const invariant_context& ctx, double u) {
     invariant_report r{"rows of P sum to 1"};
     const auto [batch, heads, sq, sk] = p.extents;
-    const double bound = static_cast<double>(sk + 3) * u + gamma(sk, u);
+    const double u_sum = static_cast<double>(unit_roundoff<T>());
+    const double bound = static_cast<double>(sk + 3) * u + gamma(sk, u > u_sum ? u : u_sum);
     for (std::size_t b = 0; b < batch; ++b)
         for (std::size_t h = 0; h < heads; ++h)
             for (std::size_t i = 0; i < sq; ++i) {
@@ -95,10 +96,10 @@ constexpr invariant_report rows_sum_to_one(tensor_view<const T, 4> p, const inva
                     r.record(all_nan, all_nan ? 0 : 1, 0, {b, h, i, 0});
                     continue;
                 }
-                double sum = 0;
-                for (std::size_t j = 0; j < sk; ++j) sum += detail::to_double(p(b, h, i, j));
+                T sum = T(0);  // summed in T itself: the check adds at most γ_n(u_T)
+                for (std::size_t j = 0; j < sk; ++j) sum = sum + p(b, h, i, j);
                 const double target = empty && ctx.empty_rows == empty_row_policy::zero ? 0.0 : 1.0;
-                const double deviation = detail::abs_value(sum - target);
+                const double deviation = detail::abs_value(detail::to_double(sum - T(target)));
                 r.record(deviation <= bound, deviation, bound, {b, h, i, 0});  // NaN fails: NaN <= x is false
             }
     return r;
