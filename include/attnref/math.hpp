@@ -595,7 +595,8 @@ constexpr T tanh_kernel(T x) {
 /// quoted is the one measured by tests/runtime/math.test.cpp against MPFR at 256 bits (10^6 points
 /// per function for float and double, 10^5 for long double, 3·10^4 for __float128; the test prints
 /// the table); the contract is <= 1 ulp everywhere, and results are identical at compile time and run
-/// time. Speed (GCC 12 -O3, one core): exp<double> about 75-80 M calls/s, log<double> about 21 M/s. For class types wrapping a builtin (WrapsBuiltinFloatingPoint) the same kernel runs; for
+/// time. Speed (GCC 12 -O3, one core): exp<double> about 75-80 M calls/s, log<double> about 21 M/s.
+/// For class types wrapping a builtin (WrapsBuiltinFloatingPoint) the same kernel runs; for
 /// other types the type's own function is used (found by ADL) and its accuracy is the type's.
 
 #define ATTNREF_MATH_DISPATCH(fn)                                                 \
