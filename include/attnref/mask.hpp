@@ -48,7 +48,7 @@ template <class E>
 struct broadcast_mask {
     tensor_view<const E, 4> values{};
 
-    constexpr bool present() const { return values.data != nullptr; }
+    constexpr bool present() const { return !values.empty(); }
     constexpr E at(std::size_t b, std::size_t h, std::size_t i, std::size_t j) const {
         const std::size_t bb = values.extents[0] == 1 ? 0 : b;
         const std::size_t hh = values.extents[1] == 1 ? 0 : h;

@@ -40,7 +40,9 @@ struct tensor_view {
 
     constexpr std::size_t size() const { return element_count(extents); }
     constexpr std::size_t extent(std::size_t axis) const { return extents[axis]; }
-    constexpr bool empty() const { return data == nullptr; }
+    /// A default-constructed view (all extents 0) stands for "no tensor". Decided by the extents, not
+    /// by comparing the pointer, so it is a constant expression for views of temporaries too.
+    constexpr bool empty() const { return size() == 0; }
 
     /// Linear offset of a multi-index; row-major.
     template <class... I>
