@@ -1,0 +1,274 @@
+/// `attnref generate`: certified golden cases from the suite or from command-line flags.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "golden_case.hpp"
+#include "manifest.hpp"
+#include "summary.hpp"
+
+namespace attnref::verify {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct generate_args {
+    std::string suite = ATTNREF_DEFAULT_SUITE;
+    std::vector<std::string> cases;
+    std::string out;
+    bool force = false;
+    bool verify = false;
+    bool quiet = false;
+    std::size_t threads = 0;
+    // Ad-hoc case (used when --name is given).
+    std::string name, description = "ad-hoc case from the command line", kind = "sdpa";
+    std::size_t batch = 1, heads = 1, kv_heads = 0, sq = 8, sk = 0, dk = 8, dv = 0, model_dim = 0, output_dim = 0;
+    std::string causal, window_left, window_right, polarity = "true_means_attend", empty_rows = "zero", placement = "on_product";
+    std::vector<std::size_t> key_lengths;
+    std::vector<double> alibi_slopes;
+    bool boolean_mask = false, additive_mask = false, seed_mask = false, bias = false, no_weights = false, no_lse = false;
+    std::optional<double> scale, softcap;
+    std::ptrdiff_t diagonal_offset = 0;
+    std::string input_format = "float64";
+    std::uint64_t seed = 0;
+    std::vector<std::string> targets;
+};
+
+/// The ad-hoc case as suite JSON, parsed by the same strict reader as golden/suite.json.
+case_spec ad_hoc_case(const generate_args& a) {
+    nlohmann::ordered_json c;
+    c["name"] = a.name;
+    c["description"] = a.description;
+    c["kind"] = a.kind;
+    nlohmann::ordered_json sh{{"batch", a.batch}, {"heads", a.heads}, {"kv_heads", a.kv_heads ? a.kv_heads : a.heads},
+                              {"query_length", a.sq}, {"key_length", a.sk ? a.sk : a.sq}, {"head_dim_qk", a.dk},
+                              {"head_dim_v", a.dv ? a.dv : a.dk}};
+    if (a.kind == "mha") {
+        if (a.model_dim) sh["model_dim"] = a.model_dim;
+        if (a.output_dim) sh["output_dim"] = a.output_dim;
+    }
+    c["shapes"] = sh;
+    nlohmann::ordered_json cv;
+    if (a.scale) cv["scale"] = *a.scale;
+    cv["scale_placement"] = a.placement;
+    if (a.softcap) cv["softcap"] = *a.softcap;
+    cv["alibi_slopes"] = a.alibi_slopes;
+    if (!a.causal.empty()) {
+        cv["causal"] = true;
+        cv["causal_alignment"] = a.causal;
+    }
+    cv["diagonal_offset"] = a.diagonal_offset;
+    if (!a.window_left.empty() || !a.window_right.empty()) {
+        auto bound = [](const std::string& s) -> nlohmann::ordered_json {
+            if (s.empty() || s == "none") return nullptr;
+            try {
+                return static_cast<std::uint64_t>(std::stoull(s));
+            } catch (const std::exception&) {
+                throw data_error("command line: --window-left/--window-right: expected a non-negative integer or 'none', got '" + s + "'");
+            }
+        };
+        cv["window"] = {{"left", bound(a.window_left)}, {"right", bound(a.window_right)}};
+    }
+    cv["key_lengths"] = a.key_lengths;
+    cv["boolean_mask"] = a.boolean_mask;
+    cv["mask_polarity"] = a.polarity;
+    cv["additive_mask"] = a.additive_mask;
+    cv["seed_mask"] = a.seed_mask;
+    cv["empty_rows"] = a.empty_rows;
+    cv["projection_bias"] = a.bias;
+    c["conventions"] = cv;
+    c["inputs"] = {{"format", a.input_format}, {"seed", a.seed}};
+    c["outputs"] = {{"weights", !a.no_weights}, {"lse", !a.no_lse}, {"targets", a.targets}};
+    nlohmann::ordered_json suite{{"schema", suite_schema}, {"schema_version", schema_version}, {"cases", {c}}};
+    return parse_suite(suite.dump(), "command line").front();
+}
+
+/// Multiply-adds of the case in exact arithmetic (a cost estimate for scheduling).
+double cost(const case_spec& s) {
+    const case_shapes& d = s.shapes;
+    double c = double(d.batch) * d.heads * d.query_length * d.key_length * (d.head_dim_qk + d.head_dim_v);
+    if (s.kind == case_kind::mha)
+        c += double(d.batch) * d.model_dim *
+             (d.query_length * d.heads * d.head_dim_qk + d.key_length * d.kv_heads * (d.head_dim_qk + d.head_dim_v)) +
+             double(d.batch) * d.query_length * d.heads * d.head_dim_v * d.output_dim;
+    return c;
+}
+
+struct case_outcome {
+    std::string status;
+    double seconds = 0;
+    std::size_t certified = 0, escalated = 0;
+    bool differs = false, conflict = false;
+    std::string detail;
+};
+
+void run_generate(const generate_args& a) {
+    std::vector<case_spec> cases;
+    fs::path out = a.out;
+    if (!a.name.empty()) {
+        cases.push_back(ad_hoc_case(a));
+        if (out.empty()) out = ".";
+    } else {
+        const std::vector<case_spec> suite = parse_suite(read_text(a.suite), a.suite);
+        if (out.empty()) out = fs::path(a.suite).parent_path();
+        if (out.empty()) out = ".";
+        if (a.cases.empty()) cases = suite;
+        for (const std::string& n : a.cases) {
+            auto it = std::find_if(suite.begin(), suite.end(), [&](const case_spec& s) { return s.name == n; });
+            if (it == suite.end()) throw data_error(a.suite + ": field 'cases': no case named '" + n + "' (--case)");
+            cases.push_back(*it);
+        }
+    }
+    std::size_t threads = a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency());
+
+    std::vector<case_outcome> outcomes(cases.size());
+    std::mutex io;
+    auto say = [&](const std::string& line) {
+        if (a.quiet) return;
+        const std::lock_guard<std::mutex> lock(io);
+        std::fprintf(stderr, "attnref generate: %s\n", line.c_str());
+    };
+    auto process = [&](std::size_t i, std::size_t inner_threads) {
+        const case_spec& s = cases[i];
+        const bool long_case = cost(s) > 2e6;
+        const generated_case g = generate_case(s, inner_threads, long_case ? std::function<void(const std::string&)>(say)
+                                                                            : std::function<void(const std::string&)>());
+        case_outcome& o = outcomes[i];
+        o.seconds = g.seconds;
+        o.certified = g.certified_elements;
+        o.escalated = g.escalated_elements;
+        const fs::path dir = out / s.name;
+        const comparison c = compare_case(dir, g);
+        if (a.verify) {
+            o.status = c.identical ? "identical" : "DIFFERS";
+            o.differs = !c.identical;
+            o.detail = !c.exists ? "missing directory" : c.first_difference;
+        } else if (!c.exists) {
+            write_case(dir, g);
+            o.status = "written";
+        } else if (c.identical) {
+            o.status = "unchanged";
+        } else if (a.force) {
+            write_case(dir, g);
+            o.status = "overwritten";
+        } else {
+            o.status = "CONFLICT";
+            o.conflict = true;
+            o.detail = c.first_difference;
+        }
+        say(fmt::format("[{}/{}] {}: {} ({:.1f} s)", i + 1, cases.size(), s.name, o.status, o.seconds));
+    };
+
+    // Large cases one at a time with every thread inside attnref's parallel_for; the rest
+    // concurrently, one thread each. Results never depend on the split (see parallel.hpp).
+    std::vector<std::size_t> big, small;
+    for (std::size_t i = 0; i < cases.size(); ++i) (cost(cases[i]) > 2e6 && threads > 1 ? big : small).push_back(i);
+    for (std::size_t i : big) process(i, threads);
+    std::atomic<std::size_t> next{0};
+    std::exception_ptr failure;
+    std::mutex failure_mutex;
+    std::vector<std::thread> pool;
+    for (std::size_t t = 0; t < std::min(threads, small.size()); ++t)
+        pool.emplace_back([&] {
+            for (std::size_t k = next++; k < small.size(); k = next++) {
+                try {
+                    process(small[k], 1);
+                } catch (...) {
+                    const std::lock_guard<std::mutex> lock(failure_mutex);
+                    if (!failure) failure = std::current_exception();
+                }
+            }
+        });
+    if (threads <= 1 || small.size() <= 1)
+        for (std::size_t k = next++; k < small.size(); k = next++) process(small[k], 1);
+    for (std::thread& t : pool) t.join();
+    if (failure) std::rethrow_exception(failure);
+
+    std::vector<summary_row> rows;
+    for (std::size_t i = 0; i < cases.size(); ++i)
+        rows.push_back({&cases[i], outcomes[i].status, outcomes[i].certified, outcomes[i].escalated, outcomes[i].seconds});
+    std::fputs(summary_table(rows).c_str(), stdout);
+    std::fflush(stdout);
+
+    for (std::size_t i = 0; i < cases.size(); ++i)
+        if (outcomes[i].conflict)
+            throw data_error((out / cases[i].name).string() + ": existing case differs from the regenerated one (" +
+                             outcomes[i].detail + "); not overwritten, use --force");
+    std::size_t differing = 0;
+    std::string first;
+    for (std::size_t i = 0; i < cases.size(); ++i)
+        if (outcomes[i].differs && differing++ == 0) first = (out / cases[i].name).string() + ": " + outcomes[i].detail;
+    if (differing)
+        throw check_failure(fmt::format("--verify: {} of {} case(s) differ from the regenerated data; first: {}", differing,
+                                        cases.size(), first));
+}
+
+}  // namespace
+
+void register_generate(CLI::App& app) {
+    auto a = std::make_shared<generate_args>();
+    CLI::App* g = app.add_subcommand("generate",
+                                     "Generate certified golden cases: the suite (default), selected --case names, or one "
+                                     "ad-hoc case described by flags (--name ...)");
+    g->add_option("--suite", a->suite, "suite definition")->capture_default_str();
+    g->add_option("--case", a->cases, "generate only these suite cases (repeatable)");
+    g->add_option("--out", a->out, "output directory (default: the suite file's directory; '.' for ad-hoc cases)");
+    g->add_flag("--force", a->force, "overwrite existing cases whose content differs");
+    g->add_flag("--verify", a->verify, "regenerate in memory and compare with the files on disk; write nothing; exit 1 on any difference");
+    g->add_flag("--quiet", a->quiet, "no progress lines on stderr");
+    g->add_option("--threads", a->threads, "threads (0 = all cores); results do not depend on it")->capture_default_str();
+    auto* adhoc = "Ad-hoc case";
+    g->add_option("--name", a->name, "ad-hoc case name ([a-z0-9_]); enables the flags below")->group(adhoc);
+    g->add_option("--description", a->description, "one-line description")->group(adhoc);
+    g->add_option("--kind", a->kind, "sdpa or mha")->check(CLI::IsMember({"sdpa", "mha"}))->group(adhoc);
+    g->add_option("--batch", a->batch, "B")->group(adhoc);
+    g->add_option("--heads", a->heads, "H (query heads)")->group(adhoc);
+    g->add_option("--kv-heads", a->kv_heads, "H_kv (default H)")->group(adhoc);
+    g->add_option("--sq", a->sq, "query length")->group(adhoc);
+    g->add_option("--sk", a->sk, "key length (default Sq)")->group(adhoc);
+    g->add_option("--dk", a->dk, "head dimension of q and k")->group(adhoc);
+    g->add_option("--dv", a->dv, "head dimension of v (default dk)")->group(adhoc);
+    g->add_option("--model-dim", a->model_dim, "mha: embedding dimension (default H*dk)")->group(adhoc);
+    g->add_option("--output-dim", a->output_dim, "mha: output features (default model dim)")->group(adhoc);
+    g->add_flag("--bias", a->bias, "mha: projections with biases")->group(adhoc);
+    g->add_option("--causal", a->causal, "causal mask alignment: top_left or bottom_right")
+        ->check(CLI::IsMember({"top_left", "bottom_right"}))->group(adhoc);
+    g->add_option("--diagonal-offset", a->diagonal_offset, "diagonal offset (ONNX past length)")->group(adhoc);
+    g->add_option("--window-left", a->window_left, "sliding window: keys before the diagonal (or none)")->group(adhoc);
+    g->add_option("--window-right", a->window_right, "sliding window: keys after the diagonal (or none)")->group(adhoc);
+    g->add_option("--key-lengths", a->key_lengths, "valid keys per batch (key padding)")->delimiter(',')->group(adhoc);
+    g->add_flag("--boolean-mask", a->boolean_mask, "a generated boolean mask (B, H, Sq, Sk)")->group(adhoc);
+    g->add_option("--polarity", a->polarity, "boolean mask polarity")
+        ->check(CLI::IsMember({"true_means_attend", "true_means_masked"}))->group(adhoc);
+    g->add_flag("--additive-mask", a->additive_mask, "a generated additive mask (with -inf entries)")->group(adhoc);
+    g->add_flag("--seed-mask", a->seed_mask, "a generated seed-convention mask (logits += m * -1e9)")->group(adhoc);
+    g->add_option("--empty-rows", a->empty_rows, "fully masked rows: zero, nan or uniform")
+        ->check(CLI::IsMember({"zero", "nan", "uniform"}))->group(adhoc);
+    g->add_option("--scale", a->scale, "logit scale (default 1/sqrt(dk))")->group(adhoc);
+    g->add_option("--scale-placement", a->placement, "on_product, on_query or split_sqrt")
+        ->check(CLI::IsMember({"on_product", "on_query", "split_sqrt"}))->group(adhoc);
+    g->add_option("--softcap", a->softcap, "soft-capping constant")->group(adhoc);
+    g->add_option("--alibi-slopes", a->alibi_slopes, "ALiBi slopes, one per head")->delimiter(',')->group(adhoc);
+    g->add_option("--input-format", a->input_format, "float64, float32, bfloat16 or float16")
+        ->check(CLI::IsMember({"float64", "float32", "bfloat16", "float16"}))->group(adhoc);
+    g->add_option("--seed", a->seed, "generator seed")->group(adhoc);
+    g->add_option("--targets", a->targets, "extra correctly rounded copies: float32, bfloat16, float16")->delimiter(',')->group(adhoc);
+    g->add_flag("--no-weights", a->no_weights, "do not store the attention weights P")->group(adhoc);
+    g->add_flag("--no-lse", a->no_lse, "do not store the log-sum-exp")->group(adhoc);
+    g->callback([a] { run_generate(*a); });
+}
+
+}  // namespace attnref::verify

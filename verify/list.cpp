@@ -1,0 +1,34 @@
+/// `attnref list`: the suite's cases with one-line descriptions.
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "manifest.hpp"
+#include "summary.hpp"
+
+namespace attnref::verify {
+
+void register_list(CLI::App& app) {
+    auto suite = std::make_shared<std::string>(ATTNREF_DEFAULT_SUITE);
+    auto verbose = std::make_shared<bool>(false);
+    CLI::App* l = app.add_subcommand("list", "List the suite's cases with one-line descriptions");
+    l->add_option("--suite", *suite, "suite definition")->capture_default_str();
+    l->add_flag("--verbose,-v", *verbose, "also print shapes and conventions");
+    l->callback([suite, verbose] {
+        const std::vector<case_spec> cases = parse_suite(read_text(*suite), *suite);
+        std::size_t w = 0;
+        for (const case_spec& c : cases) w = std::max(w, c.name.size());
+        for (const case_spec& c : cases) {
+            std::string line = fmt::format("{:<{}}  {}", c.name, w, c.description);
+            if (*verbose) line += fmt::format("  [{}; {}]", shapes_text(c), conventions_text(c));
+            std::puts(line.c_str());
+        }
+    });
+}
+
+}  // namespace attnref::verify

@@ -1,0 +1,610 @@
+#include "manifest.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <initializer_list>
+#include <map>
+#include <set>
+#include <sstream>
+#include <utility>
+
+namespace attnref::verify {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Strict reader: a JSON value, the file it came from and its dotted field path.
+
+std::string excerpt(const json& j) {
+    std::string s = j.dump();
+    if (s.size() > 40) s = s.substr(0, 37) + "...";
+    return s;
+}
+
+class reader {
+public:
+    reader(const json& value, std::string file, std::string path, bool strict)
+        : value_(&value), file_(std::move(file)), path_(std::move(path)), strict_(strict) {}
+
+    [[noreturn]] void fail(const std::string& what) const {
+        throw data_error(file_ + ": field '" + path_ + "': " + what);
+    }
+    [[noreturn]] void expected(const std::string& what) const { fail("expected " + what + ", got " + excerpt(*value_)); }
+
+    const json& value() const { return *value_; }
+    bool strict() const { return strict_; }
+    std::string child_path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+
+    /// Checks this is an object holding only `allowed` keys.
+    void object(std::initializer_list<const char*> allowed) const {
+        if (!value_->is_object()) expected("an object");
+        for (auto it = value_->begin(); it != value_->end(); ++it) {
+            bool ok = false;
+            for (const char* a : allowed) ok = ok || it.key() == a;
+            if (!ok) throw data_error(file_ + ": field '" + child_path(it.key()) + "': unknown field");
+        }
+    }
+    bool has(const char* key) const { return value_->contains(key); }
+    /// The child; in strict mode a missing child is an error, else nullopt.
+    std::optional<reader> get(const char* key) const {
+        if (!value_->contains(key)) {
+            if (strict_) throw data_error(file_ + ": field '" + child_path(key) + "': missing");
+            return std::nullopt;
+        }
+        return reader(value_->at(key), file_, child_path(key), strict_);
+    }
+    reader required(const char* key) const {
+        if (!value_->contains(key)) throw data_error(file_ + ": field '" + child_path(key) + "': missing");
+        return reader(value_->at(key), file_, child_path(key), strict_);
+    }
+    reader at(std::size_t i) const { return reader(value_->at(i), file_, path_ + "[" + std::to_string(i) + "]", strict_); }
+
+    std::string string() const {
+        if (!value_->is_string()) expected("a string");
+        return value_->get<std::string>();
+    }
+    bool boolean() const {
+        if (!value_->is_boolean()) expected("true or false");
+        return value_->get<bool>();
+    }
+    double number() const {
+        if (!value_->is_number()) expected("a number");
+        const double d = value_->get<double>();
+        if (!std::isfinite(d)) expected("a finite number");
+        return d;
+    }
+    std::uint64_t unsigned_integer() const {
+        if (!value_->is_number_unsigned()) expected("a non-negative integer");
+        return value_->get<std::uint64_t>();
+    }
+    std::size_t size(bool positive) const {
+        if (!value_->is_number_unsigned() || (positive && value_->get<std::uint64_t>() == 0))
+            expected(positive ? "a positive integer" : "a non-negative integer");
+        return static_cast<std::size_t>(value_->get<std::uint64_t>());
+    }
+    std::ptrdiff_t signed_integer() const {
+        if (!value_->is_number_integer()) expected("an integer");
+        return static_cast<std::ptrdiff_t>(value_->get<std::int64_t>());
+    }
+    const json& array() const {
+        if (!value_->is_array()) expected("an array");
+        return *value_;
+    }
+    template <class E, std::size_t N>
+    E choice(const std::pair<const char*, E> (&options)[N]) const {
+        std::string list;
+        if (value_->is_string())
+            for (const auto& [n, e] : options)
+                if (value_->get<std::string>() == n) return e;
+        for (const auto& [n, e] : options) list += std::string(list.empty() ? "" : ", ") + n;
+        expected("one of " + list);
+    }
+
+private:
+    const json* value_;
+    std::string file_, path_;
+    bool strict_;
+};
+
+constexpr std::pair<const char*, case_kind> kinds[] = {{"sdpa", case_kind::sdpa}, {"mha", case_kind::mha}};
+constexpr std::pair<const char*, scale_placement> placements[] = {
+    {"on_product", scale_placement::on_product}, {"on_query", scale_placement::on_query}, {"split_sqrt", scale_placement::split_sqrt}};
+constexpr std::pair<const char*, causal_alignment> alignments[] = {{"top_left", causal_alignment::top_left},
+                                                                   {"bottom_right", causal_alignment::bottom_right}};
+constexpr std::pair<const char*, mask_polarity> polarities[] = {{"true_means_attend", mask_polarity::true_means_attend},
+                                                                {"true_means_masked", mask_polarity::true_means_masked}};
+constexpr std::pair<const char*, empty_row_policy> empty_policies[] = {
+    {"zero", empty_row_policy::zero}, {"nan", empty_row_policy::nan}, {"uniform", empty_row_policy::uniform}};
+constexpr std::pair<const char*, softmax_algorithm> softmaxes[] = {{"naive", softmax_algorithm::naive},
+                                                                   {"shifted_division", softmax_algorithm::shifted_division},
+                                                                   {"division_free", softmax_algorithm::division_free},
+                                                                   {"online", softmax_algorithm::online}};
+constexpr std::pair<const char*, generator::input_format> input_formats[] = {
+    {"float64", generator::input_format::float64}, {"float32", generator::input_format::float32},
+    {"bfloat16", generator::input_format::bfloat16}, {"float16", generator::input_format::float16}};
+
+template <class E, std::size_t N>
+const char* name_of(const std::pair<const char*, E> (&options)[N], E e) {
+    for (const auto& [n, v] : options)
+        if (v == e) return n;
+    return "?";
+}
+
+constexpr const char* projection_layout = "y = x·W + b";
+constexpr const char* gqa_mapping = "h / (H / H_kv)";
+constexpr const char* reference_method =
+    "mpfi-interval: attnref's templates in MPFI interval arithmetic; each stored value is the common rounding "
+    "(to nearest even) of both interval ends, precision raised Ziv-style until every element agrees";
+
+json optional_number(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+std::optional<double> read_optional_number(const reader& r) {
+    if (r.value().is_null()) return std::nullopt;
+    return r.number();
+}
+
+// ---------------------------------------------------------------------------------------------
+// case_spec ⇄ JSON
+
+void read_shapes(const reader& r, case_spec& s) {
+    r.object({"batch", "heads", "kv_heads", "query_length", "key_length", "head_dim_qk", "head_dim_v", "model_dim", "output_dim"});
+    case_shapes& sh = s.shapes;
+    if (auto v = r.get("batch")) sh.batch = v->size(true);
+    if (auto v = r.get("heads")) sh.heads = v->size(true);
+    sh.kv_heads = sh.heads;
+    if (auto v = r.get("kv_heads")) sh.kv_heads = v->size(true);
+    if (auto v = r.get("query_length")) sh.query_length = v->size(true);
+    sh.key_length = sh.query_length;
+    if (auto v = r.get("key_length")) sh.key_length = v->size(true);
+    if (auto v = r.get("head_dim_qk")) sh.head_dim_qk = v->size(true);
+    sh.head_dim_v = sh.head_dim_qk;
+    if (auto v = r.get("head_dim_v")) sh.head_dim_v = v->size(true);
+    for (const char* key : {"model_dim", "output_dim"}) {
+        std::size_t& dst = std::string(key) == "model_dim" ? sh.model_dim : sh.output_dim;
+        auto v = r.get(key);
+        if (s.kind == case_kind::sdpa) {
+            if (v && !v->value().is_null()) v->fail("must be null for kind 'sdpa'");
+            dst = 0;
+        } else if (v) {
+            dst = v->size(true);
+        } else {
+            dst = key == std::string("model_dim") ? sh.heads * sh.head_dim_qk : sh.model_dim;
+        }
+    }
+    if (sh.heads % sh.kv_heads != 0) r.required("kv_heads").fail("expected a divisor of heads " + std::to_string(sh.heads) + ", got " + std::to_string(sh.kv_heads));
+}
+
+void read_conventions(const reader& r, case_spec& s) {
+    r.object({"scale", "scale_placement", "softcap", "alibi_slopes", "causal", "causal_alignment", "diagonal_offset", "window",
+              "key_lengths", "boolean_mask", "mask_polarity", "additive_mask", "seed_mask", "empty_rows", "softmax_algorithm",
+              "projection", "projection_bias", "gqa_mapping"});
+    case_conventions& c = s.conventions;
+    if (auto v = r.get("scale")) {
+        c.scale = read_optional_number(*v);
+        if (c.scale && !(*c.scale > 0)) v->expected("a positive number or null");
+    }
+    if (auto v = r.get("scale_placement")) c.placement = v->choice(placements);
+    if (auto v = r.get("softcap")) {
+        c.softcap = read_optional_number(*v);
+        if (c.softcap && !(*c.softcap > 0)) v->expected("a positive number or null");
+    }
+    if (auto v = r.get("alibi_slopes")) {
+        c.alibi_slopes.clear();
+        for (std::size_t i = 0; i < v->array().size(); ++i) c.alibi_slopes.push_back(v->at(i).number());
+        if (!c.alibi_slopes.empty() && c.alibi_slopes.size() != s.shapes.heads)
+            v->fail("expected " + std::to_string(s.shapes.heads) + " slopes (one per head) or none, got " + std::to_string(c.alibi_slopes.size()));
+    }
+    if (auto v = r.get("causal")) c.causal = v->boolean();
+    if (auto v = r.get("causal_alignment")) c.alignment = v->choice(alignments);
+    if (auto v = r.get("diagonal_offset")) c.diagonal_offset = v->signed_integer();
+    if (auto v = r.get("window")) {
+        if (v->value().is_null()) {
+            c.window.reset();
+        } else {
+            v->object({"left", "right"});
+            sliding_window w;
+            for (const char* key : {"left", "right"}) {
+                const reader side = v->required(key);
+                std::optional<std::size_t> bound;
+                if (!side.value().is_null()) bound = side.size(false);
+                (std::string(key) == "left" ? w.left : w.right) = bound;
+            }
+            c.window = w;
+        }
+    }
+    if (auto v = r.get("key_lengths")) {
+        c.key_lengths.clear();
+        for (std::size_t i = 0; i < v->array().size(); ++i) {
+            const std::size_t len = v->at(i).size(false);
+            if (len > s.shapes.key_length) v->at(i).fail("expected at most the key length " + std::to_string(s.shapes.key_length) + ", got " + std::to_string(len));
+            c.key_lengths.push_back(len);
+        }
+        if (!c.key_lengths.empty() && c.key_lengths.size() != s.shapes.batch)
+            v->fail("expected " + std::to_string(s.shapes.batch) + " lengths (one per batch) or none, got " + std::to_string(c.key_lengths.size()));
+    }
+    if (auto v = r.get("boolean_mask")) c.boolean_mask = v->boolean();
+    if (auto v = r.get("mask_polarity")) c.polarity = v->choice(polarities);
+    if (auto v = r.get("additive_mask")) c.additive_mask = v->boolean();
+    if (auto v = r.get("seed_mask")) c.seed_mask = v->boolean();
+    if (auto v = r.get("empty_rows")) c.empty_rows = v->choice(empty_policies);
+    if (auto v = r.get("softmax_algorithm")) {
+        if (v->choice(softmaxes) != softmax_algorithm::shifted_division)
+            v->fail("the reference is computed with 'shifted_division' (exact arithmetic makes all algorithms equal)");
+    }
+    if (auto v = r.get("projection"))
+        if (v->string() != projection_layout) v->expected(std::string("'") + projection_layout + "'");
+    if (auto v = r.get("projection_bias")) {
+        c.projection_bias = v->boolean();
+        if (c.projection_bias && s.kind == case_kind::sdpa) v->fail("must be false for kind 'sdpa'");
+    }
+    if (auto v = r.get("gqa_mapping"))
+        if (v->string() != gqa_mapping) v->expected(std::string("'") + gqa_mapping + "'");
+}
+
+void read_family(const reader& r, generator::input_family& f) {
+    r.object({"name", "roles", "query_feature0", "key_feature0", "key_feature0_keys", "tied_keys", "negate_odd_value_rows",
+              "mask_true_probability", "additive_inf_probability"});
+    if (auto v = r.get("name")) f.name = v->string();
+    if (auto v = r.get("roles")) {
+        v->object({"query", "key", "value", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "additive_mask"});
+        for (auto it = v->value().begin(); it != v->value().end(); ++it) {
+            const reader role = v->required(it.key().c_str());
+            role.object({"scale", "offset"});
+            generator::affine a{std::nan(""), 0};
+            if (auto x = role.get("scale")) a.scale = x->number();
+            if (auto x = role.get("offset")) a.offset = x->number();
+            f.roles[it.key()] = a;
+        }
+    }
+    if (auto v = r.get("query_feature0")) f.query_feature0 = read_optional_number(*v);
+    if (auto v = r.get("key_feature0")) f.key_feature0 = read_optional_number(*v);
+    if (auto v = r.get("key_feature0_keys")) f.key_feature0_keys = v->size(false);
+    if (auto v = r.get("tied_keys")) f.tied_keys = v->size(false);
+    if (auto v = r.get("negate_odd_value_rows")) f.negate_odd_value_rows = v->boolean();
+    for (const char* key : {"mask_true_probability", "additive_inf_probability"})
+        if (auto v = r.get(key)) {
+            const double p = v->number();
+            if (p < 0 || p > 1) v->expected("a probability in [0, 1]");
+            (std::string(key) == "mask_true_probability" ? f.mask_true_probability : f.additive_inf_probability) = p;
+        }
+}
+
+void read_inputs(const reader& r, case_spec& s) {
+    r.object({"format", "generator", "seed", "family"});
+    if (auto v = r.get("format")) s.inputs.format = v->choice(input_formats);
+    if (auto v = r.get("generator"))
+        if (v->string() != generator::name) v->expected("'" + std::string(generator::name) + "'");
+    if (auto v = r.get("seed")) s.inputs.seed = v->unsigned_integer();
+    if (auto v = r.get("family")) read_family(*v, s.inputs.family);
+}
+
+void read_outputs(const reader& r, case_spec& s) {
+    r.object({"weights", "lse", "targets"});
+    if (auto v = r.get("weights")) s.outputs.weights = v->boolean();
+    if (auto v = r.get("lse")) s.outputs.lse = v->boolean();
+    if (auto v = r.get("targets")) {
+        s.outputs.targets.clear();
+        for (std::size_t i = 0; i < v->array().size(); ++i) {
+            const std::string t = v->at(i).string();
+            if (t != "float32" && t != "bfloat16" && t != "float16") v->at(i).expected("one of float32, bfloat16, float16");
+            s.outputs.targets.push_back(t);
+        }
+    }
+}
+
+case_spec read_case(const reader& r, std::initializer_list<const char*> extra_allowed) {
+    std::vector<const char*> allowed{"name", "description", "kind", "shapes", "conventions", "inputs", "outputs"};
+    allowed.insert(allowed.end(), extra_allowed.begin(), extra_allowed.end());
+    if (!r.value().is_object()) r.expected("an object");
+    for (auto it = r.value().begin(); it != r.value().end(); ++it) {
+        bool ok = false;
+        for (const char* a : allowed) ok = ok || it.key() == a;
+        if (!ok) r.required(it.key().c_str()).fail("unknown field");
+    }
+    case_spec s;
+    s.name = r.required("name").string();
+    if (s.name.empty() || s.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos)
+        r.required("name").expected("a name of [a-z0-9_] characters");
+    if (auto v = r.get("description")) s.description = v->string();
+    if (auto v = r.get("kind")) s.kind = v->choice(kinds);
+    if (auto v = r.get("shapes")) read_shapes(*v, s);
+    else if (s.kind == case_kind::mha) { s.shapes.model_dim = s.shapes.heads * s.shapes.head_dim_qk; s.shapes.output_dim = s.shapes.model_dim; }
+    if (auto v = r.get("conventions")) read_conventions(*v, s);
+    if (auto v = r.get("inputs")) read_inputs(*v, s);
+    if (auto v = r.get("outputs")) read_outputs(*v, s);
+    return s;
+}
+
+json parse_json(const std::string& text, const std::string& file) {
+    try {
+        return json::parse(text);
+    } catch (const json::parse_error& e) {
+        std::string what = e.what();
+        const auto pos = what.find("] ");
+        if (pos != std::string::npos) what = what.substr(pos + 2);
+        throw data_error(file + ": not valid JSON: " + what);
+    }
+}
+
+void check_schema(const reader& root, const char* schema) {
+    const reader name = root.required("schema");
+    if (name.string() != schema) name.expected(std::string("'") + schema + "'");
+    const reader version = root.required("schema_version");
+    if (!version.value().is_number_unsigned() || version.value().get<std::uint64_t>() != static_cast<std::uint64_t>(schema_version))
+        version.expected(std::to_string(schema_version));
+}
+
+}  // namespace
+
+const char* kind_name(case_kind k) { return name_of(kinds, k); }
+const char* placement_name(scale_placement p) { return name_of(placements, p); }
+const char* alignment_name(causal_alignment a) { return name_of(alignments, a); }
+const char* polarity_name(mask_polarity p) { return name_of(polarities, p); }
+const char* empty_rows_name(empty_row_policy p) { return name_of(empty_policies, p); }
+const char* softmax_name(softmax_algorithm a) { return name_of(softmaxes, a); }
+std::optional<softmax_algorithm> softmax_from_name(const std::string& n) {
+    for (const auto& [name, a] : softmaxes)
+        if (n == name) return a;
+    return std::nullopt;
+}
+const certify::binary_format* target_format(const std::string& name) {
+    if (name == "float64") return &certify::float64_target;
+    if (name == "float32") return &certify::float32_target;
+    if (name == "bfloat16") return &certify::bfloat16_target;
+    if (name == "float16") return &certify::float16_target;
+    return nullptr;
+}
+
+std::vector<input_tensor_layout> input_layout(const case_spec& s) {
+    using generator::role;
+    const case_shapes& d = s.shapes;
+    std::vector<input_tensor_layout> out;
+    if (s.kind == case_kind::sdpa) {
+        out.push_back({role::query, {d.batch, d.heads, d.query_length, d.head_dim_qk}});
+        out.push_back({role::key, {d.batch, d.kv_heads, d.key_length, d.head_dim_qk}});
+        out.push_back({role::value, {d.batch, d.kv_heads, d.key_length, d.head_dim_v}});
+    } else {
+        out.push_back({role::query, {d.batch, d.query_length, d.model_dim}});
+        out.push_back({role::key, {d.batch, d.key_length, d.model_dim}});
+        out.push_back({role::value, {d.batch, d.key_length, d.model_dim}});
+        out.push_back({role::w_q, {d.model_dim, d.heads * d.head_dim_qk}});
+        out.push_back({role::w_k, {d.model_dim, d.kv_heads * d.head_dim_qk}});
+        out.push_back({role::w_v, {d.model_dim, d.kv_heads * d.head_dim_v}});
+        out.push_back({role::w_o, {d.heads * d.head_dim_v, d.output_dim}});
+        if (s.conventions.projection_bias) {
+            out.push_back({role::b_q, {d.heads * d.head_dim_qk}});
+            out.push_back({role::b_k, {d.kv_heads * d.head_dim_qk}});
+            out.push_back({role::b_v, {d.kv_heads * d.head_dim_v}});
+            out.push_back({role::b_o, {d.output_dim}});
+        }
+    }
+    const std::vector<std::size_t> mask_shape{d.batch, d.heads, d.query_length, d.key_length};
+    if (s.conventions.boolean_mask) out.push_back({role::mask, mask_shape});
+    if (s.conventions.additive_mask) out.push_back({role::additive_mask, mask_shape});
+    if (s.conventions.seed_mask) out.push_back({role::seed_mask, mask_shape});
+    return out;
+}
+
+std::vector<std::size_t> output_shape(const case_spec& s) {
+    const case_shapes& d = s.shapes;
+    if (s.kind == case_kind::sdpa) return {d.batch, d.heads, d.query_length, d.head_dim_v};
+    return {d.batch, d.query_length, d.output_dim};
+}
+std::vector<std::size_t> weights_shape(const case_spec& s) {
+    return {s.shapes.batch, s.shapes.heads, s.shapes.query_length, s.shapes.key_length};
+}
+std::vector<std::size_t> lse_shape(const case_spec& s) { return {s.shapes.batch, s.shapes.heads, s.shapes.query_length}; }
+
+void complete_and_validate(case_spec& s, const std::string& file, const std::string& prefix) {
+    auto fail = [&](const std::string& field, const std::string& what) {
+        throw data_error(file + ": field '" + prefix + field + "': " + what);
+    };
+    std::map<std::string, generator::affine> roles;
+    for (const input_tensor_layout& t : input_layout(s)) {
+        using generator::role;
+        if (t.role == role::mask || t.role == role::seed_mask) continue;
+        const std::string n(generator::role_name(t.role));
+        generator::affine a = generator::default_affine(t.role, t.shape[0]);
+        if (t.role == role::additive_mask) a = {1, 0};
+        if (auto it = s.inputs.family.roles.find(n); it != s.inputs.family.roles.end()) {
+            if (!std::isnan(it->second.scale)) a.scale = it->second.scale;
+            a.offset = it->second.offset;
+        }
+        roles[n] = a;
+    }
+    for (const auto& [n, a] : s.inputs.family.roles)
+        if (!roles.count(n)) fail("inputs.family.roles." + n, "this case has no input with role '" + n + "'");
+    s.inputs.family.roles = roles;
+    if (s.conventions.alibi_slopes.size() != 0 && s.conventions.alibi_slopes.size() != s.shapes.heads)
+        fail("conventions.alibi_slopes", "expected one slope per head");
+    if (s.conventions.key_lengths.size() != 0 && s.conventions.key_lengths.size() != s.shapes.batch)
+        fail("conventions.key_lengths", "expected one length per batch");
+}
+
+json to_json(const case_spec& s) {
+    json j;
+    j["name"] = s.name;
+    j["description"] = s.description;
+    j["kind"] = kind_name(s.kind);
+    const case_shapes& d = s.shapes;
+    json sh;
+    sh["batch"] = d.batch;
+    sh["heads"] = d.heads;
+    sh["kv_heads"] = d.kv_heads;
+    sh["query_length"] = d.query_length;
+    sh["key_length"] = d.key_length;
+    sh["head_dim_qk"] = d.head_dim_qk;
+    sh["head_dim_v"] = d.head_dim_v;
+    sh["model_dim"] = s.kind == case_kind::mha ? json(d.model_dim) : json(nullptr);
+    sh["output_dim"] = s.kind == case_kind::mha ? json(d.output_dim) : json(nullptr);
+    j["shapes"] = sh;
+    const case_conventions& c = s.conventions;
+    json cv;
+    cv["scale"] = optional_number(c.scale);
+    cv["scale_placement"] = placement_name(c.placement);
+    cv["softcap"] = optional_number(c.softcap);
+    cv["alibi_slopes"] = c.alibi_slopes;
+    cv["causal"] = c.causal;
+    cv["causal_alignment"] = alignment_name(c.alignment);
+    cv["diagonal_offset"] = static_cast<std::int64_t>(c.diagonal_offset);
+    if (c.window) {
+        json w;
+        w["left"] = c.window->left ? json(*c.window->left) : json(nullptr);
+        w["right"] = c.window->right ? json(*c.window->right) : json(nullptr);
+        cv["window"] = w;
+    } else {
+        cv["window"] = nullptr;
+    }
+    cv["key_lengths"] = c.key_lengths;
+    cv["boolean_mask"] = c.boolean_mask;
+    cv["mask_polarity"] = polarity_name(c.polarity);
+    cv["additive_mask"] = c.additive_mask;
+    cv["seed_mask"] = c.seed_mask;
+    cv["empty_rows"] = empty_rows_name(c.empty_rows);
+    cv["softmax_algorithm"] = "shifted_division";
+    cv["projection"] = projection_layout;
+    cv["projection_bias"] = c.projection_bias;
+    cv["gqa_mapping"] = gqa_mapping;
+    j["conventions"] = cv;
+    const generator::input_family& f = s.inputs.family;
+    json fam;
+    fam["name"] = f.name;
+    json roles = json::object();
+    for (const input_tensor_layout& t : input_layout(s)) {
+        const std::string n(generator::role_name(t.role));
+        if (auto it = f.roles.find(n); it != f.roles.end()) roles[n] = json{{"scale", it->second.scale}, {"offset", it->second.offset}};
+    }
+    fam["roles"] = roles;
+    fam["query_feature0"] = optional_number(f.query_feature0);
+    fam["key_feature0"] = optional_number(f.key_feature0);
+    fam["key_feature0_keys"] = f.key_feature0_keys;
+    fam["tied_keys"] = f.tied_keys;
+    fam["negate_odd_value_rows"] = f.negate_odd_value_rows;
+    fam["mask_true_probability"] = f.mask_true_probability;
+    fam["additive_inf_probability"] = f.additive_inf_probability;
+    json in;
+    in["format"] = generator::format_name(s.inputs.format);
+    in["generator"] = generator::name;
+    in["seed"] = s.inputs.seed;
+    in["family"] = fam;
+    j["inputs"] = in;
+    j["outputs"] = json{{"weights", s.outputs.weights}, {"lse", s.outputs.lse}, {"targets", s.outputs.targets}};
+    return j;
+}
+
+std::string manifest_text(const manifest& m) {
+    json j;
+    j["schema"] = manifest_schema;
+    j["schema_version"] = schema_version;
+    const json spec = to_json(m.spec);
+    for (auto it = spec.begin(); it != spec.end(); ++it) j[it.key()] = it.value();
+    json ref;
+    ref["method"] = reference_method;
+    ref["precisions_bits"] = m.reference.precisions_bits;
+    json cert = json::array();
+    for (const certify::tensor_report& r : m.reference.certification)
+        cert.push_back(json{{"role", r.tensor}, {"target", r.target}, {"elements", r.elements}, {"certified", r.certified},
+                            {"escalated", r.escalated}, {"precisions_bits", r.precisions_bits}});
+    ref["certification"] = cert;
+    j["reference"] = ref;
+    json tensors = json::array();
+    for (const tensor_entry& t : m.tensors) {
+        json e;
+        e["role"] = t.role;
+        if (t.target) e["target"] = *t.target;
+        e["file"] = t.file;
+        e["dtype"] = t.dtype;
+        e["shape"] = t.shape;
+        e["sha256"] = t.sha256;
+        tensors.push_back(e);
+    }
+    j["tensors"] = tensors;
+    return j.dump(2) + "\n";
+}
+
+manifest parse_manifest(const std::string& text, const std::string& file) {
+    const json j = parse_json(text, file);
+    const reader root(j, file, "", true);
+    if (!j.is_object()) root.expected("an object");
+    check_schema(root, manifest_schema);
+    manifest m;
+    m.spec = read_case(root, {"schema", "schema_version", "reference", "tensors"});
+    complete_and_validate(m.spec, file);
+
+    const reader ref = root.required("reference");
+    ref.object({"method", "precisions_bits", "certification"});
+    ref.required("method").string();
+    const reader bits = ref.required("precisions_bits");
+    for (std::size_t i = 0; i < bits.array().size(); ++i) m.reference.precisions_bits.push_back(static_cast<int>(bits.at(i).size(true)));
+    const reader cert = ref.required("certification");
+    for (std::size_t i = 0; i < cert.array().size(); ++i) {
+        const reader c = cert.at(i);
+        c.object({"role", "target", "elements", "certified", "escalated", "precisions_bits"});
+        certify::tensor_report r;
+        r.tensor = c.required("role").string();
+        r.target = c.required("target").string();
+        r.elements = c.required("elements").size(false);
+        r.certified = c.required("certified").size(false);
+        r.escalated = c.required("escalated").size(false);
+        if (r.certified != r.elements) c.required("certified").expected("all " + std::to_string(r.elements) + " elements certified");
+        const reader p = c.required("precisions_bits");
+        for (std::size_t k = 0; k < p.array().size(); ++k) r.precisions_bits.push_back(static_cast<int>(p.at(k).size(true)));
+        m.reference.certification.push_back(r);
+    }
+
+    const reader tensors = root.required("tensors");
+    std::set<std::string> files;
+    for (std::size_t i = 0; i < tensors.array().size(); ++i) {
+        const reader t = tensors.at(i);
+        t.object({"role", "target", "file", "dtype", "shape", "sha256"});
+        tensor_entry e;
+        e.role = t.required("role").string();
+        if (t.has("target")) {
+            e.target = t.required("target").string();
+            if (!target_format(*e.target)) t.required("target").expected("one of float32, bfloat16, float16");
+        }
+        const reader f = t.required("file");
+        e.file = f.string();
+        if (e.file.empty() || e.file.find('/') != std::string::npos || e.file.find('\\') != std::string::npos || e.file[0] == '.' ||
+            e.file.size() < 5 || e.file.substr(e.file.size() - 4) != ".npy")
+            f.expected("a plain file name ending in .npy");
+        if (!files.insert(e.file).second) f.fail("file listed twice");
+        e.dtype = t.required("dtype").string();
+        const reader sh = t.required("shape");
+        for (std::size_t k = 0; k < sh.array().size(); ++k) e.shape.push_back(sh.at(k).size(false));
+        const reader h = t.required("sha256");
+        e.sha256 = h.string();
+        if (e.sha256.size() != 64 || e.sha256.find_first_not_of("0123456789abcdef") != std::string::npos)
+            h.expected("64 lowercase hex digits");
+        m.tensors.push_back(e);
+    }
+    return m;
+}
+
+std::vector<case_spec> parse_suite(const std::string& text, const std::string& file) {
+    const json j = parse_json(text, file);
+    const reader root(j, file, "", false);
+    root.object({"schema", "schema_version", "description", "cases"});
+    check_schema(root, suite_schema);
+    const reader cases = root.required("cases");
+    std::vector<case_spec> out;
+    std::set<std::string> names;
+    for (std::size_t i = 0; i < cases.array().size(); ++i) {
+        case_spec s = read_case(cases.at(i), {});
+        if (!names.insert(s.name).second) cases.at(i).required("name").fail("duplicate case name '" + s.name + "'");
+        complete_and_validate(s, file, "cases[" + std::to_string(i) + "].");
+        out.push_back(std::move(s));
+    }
+    return out;
+}
+
+std::string read_text(const std::string& file) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw data_error(file + ": cannot open for reading");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+}  // namespace attnref::verify
