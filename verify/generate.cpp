@@ -181,7 +181,8 @@ void run_generate(const generate_args& a) {
     std::exception_ptr failure;
     std::mutex failure_mutex;
     std::vector<std::thread> pool;
-    for (std::size_t t = 0; t < std::min(threads, small.size()); ++t)
+    const std::size_t workers = std::min(threads, small.size());
+    for (std::size_t t = 0; workers > 1 && t < workers; ++t)
         pool.emplace_back([&] {
             for (std::size_t k = next++; k < small.size(); k = next++) {
                 try {
@@ -192,7 +193,7 @@ void run_generate(const generate_args& a) {
                 }
             }
         });
-    if (threads <= 1 || small.size() <= 1)
+    if (workers <= 1)
         for (std::size_t k = next++; k < small.size(); k = next++) process(small[k], 1);
     for (std::thread& t : pool) t.join();
     if (failure) std::rethrow_exception(failure);
