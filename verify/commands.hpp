@@ -12,5 +12,6 @@ namespace attnref::verify {
 void register_generate(CLI::App& app);
 void register_list(CLI::App& app);
 void register_run(CLI::App& app);
+void register_study(CLI::App& app);
 
 }  // namespace attnref::verify

@@ -1,0 +1,469 @@
+#pragma once
+/// \file study.hpp
+/// Precision studies: run scaled dot-product attention on generated inputs under a precision policy
+/// and against a high-precision reference (the same templates in mpfr_real<40>, 133 bits), and
+/// measure the error. A study is a list of points; each point fixes every axis:
+///
+///   policy      fp64, fp32, bf16, fp16 (pure: everything in the format), bf16-fp32, fp16-fp32
+///               (storage and output in the format, accumulation in fp32), fp32-pbf16 (fp32 with
+///               P rounded to bf16 before P·V, as FlashAttention does)
+///   algorithm   softmax algorithm (softmax.hpp); block = online block size
+///   placement   scale placement (attention.hpp)
+///   seq         key length n;  queries = query length;  head_dim = dk = dv
+///   offset      constant added to every logit (through an additive mask, in the accumulate type)
+///   ramp        plus ramp·j on key j: slowly increasing logits make every online block rescale
+///   logit_scale scale = logit_scale/√dk (1: the default 1/√dk computed in each precision)
+///   direct      direct logits (point::direct_logits), positive_values: see point
+///   seeds       inputs are attnref::generator's "standard" family (uniform [-1, 1)) rounded to the
+///               policy's storage format; the reference runs on the same (rounded) inputs, so the
+///               measured error is the computation's own, output rounding included.
+///
+/// Reported per point (over all seeds and elements):
+///   out_max, out_rms     |ô_l − o_l| / Σ_j p_j|v_jl|   (relative to the output's natural scale,
+///                        = |o_l| when the v_jl share a sign; robust when o_l ≈ 0)
+///   p_max, p_rms         |p̂_j − p_j| / p_j over p_j > 0
+///   lse_max, lse_rms     |l̂ − l| / max(|l|, 1)
+///   ulp_max              |ô_l − o_l| in units of the last place of o_l in the output format
+///   bias, bias_z         mean signed output error (same normalisation), averaged over seeds, and
+///                        its z-score mean/(sd/√seeds) across seeds (|z| > 3: rounding bias)
+///   bound_ratio          max_l |ô_l − o_l| / bound_l  (≤ 1 means the a-priori bound held)
+///
+/// The a-priori bound (first order, per output element; u = unit roundoff of the accumulate type,
+/// u_w of the weights type if narrower, u_o of the output type if narrower, γ_k = ku/(1−ku)):
+///   bound_l = [2(γ_{dk+4}·s·max_j |q|ᵀ|k_j| + u·max_j |x_j|) + (n+5)u + γ_n + u_w + a_alg]
+///             · Σ_j p_j|v_jl|  +  u_o·|o_l|
+/// The first term is the logits' absolute error (dot product, scale, the additive offset) doubled by
+/// softmax's conditioning; (n+5)u is Blanchard–Higham–Higham's (n+3)u plus 2u for the exp/log1p
+/// kernels; γ_n the P·V sum. a_alg: division_free 2u·|lse| (x − lse loses |lse|·u), online 4R·u for
+/// R = ⌈n/b⌉ blocks (each rescale rounds exp(m−m') and two products), naive 0. Where ku ≥ 1 γ_k = ∞.
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <exception>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "attnref/attention.hpp"
+#include "attnref/formats.hpp"
+#include "attnref/generator.hpp"
+#include "attnref/multiprecision.hpp"
+#include "attnref/precision.hpp"
+
+namespace attnref::study {
+
+enum class policy_id { fp64, fp32, bf16, fp16, bf16_fp32, fp16_fp32, fp32_pbf16 };
+
+inline constexpr policy_id all_policies[] = {policy_id::fp64,      policy_id::fp32,      policy_id::bf16,
+                                             policy_id::fp16,      policy_id::bf16_fp32, policy_id::fp16_fp32,
+                                             policy_id::fp32_pbf16};
+
+inline constexpr std::string_view policy_name(policy_id p) {
+    switch (p) {
+        case policy_id::fp64: return "fp64";
+        case policy_id::fp32: return "fp32";
+        case policy_id::bf16: return "bf16";
+        case policy_id::fp16: return "fp16";
+        case policy_id::bf16_fp32: return "bf16-fp32";
+        case policy_id::fp16_fp32: return "fp16-fp32";
+        case policy_id::fp32_pbf16: return "fp32-pbf16";
+    }
+    return "";
+}
+inline std::optional<policy_id> policy_from_name(std::string_view n) {
+    for (policy_id p : all_policies)
+        if (policy_name(p) == n) return p;
+    return std::nullopt;
+}
+
+inline constexpr std::string_view algorithm_name(softmax_algorithm a) {
+    switch (a) {
+        case softmax_algorithm::naive: return "naive";
+        case softmax_algorithm::shifted_division: return "shifted";
+        case softmax_algorithm::division_free: return "division_free";
+        case softmax_algorithm::online: return "online";
+    }
+    return "";
+}
+inline std::optional<softmax_algorithm> algorithm_from_name(std::string_view n) {
+    for (softmax_algorithm a : {softmax_algorithm::naive, softmax_algorithm::shifted_division,
+                                softmax_algorithm::division_free, softmax_algorithm::online})
+        if (algorithm_name(a) == n) return a;
+    if (n == "shifted_division") return softmax_algorithm::shifted_division;
+    return std::nullopt;
+}
+
+inline constexpr std::string_view placement_name(scale_placement p) {
+    switch (p) {
+        case scale_placement::on_product: return "on_product";
+        case scale_placement::on_query: return "on_query";
+        case scale_placement::split_sqrt: return "split_sqrt";
+    }
+    return "";
+}
+inline std::optional<scale_placement> placement_from_name(std::string_view n) {
+    for (scale_placement p : {scale_placement::on_product, scale_placement::on_query, scale_placement::split_sqrt})
+        if (placement_name(p) == n) return p;
+    return std::nullopt;
+}
+
+/// One point of a study.
+struct point {
+    std::string sweep = "custom";  ///< label for tables and plots
+    policy_id policy = policy_id::fp32;
+    softmax_algorithm algorithm = softmax_algorithm::shifted_division;
+    std::size_t block = 64;
+    scale_placement placement = scale_placement::on_product;
+    std::size_t seq = 256;
+    std::size_t queries = 8;
+    std::size_t head_dim = 64;
+    double offset = 0;
+    double ramp = 0;
+    double logit_scale = 1;
+    std::vector<std::uint64_t> seeds{1, 2, 3, 4};
+    /// Direct logits (softmax in isolation, as Blanchard, Higham & Higham measure it): the scale is 0
+    /// and the logits are offset + ramp·j + spread·(2u − 1), rounded once to the accumulate format,
+    /// so they reach softmax exactly. Otherwise logits are s·qᵀk_j + offset + ramp·j.
+    bool direct_logits = false;
+    double spread = 4;
+    /// Values uniform on [0, 1) instead of [-1, 1): no cancellation in P·V.
+    bool positive_values = false;
+};
+
+/// Measurements of one point (see the file comment).
+struct result {
+    double out_max = 0, out_rms = 0, p_max = 0, p_rms = 0, lse_max = 0, lse_rms = 0, ulp_max = 0;
+    double bias = 0, bias_z = 0, bound_ratio = 0;
+    double u = 0;  ///< unit roundoff of the accumulate type
+};
+
+namespace detail {
+
+using reference_real = mpfr_real<40>;
+
+template <class T>
+inline double unit_roundoff() {
+    return std::ldexp(1.0, -scalar_traits<T>::digits);
+}
+
+inline double gamma(double k, double u) { return k * u >= 1 ? std::numeric_limits<double>::infinity() : k * u / (1 - k * u); }
+
+/// Distance between x and the next representable number of magnitude ≥ |x| in a p-bit format with
+/// smallest normal 2^emin.
+inline double ulp_of(double x, int p, int emin) {
+    int e = 0;
+    std::frexp(x == 0 ? std::ldexp(1.0, emin) : x, &e);  // |x| in [2^(e-1), 2^e)
+    return std::ldexp(1.0, std::max(e - 1, emin) - (p - 1));
+}
+
+inline generator::input_format format_of(policy_id p) {
+    switch (p) {
+        case policy_id::fp64: return generator::input_format::float64;
+        case policy_id::fp32: case policy_id::fp32_pbf16: return generator::input_format::float32;
+        case policy_id::bf16: case policy_id::bf16_fp32: return generator::input_format::bfloat16;
+        case policy_id::fp16: case policy_id::fp16_fp32: return generator::input_format::float16;
+    }
+    return generator::input_format::float64;
+}
+
+inline double scale_of(const point& pt) {
+    return pt.direct_logits ? 0.0 : pt.logit_scale / std::sqrt(static_cast<double>(pt.head_dim));
+}
+
+/// Outputs of one run, as doubles (exact for every emulated format) or reference reals.
+template <class R>
+struct run_outputs {
+    std::vector<R> out, p, lse;
+};
+
+template <class Policy, class Out>
+run_outputs<Out> run_sdpa(const point& pt, const std::vector<double>& q, const std::vector<double>& k,
+                          const std::vector<double>& v, const std::vector<double>& additive) {
+    using S = typename Policy::storage_type;
+    const std::size_t sq = pt.queries, n = pt.seq, d = pt.head_dim;
+    auto as = [](const std::vector<double>& x) {
+        std::vector<S> r;
+        r.reserve(x.size());
+        for (double e : x) r.push_back(convert<S>(e));
+        return r;
+    };
+    const std::vector<S> qs = as(q), ks = as(k), vs = as(v);
+    attention_options o;
+    if (pt.logit_scale != 1 || pt.direct_logits) o.scale = scale_of(pt);
+    o.placement = pt.placement;
+    o.softmax.algorithm = pt.algorithm;
+    o.softmax.block_size = pt.block;
+    o.threads = 1;
+    if (!additive.empty()) o.mask.additive.values = {additive.data(), {1, 1, sq, n}};
+    const auto r = scaled_dot_product_attention<Policy, S, S, S>(tensor_view<const S, 4>{qs.data(), {1, 1, sq, d}},
+                                                                 tensor_view<const S, 4>{ks.data(), {1, 1, n, d}},
+                                                                 tensor_view<const S, 4>{vs.data(), {1, 1, n, d}}, o);
+    run_outputs<Out> out;
+    for (std::size_t i = 0; i < r.output.size(); ++i) out.out.push_back(Out(static_cast<double>(r.output.data()[i])));
+    for (std::size_t i = 0; i < r.weights.size(); ++i) out.p.push_back(Out(static_cast<double>(r.weights.data()[i])));
+    for (std::size_t i = 0; i < r.lse.size(); ++i) out.lse.push_back(Out(static_cast<double>(r.lse.data()[i])));
+    return out;
+}
+
+/// The reference: same inputs, same conventions, uniform mpfr_real<40>, shifted softmax.
+inline run_outputs<reference_real> run_reference(const point& pt, const std::vector<double>& q, const std::vector<double>& k,
+                                                 const std::vector<double>& v, const std::vector<double>& additive) {
+    using R = reference_real;
+    const std::size_t sq = pt.queries, n = pt.seq, d = pt.head_dim;
+    auto as = [](const std::vector<double>& x) { return std::vector<R>(x.begin(), x.end()); };
+    const std::vector<R> qs = as(q), ks = as(k), vs = as(v);
+    attention_options o;
+    if (pt.logit_scale != 1 || pt.direct_logits) o.scale = scale_of(pt);
+    o.placement = pt.placement;
+    o.threads = 1;
+    if (!additive.empty()) o.mask.additive.values = {additive.data(), {1, 1, sq, n}};
+    auto r = scaled_dot_product_attention<uniform_precision<R>, R, R, R>(tensor_view<const R, 4>{qs.data(), {1, 1, sq, d}},
+                                                                         tensor_view<const R, 4>{ks.data(), {1, 1, n, d}},
+                                                                         tensor_view<const R, 4>{vs.data(), {1, 1, n, d}}, o);
+    run_outputs<R> out;
+    out.out.assign(r.output.data(), r.output.data() + r.output.size());
+    out.p.assign(r.weights.data(), r.weights.data() + r.weights.size());
+    out.lse.assign(r.lse.data(), r.lse.data() + r.lse.size());
+    return out;
+}
+
+template <class Policy>
+result measure(const point& pt) {
+    using A = typename Policy::accumulate_type;
+    using W = typename Policy::weights_type;
+    using O = typename Policy::output_type;
+    using R = reference_real;
+    const std::size_t sq = pt.queries, n = pt.seq, d = pt.head_dim;
+    if (sq == 0 || n == 0 || d == 0) throw std::invalid_argument("study point: queries, seq and head_dim must be positive");
+    result res;
+    const double u = unit_roundoff<A>();
+    res.u = u;
+    const double u_w = scalar_traits<W>::digits < scalar_traits<A>::digits ? unit_roundoff<W>() : 0.0;
+    const double u_o = scalar_traits<O>::digits < scalar_traits<A>::digits ? unit_roundoff<O>() : 0.0;
+    const int out_digits = scalar_traits<O>::digits;
+    const int out_emin = std::numeric_limits<O>::min_exponent - 1;
+    const double s = scale_of(pt);
+    generator::input_format accumulate_format = generator::input_format::float64;
+    if (scalar_traits<A>::digits == 24) accumulate_format = generator::input_format::float32;
+    if (scalar_traits<A>::digits == 11) accumulate_format = generator::input_format::float16;
+    if (scalar_traits<A>::digits == 8) accumulate_format = generator::input_format::bfloat16;
+    const double blocks = std::ceil(static_cast<double>(n) / static_cast<double>(std::max<std::size_t>(pt.block, 1)));
+    double out_sq = 0, p_sq = 0, lse_sq = 0;
+    std::size_t out_count = 0, p_count = 0, lse_count = 0;
+    std::vector<double> seed_bias;
+    const generator::input_format fmt = format_of(pt.policy);
+    generator::input_family family;
+    for (const char* role : {"query", "key"}) family.roles[role] = {1, 0};
+    family.roles["value"] = pt.positive_values ? generator::affine{0.5, 0.5} : generator::affine{1, 0};
+    for (std::uint64_t seed : pt.seeds) {
+        const auto q = generator::generate(family, seed, generator::role::query, {1, 1, sq, d}, fmt);
+        const auto k = generator::generate(family, seed, generator::role::key, {1, 1, n, d}, fmt);
+        const auto v = generator::generate(family, seed, generator::role::value, {1, 1, n, d}, fmt);
+        std::vector<double> additive;
+        if (pt.offset != 0 || pt.ramp != 0 || pt.direct_logits) {
+            additive.resize(sq * n);
+            for (std::size_t i = 0; i < sq; ++i)
+                for (std::size_t j = 0; j < n; ++j) {
+                    double x = pt.offset + pt.ramp * static_cast<double>(j);
+                    if (pt.direct_logits) {
+                        const double noise = 2 * generator::uniform(seed, generator::role::additive_mask, i * n + j) - 1;
+                        x = generator::round_to_format(x + pt.spread * noise, accumulate_format);
+                    }
+                    additive[i * n + j] = x;
+                }
+        }
+        const run_outputs<R> ref = run_reference(pt, q, k, v, additive);
+        const run_outputs<R> got = run_sdpa<Policy, R>(pt, q, k, v, additive);
+        double signed_sum = 0;
+        for (std::size_t i = 0; i < sq; ++i) {
+            // Row quantities for the bound, in double from the exact inputs and reference P.
+            double qk_max = 0, x_max = 0;
+            for (std::size_t j = 0; j < n; ++j) {
+                double qk = 0;
+                for (std::size_t c = 0; c < d; ++c) qk += std::abs(q[i * d + c] * k[j * d + c]);
+                qk_max = std::max(qk_max, qk);
+                const double x = static_cast<double>(ref.p[i * n + j]) > 0
+                                     ? std::abs(std::log(static_cast<double>(ref.p[i * n + j])) + static_cast<double>(ref.lse[i]))
+                                     : 0.0;
+                x_max = std::max(x_max, x);
+            }
+            const double lse = static_cast<double>(ref.lse[i]);
+            double a_alg = 0;
+            if (pt.algorithm == softmax_algorithm::division_free) a_alg = 2 * u * std::abs(lse);
+            if (pt.algorithm == softmax_algorithm::online) a_alg = 4 * blocks * u;
+            const double factor = 2 * (gamma(static_cast<double>(d + 4), u) * s * qk_max + u * x_max) +
+                                  static_cast<double>(n + 5) * u + gamma(static_cast<double>(n), u) + u_w + a_alg;
+            for (std::size_t c = 0; c < d; ++c) {
+                double weight = 0;
+                for (std::size_t j = 0; j < n; ++j) weight += static_cast<double>(ref.p[i * n + j]) * std::abs(v[j * d + c]);
+                const std::size_t e = i * d + c;
+                const double o = static_cast<double>(ref.out[e]);
+                const double diff = static_cast<double>(R(got.out[e] - ref.out[e]));
+                const double err = std::abs(diff);
+                const double rel = weight > 0 ? err / weight : err;
+                res.out_max = std::max(res.out_max, std::isnan(rel) ? std::numeric_limits<double>::infinity() : rel);
+                out_sq += rel * rel;
+                ++out_count;
+                signed_sum += weight > 0 ? diff / weight : diff;
+                res.ulp_max = std::max(res.ulp_max, err / ulp_of(o, out_digits, out_emin));
+                const double bound = factor * weight + u_o * std::abs(o);
+                const double ratio = err == 0 ? 0.0 : err / bound;
+                res.bound_ratio = std::max(res.bound_ratio, std::isnan(ratio) ? std::numeric_limits<double>::infinity() : ratio);
+            }
+            for (std::size_t j = 0; j < n; ++j) {
+                const R& p = ref.p[i * n + j];
+                if (!(p > 0)) continue;
+                const double rel = static_cast<double>(R(abs(got.p[i * n + j] - p) / p));
+                res.p_max = std::max(res.p_max, std::isnan(rel) ? std::numeric_limits<double>::infinity() : rel);
+                p_sq += rel * rel;
+                ++p_count;
+            }
+            const double lse_rel = static_cast<double>(R(abs(got.lse[i] - ref.lse[i]))) / std::max(std::abs(lse), 1.0);
+            res.lse_max = std::max(res.lse_max, std::isnan(lse_rel) ? std::numeric_limits<double>::infinity() : lse_rel);
+            lse_sq += lse_rel * lse_rel;
+            ++lse_count;
+        }
+        seed_bias.push_back(signed_sum / static_cast<double>(sq * d));
+    }
+    res.out_rms = std::sqrt(out_sq / static_cast<double>(std::max<std::size_t>(out_count, 1)));
+    res.p_rms = std::sqrt(p_sq / static_cast<double>(std::max<std::size_t>(p_count, 1)));
+    res.lse_rms = std::sqrt(lse_sq / static_cast<double>(std::max<std::size_t>(lse_count, 1)));
+    const double k = static_cast<double>(seed_bias.size());
+    double mean = 0;
+    for (double b : seed_bias) mean += b;
+    mean /= std::max(k, 1.0);
+    res.bias = mean;
+    if (seed_bias.size() > 1) {
+        double var = 0;
+        for (double b : seed_bias) var += (b - mean) * (b - mean);
+        const double sd = std::sqrt(var / (k - 1));
+        res.bias_z = sd > 0 ? mean / (sd / std::sqrt(k)) : 0.0;
+    }
+    return res;
+}
+
+}  // namespace detail
+
+/// Runs one point: SDPA under the point's policy and in mpfr_real<40>, and the measurements.
+inline result run_point(const point& pt) {
+    using formats::bfloat16;
+    using formats::float16;
+    switch (pt.policy) {
+        case policy_id::fp64: return detail::measure<uniform_precision<double>>(pt);
+        case policy_id::fp32: return detail::measure<uniform_precision<float>>(pt);
+        case policy_id::bf16: return detail::measure<uniform_precision<bfloat16>>(pt);
+        case policy_id::fp16: return detail::measure<uniform_precision<float16>>(pt);
+        case policy_id::bf16_fp32: return detail::measure<precision_policy<bfloat16, float, float, bfloat16>>(pt);
+        case policy_id::fp16_fp32: return detail::measure<precision_policy<float16, float, float, float16>>(pt);
+        case policy_id::fp32_pbf16: return detail::measure<precision_policy<float, float, bfloat16, float>>(pt);
+    }
+    throw std::invalid_argument("study: unknown policy");
+}
+
+/// Runs every point on `threads` threads (0: all hardware threads). Each point is computed on one
+/// thread in a fixed order, so the results do not depend on the thread count. `progress` (may be
+/// empty) is called after each point with the number finished; calls are serialised.
+inline std::vector<result> run(const std::vector<point>& points, std::size_t threads = 0,
+                               const std::function<void(std::size_t)>& progress = {}) {
+    std::vector<result> results(points.size());
+    if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+    threads = std::min(threads, std::max<std::size_t>(points.size(), 1));
+    std::atomic<std::size_t> next{0}, done{0};
+    std::mutex progress_mutex;
+    std::exception_ptr error;
+    auto worker = [&] {
+        for (;;) {
+            const std::size_t i = next.fetch_add(1);
+            if (i >= points.size()) return;
+            try {
+                results[i] = run_point(points[i]);
+            } catch (...) {
+                const std::lock_guard lock(progress_mutex);
+                if (!error) error = std::current_exception();
+            }
+            const std::size_t finished = done.fetch_add(1) + 1;
+            if (progress) {
+                const std::lock_guard lock(progress_mutex);
+                progress(finished);
+            }
+        }
+    };
+    std::vector<std::thread> pool;
+    for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+    worker();
+    for (std::thread& t : pool) t.join();
+    if (error) std::rethrow_exception(error);
+    return results;
+}
+
+/// Axes of a sweep: the study is the Cartesian product (in this nesting order, outermost first).
+struct sweep {
+    std::string name = "custom";
+    std::vector<policy_id> policies{policy_id::fp32};
+    std::vector<softmax_algorithm> algorithms{softmax_algorithm::shifted_division};
+    std::vector<std::size_t> blocks{64};
+    std::vector<scale_placement> placements{scale_placement::on_product};
+    std::vector<std::size_t> seqs{256};
+    std::vector<std::size_t> head_dims{64};
+    std::vector<double> offsets{0};
+    std::vector<double> ramps{0};
+    std::vector<double> logit_scales{1};
+    std::size_t queries = 8;
+    std::vector<std::uint64_t> seeds{1, 2, 3, 4};
+    bool direct_logits = false;
+    double spread = 4;
+    bool positive_values = false;
+};
+
+inline std::vector<point> expand(const sweep& s) {
+    std::vector<point> out;
+    for (policy_id p : s.policies)
+        for (softmax_algorithm a : s.algorithms)
+            for (std::size_t b : s.blocks)
+                for (scale_placement pl : s.placements)
+                    for (std::size_t n : s.seqs)
+                        for (std::size_t d : s.head_dims)
+                            for (double off : s.offsets)
+                                for (double ramp : s.ramps)
+                                    for (double ls : s.logit_scales)
+                                        out.push_back({s.name, p, a, b, pl, n, s.queries, d, off, ramp, ls, s.seeds,
+                                                       s.direct_logits, s.spread, s.positive_values});
+    return out;
+}
+
+/// The default study (about 20 s on two cores): error vs sequence length for every policy; error vs
+/// logit offset for each softmax algorithm in fp32 (direct logits offset + U[-4, 4)); online
+/// softmax's error vs the number of rescales (direct logits 0.0005·j, positive values, block size
+/// from n down to 16).
+inline std::vector<sweep> default_study() {
+    sweep length;
+    length.name = "length";
+    length.policies.assign(std::begin(all_policies), std::end(all_policies));
+    length.seqs = {64, 256, 1024};
+    sweep offset;
+    offset.name = "offset";
+    offset.algorithms = {softmax_algorithm::shifted_division, softmax_algorithm::division_free, softmax_algorithm::online};
+    offset.offsets = {0, 10, 100, 1000, 10000};
+    offset.direct_logits = true;
+    sweep rescale;
+    rescale.name = "rescales";
+    rescale.algorithms = {softmax_algorithm::online};
+    rescale.seqs = {1024};
+    rescale.blocks = {1024, 256, 64, 16};
+    rescale.ramps = {0.0005};
+    rescale.direct_logits = true;
+    rescale.spread = 0;
+    rescale.positive_values = true;
+    return {length, offset, rescale};
+}
+
+}  // namespace attnref::study

@@ -1,0 +1,100 @@
+#!/usr/bin/python3
+"""Plots of an `attnref study` CSV (see docs/studies.md). Needs matplotlib (Debian: python3-matplotlib).
+
+    /usr/bin/python3 tools/plot_study.py DIR/study.csv DIR
+
+writes, for the rows present in the CSV:
+  error_vs_length.svg   output RMS error vs sequence length, one line per precision policy
+                        (shifted softmax, no offset; log-log)
+  error_vs_offset.svg   max relative error of P vs logit offset, one line per softmax algorithm
+  bound_vs_observed.svg observed max output error against the a-priori bound (err/bound), every point
+SVG output is deterministic (fixed hashsalt, no date).
+"""
+import csv
+import sys
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("svg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+plt.rcParams["svg.hashsalt"] = "attnref"
+plt.rcParams["svg.fonttype"] = "path"
+
+
+def save(fig, path):
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Date": None, "Creator": "attnref tools/plot_study.py"})
+    plt.close(fig)
+
+
+def main(argv):
+    if len(argv) != 3:
+        sys.exit("usage: plot_study.py STUDY.csv OUTDIR")
+    rows = list(csv.DictReader(open(argv[1])))
+    out = argv[2]
+    f = lambda r, k: float(r[k])
+
+    # 1. error vs sequence length per policy
+    lines = defaultdict(list)
+    for r in rows:
+        if r["algorithm"] == "shifted" and f(r, "offset") == 0 and f(r, "ramp") == 0 and r["direct_logits"] == "0":
+            lines[(r["policy"], r["head_dim"])].append((int(r["seq"]), f(r, "out_rms"), f(r, "out_max")))
+    if any(len(v) > 1 for v in lines.values()):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for (policy, dk), pts in sorted(lines.items()):
+            pts = sorted(set(pts))
+            if len(pts) < 2:
+                continue
+            (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"{policy} (RMS)")
+            ax.plot([p[0] for p in pts], [p[2] for p in pts], "^:", color=line.get_color(), alpha=0.6)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length n (keys)")
+        ax.set_ylabel("output error / Σ_j p_j|v_jl|")
+        ax.set_title("Attention output error vs sequence length\n(solid: RMS, dotted: max; vs MPFR 133-bit reference)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1, 0.5))
+        save(fig, f"{out}/error_vs_length.svg")
+
+    # 2. error vs logit offset per softmax algorithm
+    lines = defaultdict(list)
+    for r in rows:
+        if f(r, "ramp") == 0:
+            lines[(r["policy"], r["algorithm"], r["block"], r["seq"])].append((f(r, "offset"), f(r, "p_max")))
+    lines = {k: sorted(set(v)) for k, v in lines.items() if len({p[0] for p in v}) > 1}
+    if lines:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for (policy, alg, block, n), pts in sorted(lines.items()):
+            label = f"{alg} ({policy}, n={n}" + (f", block {block})" if alg == "online" else ")")
+            ax.plot([max(p[0], 1) for p in pts], [p[1] for p in pts], "o-", label=label)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("logit offset (0 plotted at 1)")
+        ax.set_ylabel("max relative error of P")
+        ax.set_title("Softmax error vs logit offset")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        save(fig, f"{out}/error_vs_offset.svg")
+
+    # 3. bound vs observed
+    pts = [(r["policy"], f(r, "bound_ratio")) for r in rows if 0 < f(r, "bound_ratio") < float("inf")]
+    if pts:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        policies = sorted({p for p, _ in pts})
+        for i, pol in enumerate(policies):
+            ys = [v for p, v in pts if p == pol]
+            ax.plot([i] * len(ys), ys, "o", alpha=0.6)
+        ax.axhline(1.0, color="red", linestyle="--", label="a-priori bound")
+        ax.set_xticks(range(len(policies)), policies, rotation=20)
+        ax.set_yscale("log")
+        ax.set_ylabel("max over elements of |error| / bound")
+        ax.set_title("Observed error in units of the a-priori bound (below 1: bound holds)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        save(fig, f"{out}/bound_vs_observed.svg")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

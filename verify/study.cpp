@@ -1,0 +1,215 @@
+/// `attnref study`: precision studies (include/attnref/study.hpp). Runs a sweep described by flags,
+/// by a JSON file (--json), or the default study; writes DIR/study.csv and DIR/table.txt, prints the
+/// table, and draws DIR/*.svg with tools/plot_study.py (python3 + matplotlib) when available.
+///
+/// JSON: {"sweeps": [{"name": "...", "policy": ["fp32", ...], "algorithm": ["shifted", ...],
+///        "block": [64], "placement": ["on_product"], "seq": [256], "head_dim": [64], "offset": [0],
+///        "ramp": [0], "logit_scale": [1], "queries": 8, "seeds": [1, 2, 3, 4],
+///        "direct_logits": false, "spread": 4, "positive_values": false}, ...]}   (all keys optional)
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "attnref/study.hpp"
+#include "commands.hpp"
+#include "manifest.hpp"
+
+namespace attnref::verify {
+
+namespace {
+
+struct study_flags {
+    std::string out, json, plot_script;
+    std::vector<std::string> policies, algorithms, placements;
+    std::vector<std::size_t> blocks, seqs, head_dims;
+    std::vector<double> offsets, ramps, logit_scales;
+    std::vector<std::uint64_t> seeds;
+    std::size_t queries = 0, threads = 0;
+    double spread = 4;
+    bool direct_logits = false, positive_values = false, no_plot = false;
+};
+
+study::policy_id parse_policy(const std::string& s) {
+    if (auto p = study::policy_from_name(s)) return *p;
+    throw data_error("attnref study: unknown policy '" + s + "' (fp64, fp32, bf16, fp16, bf16-fp32, fp16-fp32, fp32-pbf16)");
+}
+softmax_algorithm parse_algorithm(const std::string& s) {
+    if (auto a = study::algorithm_from_name(s)) return *a;
+    throw data_error("attnref study: unknown softmax algorithm '" + s + "' (naive, shifted, division_free, online)");
+}
+scale_placement parse_placement(const std::string& s) {
+    if (auto p = study::placement_from_name(s)) return *p;
+    throw data_error("attnref study: unknown scale placement '" + s + "' (on_product, on_query, split_sqrt)");
+}
+
+template <class T, class F>
+std::vector<T> map_all(const std::vector<std::string>& v, F f) {
+    std::vector<T> r;
+    for (const std::string& s : v) r.push_back(f(s));
+    return r;
+}
+
+study::sweep sweep_from_json(const nlohmann::json& j) {
+    study::sweep s;
+    auto strings = [&](const char* key) { return j.at(key).get<std::vector<std::string>>(); };
+    s.name = j.value("name", std::string("custom"));
+    if (j.contains("policy")) s.policies = map_all<study::policy_id>(strings("policy"), parse_policy);
+    if (j.contains("algorithm")) s.algorithms = map_all<softmax_algorithm>(strings("algorithm"), parse_algorithm);
+    if (j.contains("placement")) s.placements = map_all<scale_placement>(strings("placement"), parse_placement);
+    if (j.contains("block")) s.blocks = j.at("block").get<std::vector<std::size_t>>();
+    if (j.contains("seq")) s.seqs = j.at("seq").get<std::vector<std::size_t>>();
+    if (j.contains("head_dim")) s.head_dims = j.at("head_dim").get<std::vector<std::size_t>>();
+    if (j.contains("offset")) s.offsets = j.at("offset").get<std::vector<double>>();
+    if (j.contains("ramp")) s.ramps = j.at("ramp").get<std::vector<double>>();
+    if (j.contains("logit_scale")) s.logit_scales = j.at("logit_scale").get<std::vector<double>>();
+    if (j.contains("seeds")) s.seeds = j.at("seeds").get<std::vector<std::uint64_t>>();
+    s.queries = j.value("queries", s.queries);
+    s.direct_logits = j.value("direct_logits", s.direct_logits);
+    s.spread = j.value("spread", s.spread);
+    s.positive_values = j.value("positive_values", s.positive_values);
+    return s;
+}
+
+bool any_axis_flag(const study_flags& f) {
+    return !f.policies.empty() || !f.algorithms.empty() || !f.placements.empty() || !f.blocks.empty() || !f.seqs.empty() ||
+           !f.head_dims.empty() || !f.offsets.empty() || !f.ramps.empty() || !f.logit_scales.empty() || !f.seeds.empty() ||
+           f.queries != 0 || f.direct_logits || f.positive_values;
+}
+
+study::sweep sweep_from_flags(const study_flags& f) {
+    study::sweep s;
+    if (!f.policies.empty()) s.policies = map_all<study::policy_id>(f.policies, parse_policy);
+    if (!f.algorithms.empty()) s.algorithms = map_all<softmax_algorithm>(f.algorithms, parse_algorithm);
+    if (!f.placements.empty()) s.placements = map_all<scale_placement>(f.placements, parse_placement);
+    if (!f.blocks.empty()) s.blocks = f.blocks;
+    if (!f.seqs.empty()) s.seqs = f.seqs;
+    if (!f.head_dims.empty()) s.head_dims = f.head_dims;
+    if (!f.offsets.empty()) s.offsets = f.offsets;
+    if (!f.ramps.empty()) s.ramps = f.ramps;
+    if (!f.logit_scales.empty()) s.logit_scales = f.logit_scales;
+    if (!f.seeds.empty()) s.seeds = f.seeds;
+    if (f.queries != 0) s.queries = f.queries;
+    s.direct_logits = f.direct_logits;
+    s.spread = f.spread;
+    s.positive_values = f.positive_values;
+    return s;
+}
+
+std::string csv_header() {
+    return "sweep,policy,algorithm,block,placement,seq,queries,head_dim,offset,ramp,logit_scale,direct_logits,seeds,"
+           "u,out_max,out_rms,p_max,p_rms,lse_max,lse_rms,ulp_max,bias,bias_z,bound_ratio";
+}
+
+std::string csv_row(const study::point& p, const study::result& r) {
+    return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.4f},{:.6e}",
+                       p.sweep, study::policy_name(p.policy), study::algorithm_name(p.algorithm), p.block,
+                       study::placement_name(p.placement), p.seq, p.queries, p.head_dim, p.offset, p.ramp, p.logit_scale,
+                       p.direct_logits ? 1 : 0, p.seeds.size(), r.u, r.out_max, r.out_rms, r.p_max, r.p_rms, r.lse_max,
+                       r.lse_rms, r.ulp_max, r.bias, r.bias_z, r.bound_ratio);
+}
+
+std::string table(const std::vector<study::point>& points, const std::vector<study::result>& results) {
+    std::string t = fmt::format("{:<9} {:<10} {:<13} {:>5} {:>5} {:>4} {:>7} {:>6} | {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9}\n",
+                                "sweep", "policy", "softmax", "block", "n", "dk", "offset", "ramp", "out max", "out rms",
+                                "P max", "lse max", "ulp max", "bias", "bias z", "err/bound");
+    for (std::size_t i = 0; i < points.size(); ++i) {
+        const study::point& p = points[i];
+        const study::result& r = results[i];
+        t += fmt::format("{:<9} {:<10} {:<13} {:>5} {:>5} {:>4} {:>7g} {:>6g} | {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.3g} {:>9.1e} {:>7.2f} {:>9.2e}\n",
+                         p.sweep, study::policy_name(p.policy), study::algorithm_name(p.algorithm), p.block, p.seq,
+                         p.head_dim, p.offset, p.ramp, r.out_max, r.out_rms, r.p_max, r.lse_max, r.ulp_max, r.bias,
+                         r.bias_z, r.bound_ratio);
+    }
+    return t;
+}
+
+void write_file(const std::filesystem::path& path, const std::string& text) {
+    std::ofstream f(path, std::ios::binary);
+    f << text;
+    if (!f) throw data_error("attnref study: cannot write " + path.string());
+}
+
+std::string default_plot_script() {
+    // ATTNREF_DEFAULT_SUITE is <source>/golden/suite.json.
+    return (std::filesystem::path(ATTNREF_DEFAULT_SUITE).parent_path().parent_path() / "tools" / "plot_study.py").string();
+}
+
+void run_study(const study_flags& f) {
+    std::vector<study::sweep> sweeps;
+    if (any_axis_flag(f)) {
+        sweeps.push_back(sweep_from_flags(f));
+    } else if (!f.json.empty()) {
+        try {
+            const nlohmann::json j = nlohmann::json::parse(read_text(f.json));
+            for (const nlohmann::json& s : j.at("sweeps")) sweeps.push_back(sweep_from_json(s));
+        } catch (const nlohmann::json::exception& e) {
+            throw data_error("attnref study: " + f.json + ": " + e.what());
+        }
+    } else {
+        sweeps = study::default_study();
+    }
+    std::vector<study::point> points;
+    for (const study::sweep& s : sweeps)
+        for (study::point& p : study::expand(s)) points.push_back(std::move(p));
+    const std::filesystem::path out(f.out);
+    std::filesystem::create_directories(out);
+    std::fprintf(stderr, "attnref study: %zu points\n", points.size());
+    const std::vector<study::result> results = study::run(points, f.threads, [&](std::size_t done) {
+        std::fprintf(stderr, "\r  %zu/%zu points", done, points.size());
+        if (done == points.size()) std::fprintf(stderr, "\n");
+    });
+    std::string csv = csv_header() + "\n";
+    for (std::size_t i = 0; i < points.size(); ++i) csv += csv_row(points[i], results[i]) + "\n";
+    const std::string text = table(points, results);
+    write_file(out / "study.csv", csv);
+    write_file(out / "table.txt", text);
+    std::fputs(text.c_str(), stdout);
+    std::printf("wrote %s and %s\n", (out / "study.csv").c_str(), (out / "table.txt").c_str());
+    if (f.no_plot) return;
+    const std::string script = f.plot_script.empty() ? default_plot_script() : f.plot_script;
+    const std::string command = fmt::format("/usr/bin/python3 '{}' '{}' '{}'", script, (out / "study.csv").string(), out.string());
+    const bool have = std::filesystem::exists("/usr/bin/python3") && std::filesystem::exists(script);
+    if (have && std::system((command + " >/dev/null 2>&1").c_str()) == 0) {
+        std::printf("plots: %s/*.svg\n", out.c_str());
+    } else {
+        std::printf("plots not drawn (needs python3 with matplotlib); run: %s\n", command.c_str());
+    }
+}
+
+}  // namespace
+
+void register_study(CLI::App& app) {
+    auto f = std::make_shared<study_flags>();
+    CLI::App* s = app.add_subcommand("study", "Precision study: sweep policies/algorithms/sizes against an MPFR reference");
+    s->add_option("--out", f->out, "output directory (study.csv, table.txt, *.svg)")->required();
+    s->add_option("--json", f->json, "study description (JSON, see docs/studies.md); ignored if any axis flag is given");
+    s->add_option("--policy", f->policies, "fp64 fp32 bf16 fp16 bf16-fp32 fp16-fp32 fp32-pbf16");
+    s->add_option("--algorithm", f->algorithms, "softmax: naive shifted division_free online");
+    s->add_option("--block", f->blocks, "online softmax block sizes");
+    s->add_option("--placement", f->placements, "scale placement: on_product on_query split_sqrt");
+    s->add_option("--seq", f->seqs, "key lengths n");
+    s->add_option("--head-dim", f->head_dims, "head dims dk = dv");
+    s->add_option("--offset", f->offsets, "constants added to every logit");
+    s->add_option("--ramp", f->ramps, "logit ramp per key index (ramp*j)");
+    s->add_option("--logit-scale", f->logit_scales, "scale = logit_scale/sqrt(dk)");
+    s->add_option("--queries", f->queries, "query length (default 8)");
+    s->add_option("--seeds", f->seeds, "generator seeds (default 1 2 3 4)");
+    s->add_flag("--direct-logits", f->direct_logits, "logits = offset + ramp*j + spread*U[-1,1) given exactly (softmax alone)");
+    s->add_option("--spread", f->spread, "noise amplitude of direct logits (default 4)");
+    s->add_flag("--positive-values", f->positive_values, "values uniform on [0, 1)");
+    s->add_option("--threads", f->threads, "worker threads (0: all cores); results do not depend on it");
+    s->add_option("--plot-script", f->plot_script, "plot script (default tools/plot_study.py in the source tree)");
+    s->add_flag("--no-plot", f->no_plot, "do not draw plots");
+    s->callback([f] { run_study(*f); });
+}
+
+}  // namespace attnref::verify
