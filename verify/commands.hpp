@@ -12,6 +12,7 @@ namespace attnref::verify {
 void register_generate(CLI::App& app);
 void register_list(CLI::App& app);
 void register_run(CLI::App& app);
+void register_check(CLI::App& app);
 void register_study(CLI::App& app);
 
 }  // namespace attnref::verify

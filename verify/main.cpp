@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
     attnref::verify::register_generate(app);
     attnref::verify::register_list(app);
     attnref::verify::register_run(app);
+    attnref::verify::register_check(app);
     attnref::verify::register_study(app);
     try {
         app.parse(argc, argv);

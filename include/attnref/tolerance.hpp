@@ -1,0 +1,412 @@
+#pragma once
+/// \file tolerance.hpp
+/// Tolerance models for gating another implementation's outputs against a golden reference. All
+/// models work on plain double arrays (candidate values converted exactly to double) and return, per
+/// element, whether the error is within the model's bound, and the bound itself.
+///
+/// Models (tolerance_model):
+/// - assert_close: |a − e| ≤ atol + rtol·|e| with torch.testing.assert_close's per-dtype defaults
+///   (rtol, atol): fp16 (1e-3, 1e-5), bf16 (1.6e-2, 1e-5), fp32 (1.3e-6, 1e-5), fp64 (1e-7, 1e-7).
+/// - ulp: distance in units in the last place of the candidate's format (the reference first rounded
+///   to that format); default limit 4 ULP. Meaningless near cancellation; offered for comparison.
+/// - data_aware (the default): an a-priori rounding-error bound per element, derived below.
+/// - baseline: FlashAttention's rule |a − e| ≤ 2·max|naive − e| + floor, where `naive` is attnref's
+///   own straightforward implementation in the candidate's precision and the floor is FA3's
+///   2·max|(e + 0.3 − 0.3) − e| evaluated in the candidate's format, so it never collapses to 0.
+///
+/// ## Derivation of the data-aware bound (one head, one query row, output feature l)
+/// Notation: u the unit roundoff of the candidate's format, γ_m = m·u/(1 − m·u), s the logit scale,
+/// n the number of keys, p_j the exact weights, S_j the exact logits.
+/// 1. Logits. s·qᵀk_j summed in any order in working precision u (inputs first rounded to it: 2 more
+///    roundings, scale placement and the scale's own rounding: 2 more) has
+///    |Δs_j| ≤ γ_{dk+4}·|s|·|q|ᵀ|k_j| (Higham §3.1; the bound holds for every summation order).
+///    Softcap (tanh is 1-Lipschitz), ALiBi and additive masks add ≤ γ_3·|S_j|; both terms are
+///    collected in L = max over keys with p_j ≠ 0 of (|s|·|q|ᵀ|k_j| + |S_j|), so |Δs_j| ≤ γ_{dk+4}·L.
+/// 2. Softmax. p_j = exp(S_j)/Σ exp(S_k) has ∂p_j/∂S_k = p_j(δ_jk − p_k), so
+///    |Δp_j| ≤ p_j(|Δs_j| + Σ_k p_k|Δs_k|) ≤ 2γ_{dk+4}·L·p_j. Evaluating the shifted softmax adds a
+///    relative (n + 3)u (Blanchard, Higham & Higham 2021); rounding P to a storage format adds u.
+/// 3. P·V. fl(Σ_j p̂_j v_jl) in any order: error ≤ γ_n·Σ_j p̂_j|v_jl|.
+/// Summing, to first order, with σ_l = Σ_j p_j|v_jl| (exact, from the reference's weights):
+///    |ô_l − o_l| ≤ [2γ_{dk+4}·L + (n + 3)u + γ_n]·σ_l  +  u·σ_l,
+/// where the last term is benchdnn's floor (eps·Σ_j p_j|v_j|) and also pays for rounding V and the
+/// output to the candidate's format. It is proportional to σ_l, not |o_l|, so outputs that cancel are
+/// judged on the scale of what was summed. κ = 1: no fudge factor (the tests show the bound holds for
+/// attnref's own float, double, long double and bf16-storage policies, and that bugs exceed it).
+/// Multi-head attention: q, k, v come from projections x·W + b summed over E inputs and rounded to
+/// storage, so |q|ᵀ|k| is replaced by the same product of the absolute projections
+/// (|x|·|W| + |b|), dk + 4 by dk + 2E + 8 (the projection errors of q and k), and σ gains γ_{E+2}
+/// for V's projection. Head outputs h_m (|h_m| ≤ σ_m) then go through W_o (H·dv terms):
+///    |Δy_l| ≤ Σ_m β_m|W_o,ml| + (γ_{H·dv+2} + u)·Σ_m σ_m|W_o,ml|,
+/// β_m the head bound above. Everything reduces to two precomputed per-element magnitudes
+///    t0 = σ (or Σ_m σ_m|W_o,ml|),  t1 = L·σ (or Σ_m L_m σ_m|W_o,ml|),
+/// and bound(u) = 2γ_{n_dot}(u)·t1 + [(n + 3)u + γ_n(u) + γ_{n_extra}(u) + u]·t0. The magnitudes are
+/// computed once from the golden inputs and weights; evaluating the bound is a multiply-add.
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "attnref/attention.hpp"
+#include "attnref/formats.hpp"
+#include "attnref/invariants.hpp"
+#include "attnref/multi_head_attention.hpp"
+#include "attnref/tensor.hpp"
+
+namespace attnref::tolerance {
+
+/// Format the candidate computed and stored its results in.
+enum class candidate_format { float64, float32, bfloat16, float16 };
+enum class tolerance_model { data_aware, assert_close, ulp, baseline };
+
+constexpr std::string_view format_name(candidate_format f) {
+    switch (f) {
+        case candidate_format::float64: return "float64";
+        case candidate_format::float32: return "float32";
+        case candidate_format::bfloat16: return "bfloat16";
+        case candidate_format::float16: return "float16";
+    }
+    return "?";
+}
+constexpr std::string_view model_name(tolerance_model m) {
+    switch (m) {
+        case tolerance_model::data_aware: return "data-aware";
+        case tolerance_model::assert_close: return "assert-close";
+        case tolerance_model::ulp: return "ulp";
+        case tolerance_model::baseline: return "baseline";
+    }
+    return "?";
+}
+constexpr std::optional<candidate_format> format_from_name(std::string_view n) {
+    if (n == "float64") return candidate_format::float64;
+    if (n == "float32") return candidate_format::float32;
+    if (n == "bfloat16") return candidate_format::bfloat16;
+    if (n == "float16") return candidate_format::float16;
+    return std::nullopt;
+}
+constexpr std::optional<tolerance_model> model_from_name(std::string_view n) {
+    if (n == "data-aware") return tolerance_model::data_aware;
+    if (n == "assert-close") return tolerance_model::assert_close;
+    if (n == "ulp") return tolerance_model::ulp;
+    if (n == "baseline") return tolerance_model::baseline;
+    return std::nullopt;
+}
+
+/// Unit roundoff u = 2^-p of the format.
+constexpr double unit_roundoff(candidate_format f) {
+    switch (f) {
+        case candidate_format::float64: return 0x1p-53;
+        case candidate_format::float32: return 0x1p-24;
+        case candidate_format::bfloat16: return 0x1p-8;
+        case candidate_format::float16: return 0x1p-11;
+    }
+    return 0;
+}
+
+struct rtol_atol {
+    double rtol, atol;
+};
+/// torch.testing.assert_close defaults.
+constexpr rtol_atol assert_close_defaults(candidate_format f) {
+    switch (f) {
+        case candidate_format::float64: return {1e-7, 1e-7};
+        case candidate_format::float32: return {1.3e-6, 1e-5};
+        case candidate_format::bfloat16: return {1.6e-2, 1e-5};
+        case candidate_format::float16: return {1e-3, 1e-5};
+    }
+    return {0, 0};
+}
+
+/// Rounds x to the format (to nearest even) and back to double.
+inline double round_to(candidate_format f, double x) {
+    switch (f) {
+        case candidate_format::float64: return x;
+        case candidate_format::float32: return static_cast<double>(static_cast<float>(x));
+        case candidate_format::bfloat16: return static_cast<double>(formats::bfloat16(x));
+        case candidate_format::float16: return static_cast<double>(formats::float16(x));
+    }
+    return x;
+}
+
+namespace detail {
+/// Maps the bits of a sign-magnitude encoding onto a monotone integer line (−0 and +0 coincide).
+inline std::int64_t ordered(std::uint64_t bits, int total_bits) {
+    const std::uint64_t sign = std::uint64_t{1} << (total_bits - 1);
+    const std::int64_t magnitude = static_cast<std::int64_t>(bits & (sign - 1));
+    return (bits & sign) ? -magnitude : magnitude;
+}
+inline std::int64_t ordered_in(candidate_format f, double x) {
+    switch (f) {
+        case candidate_format::float64: return ordered(std::bit_cast<std::uint64_t>(x), 64);
+        case candidate_format::float32: return ordered(std::bit_cast<std::uint32_t>(static_cast<float>(x)), 32);
+        case candidate_format::bfloat16: return ordered(formats::bfloat16(x).bits(), 16);
+        case candidate_format::float16: return ordered(formats::float16(x).bits(), 16);
+    }
+    return 0;
+}
+}  // namespace detail
+
+/// Distance in ULPs of the format between a (a value of the format) and e rounded to the format.
+/// Both must be finite; the result saturates at 2^62.
+inline double ulp_distance(candidate_format f, double a, double e) {
+    const std::int64_t x = detail::ordered_in(f, a), y = detail::ordered_in(f, e);
+    const double d = static_cast<double>(x > y ? x - y : y - x);
+    return d;
+}
+
+/// Per-element magnitudes of the data-aware bound (see the file comment) and the counts that pick
+/// the γ's. bound(u) = 2γ_{n_dot}·t1 + [(n_keys + 3)u + γ_{n_keys} + γ_{n_extra} + u]·t0.
+struct data_aware_scales {
+    std::vector<double> t0;  ///< σ, or σ propagated through |W_o|
+    std::vector<double> t1;  ///< L·σ, or L·σ propagated through |W_o|
+    std::size_t n_keys = 0, n_dot = 0, n_extra = 0;
+
+    double bound(std::size_t e, double u) const {
+        const double n = static_cast<double>(n_keys);
+        return 2 * gamma(n_dot, u) * t1[e] + ((n + 3) * u + gamma(n_keys, u) + gamma(n_extra, u) + u) * t0[e];
+    }
+};
+
+namespace detail {
+inline double abs_d(double x) { return x < 0 ? -x : x; }
+
+/// Per (b, h, i) L and per (b, h, i, l) σ of one attention: q̃ (B,H,Sq,dk) and k̃ (B,Hkv,Sk,dk) are
+/// nonnegative magnitudes, ṽ (B,Hkv,Sk,dv) too; logits S and weights P (B,H,Sq,Sk) from the reference.
+inline void head_scales(tensor_view<const double, 4> q_abs, tensor_view<const double, 4> k_abs,
+                        tensor_view<const double, 4> v_abs, tensor_view<const double, 4> logits,
+                        tensor_view<const double, 4> p, double scale, std::vector<double>& L, std::vector<double>& sigma) {
+    const auto [batch, heads, sq, dk] = q_abs.extents;
+    const std::size_t kv = k_abs.extents[1], sk = k_abs.extents[2], dv = v_abs.extents[3], group = heads / kv;
+    L.assign(batch * heads * sq, 0.0);
+    sigma.assign(batch * heads * sq * dv, 0.0);
+    for (std::size_t b = 0; b < batch; ++b)
+        for (std::size_t h = 0; h < heads; ++h)
+            for (std::size_t i = 0; i < sq; ++i) {
+                double& l_row = L[(b * heads + h) * sq + i];
+                double* s_row = &sigma[((b * heads + h) * sq + i) * dv];
+                for (std::size_t j = 0; j < sk; ++j) {
+                    const double pj = p(b, h, i, j);
+                    if (!(pj != 0)) continue;  // masked or underflowed keys (and NaN rows) add nothing
+                    double dot = 0;
+                    for (std::size_t c = 0; c < dk; ++c) dot += q_abs(b, h, i, c) * k_abs(b, h / group, j, c);
+                    const double s = logits(b, h, i, j);
+                    const double m = abs_d(scale) * dot * (1 + 0x1p-50) + (std::isfinite(s) ? abs_d(s) : 0.0);
+                    if (m > l_row) l_row = m;
+                    for (std::size_t c = 0; c < dv; ++c) s_row[c] += abs_d(pj) * v_abs(b, h / group, j, c);
+                }
+                for (std::size_t c = 0; c < dv; ++c) s_row[c] *= 1 + 0x1p-48;  // this sum's own rounding, upward
+            }
+}
+
+inline std::vector<double> abs_of(std::span<const double> x) {
+    std::vector<double> r(x.size());
+    for (std::size_t n = 0; n < x.size(); ++n) r[n] = abs_d(x[n]);
+    return r;
+}
+}  // namespace detail
+
+/// Data-aware magnitudes for scaled dot-product attention. q, k, v are the golden inputs, p the
+/// golden (certified) weights (B, H, Sq, Sk); options as the case uses them.
+inline data_aware_scales sdpa_scales(tensor_view<const double, 4> q, tensor_view<const double, 4> k,
+                                     tensor_view<const double, 4> v, tensor_view<const double, 4> p,
+                                     const attention_options& options) {
+    const tensor<double, 4> logits = attention_logits<uniform_precision<double>>(q, k, options);
+    const std::vector<double> qa = detail::abs_of({q.data, q.size()}), ka = detail::abs_of({k.data, k.size()}),
+                              va = detail::abs_of({v.data, v.size()});
+    const double scale = options.scale ? *options.scale : 1 / std::sqrt(static_cast<double>(q.extents[3]));
+    std::vector<double> L, sigma;
+    detail::head_scales({qa.data(), q.extents}, {ka.data(), k.extents}, {va.data(), v.extents}, logits.view(), p, scale, L, sigma);
+    data_aware_scales r;
+    r.n_keys = k.extents[2];
+    r.n_dot = q.extents[3] + 4;
+    r.n_extra = 0;
+    const std::size_t dv = v.extents[3];
+    r.t0 = sigma;
+    r.t1.resize(sigma.size());
+    for (std::size_t e = 0; e < sigma.size(); ++e) r.t1[e] = L[e / dv] * sigma[e];
+    return r;
+}
+
+/// Data-aware magnitudes for multi-head attention (see multi_head_attention.hpp for the layout).
+inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_view<const double, 3> x_k,
+                                    tensor_view<const double, 3> x_v, const mha_parameters<double>& w,
+                                    tensor_view<const double, 4> p, const mha_options& o) {
+    const mha_dims d = mha_dims_of(x_q, x_k, x_v, w, o);
+    using pol = uniform_precision<double>;
+    // Reference projections (for the logits) and absolute projections |x|·|W| + |b| (for L and σ).
+    auto project = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> W, tensor_view<const double, 1> b,
+                       bool absolute) {
+        tensor<double, 3> y({x.extents[0], x.extents[1], W.extents[1]});
+        if (!absolute) {
+            linear_into<pol>(x, W, b, y.view(), 1, "projection");
+            return y;
+        }
+        const std::vector<double> xa = detail::abs_of({x.data, x.size()}), Wa = detail::abs_of({W.data, W.size()});
+        const std::vector<double> ba = b.empty() ? std::vector<double>{} : detail::abs_of({b.data, b.size()});
+        linear_into<pol>(tensor_view<const double, 3>{xa.data(), x.extents}, tensor_view<const double, 2>{Wa.data(), W.extents},
+                         b.empty() ? tensor_view<const double, 1>{} : tensor_view<const double, 1>{ba.data(), b.extents}, y.view(), 1,
+                         "projection");
+        for (std::size_t n = 0; n < y.size(); ++n) y[n] *= 1 + 0x1p-48;
+        return y;
+    };
+    const tensor<double, 3> q = project(x_q, w.w_q, w.b_q, false), k = project(x_k, w.w_k, w.b_k, false);
+    const tensor<double, 3> qa = project(x_q, w.w_q, w.b_q, true), ka = project(x_k, w.w_k, w.b_k, true),
+                            va = project(x_v, w.w_v, w.b_v, true);
+    const tensor<double, 4> qh = split_heads<double>(q.view(), d.heads), kh = split_heads<double>(k.view(), d.kv_heads);
+    const tensor<double, 4> qah = split_heads<double>(qa.view(), d.heads), kah = split_heads<double>(ka.view(), d.kv_heads),
+                            vah = split_heads<double>(va.view(), d.kv_heads);
+    const tensor<double, 4> logits = attention_logits<pol>(qh.view(), kh.view(), o.attention);
+    const double scale = o.attention.scale ? *o.attention.scale : 1 / std::sqrt(static_cast<double>(d.head_dim_qk));
+    std::vector<double> L, sigma;
+    detail::head_scales(qah.view(), kah.view(), vah.view(), logits.view(), p, scale, L, sigma);
+    // Through W_o: t0_l = Σ_m σ_m|W_o,ml|, t1_l = Σ_m L_m σ_m|W_o,ml|, m = (h, c) merged.
+    const std::size_t H = d.heads, sq = d.query_length, dv = d.head_dim_v, eo = d.output_dim;
+    data_aware_scales r;
+    r.t0.assign(d.batch * sq * eo, 0.0);
+    r.t1.assign(d.batch * sq * eo, 0.0);
+    for (std::size_t b = 0; b < d.batch; ++b)
+        for (std::size_t i = 0; i < sq; ++i)
+            for (std::size_t h = 0; h < H; ++h) {
+                const double l_row = L[(b * H + h) * sq + i];
+                for (std::size_t c = 0; c < dv; ++c) {
+                    const double s = sigma[((b * H + h) * sq + i) * dv + c];
+                    if (s == 0) continue;
+                    for (std::size_t e = 0; e < eo; ++e) {
+                        const double wa = detail::abs_d(w.w_o(h * dv + c, e));
+                        r.t0[(b * sq + i) * eo + e] += s * wa;
+                        r.t1[(b * sq + i) * eo + e] += l_row * s * wa;
+                    }
+                }
+            }
+    // The output bias: adding it rounds once more, relative to |y| ≤ t0 + |b_o|.
+    for (std::size_t n = 0; n < r.t0.size(); ++n) {
+        const double bo = w.b_o.empty() ? 0.0 : detail::abs_d(w.b_o[n % eo]);
+        r.t0[n] = (r.t0[n] + bo) * (1 + 0x1p-46);
+        r.t1[n] *= 1 + 0x1p-46;
+    }
+    const std::size_t em = x_q.extents[2];
+    r.n_keys = d.key_length;
+    r.n_dot = d.head_dim_qk + 2 * em + 8;
+    r.n_extra = em + 2 + H * dv + 2;
+    return r;
+}
+
+/// γ_{dk+4}(u): the relative-to-|s|·|q|ᵀ|k| error of a logit computed in precision u (step 1 above).
+inline double gamma_for_logits(std::size_t dk, double u) { return gamma(dk + 4, u); }
+
+/// FlashAttention's baseline-relative bound for one tensor: 2·max|naive − ref| + 2·max|(ref + 0.3 −
+/// 0.3) − ref| with the ±0.3 evaluated in the candidate's format (FA3). One number for the tensor.
+inline double baseline_bound(std::span<const double> reference, std::span<const double> naive, candidate_format f) {
+    double naive_err = 0, floor = 0;
+    for (std::size_t n = 0; n < reference.size(); ++n) {
+        const double e = reference[n];
+        if (!std::isfinite(e)) continue;
+        if (std::isfinite(naive[n])) naive_err = std::max(naive_err, detail::abs_d(naive[n] - e));
+        const double shifted = round_to(f, round_to(f, round_to(f, e) + 0.3) - 0.3);
+        floor = std::max(floor, detail::abs_d(shifted - e));
+    }
+    return 2 * naive_err + 2 * floor;
+}
+
+/// Result of comparing one tensor under one model.
+struct comparison {
+    std::size_t elements = 0, violations = 0, nonfinite_mismatches = 0;
+    double max_abs = 0, max_rel = 0, max_ulp = 0, rms = 0;
+    double worst_ratio = 0;  ///< max over elements of |a − e| / bound (inf where the bound is 0 and the error is not)
+    std::size_t worst_index = 0;
+    double worst_candidate = 0, worst_expected = 0, worst_bound = 0;
+    bool ok() const { return violations == 0 && nonfinite_mismatches == 0; }
+};
+
+/// Compares candidate a against reference e elementwise. `bound_at(n)` gives the absolute bound of
+/// element n (for the ulp model pass ulp_limit instead and a null bound_at). NaN must match NaN, ±inf
+/// must match the same infinity; any other non-finite mismatch is a violation.
+template <class BoundAt>
+comparison compare(std::span<const double> a, std::span<const double> e, candidate_format f, BoundAt&& bound_at,
+                   std::optional<double> ulp_limit = std::nullopt) {
+    comparison c;
+    c.elements = a.size();
+    double sum_sq = 0;
+    bool have_worst = false;
+    for (std::size_t n = 0; n < a.size(); ++n) {
+        const double x = a[n], y = e[n];
+        double ratio = 0, bound = 0;
+        if (!std::isfinite(x) || !std::isfinite(y)) {
+            const bool same = (std::isnan(x) && std::isnan(y)) || x == y;
+            if (same) continue;
+            ++c.nonfinite_mismatches;
+            ++c.violations;
+            ratio = std::numeric_limits<double>::infinity();
+            if (!have_worst || c.worst_ratio < ratio) {
+                c.worst_ratio = ratio, c.worst_index = n, c.worst_candidate = x, c.worst_expected = y, c.worst_bound = 0;
+                have_worst = true;
+            }
+            c.max_abs = std::numeric_limits<double>::infinity();
+            continue;
+        }
+        const double err = detail::abs_d(x - y);
+        sum_sq += err * err;
+        c.max_abs = std::max(c.max_abs, err);
+        if (y != 0) c.max_rel = std::max(c.max_rel, err / detail::abs_d(y));
+        else if (err != 0) c.max_rel = std::numeric_limits<double>::infinity();
+        const double ulps = ulp_distance(f, x, y);
+        c.max_ulp = std::max(c.max_ulp, ulps);
+        if (ulp_limit) {
+            bound = *ulp_limit;
+            ratio = ulps / *ulp_limit;
+        } else {
+            bound = bound_at(n);
+            ratio = err == 0 ? 0 : (bound > 0 ? err / bound : std::numeric_limits<double>::infinity());
+        }
+        if (ratio > 1) ++c.violations;
+        if (!have_worst || ratio > c.worst_ratio) {
+            c.worst_ratio = ratio, c.worst_index = n, c.worst_candidate = x, c.worst_expected = y, c.worst_bound = bound;
+            have_worst = true;
+        }
+    }
+    c.rms = a.empty() ? 0 : std::sqrt(sum_sq / static_cast<double>(a.size()));
+    return c;
+}
+
+/// Elementwise assert_close bound atol + rtol·|e|.
+inline comparison compare_assert_close(std::span<const double> a, std::span<const double> e, candidate_format f) {
+    const rtol_atol t = assert_close_defaults(f);
+    return compare(a, e, f, [&](std::size_t n) { return t.atol + t.rtol * detail::abs_d(e[n]); });
+}
+inline comparison compare_ulp(std::span<const double> a, std::span<const double> e, candidate_format f, double limit = 4) {
+    return compare(a, e, f, [](std::size_t) { return 0.0; }, limit);
+}
+inline comparison compare_data_aware(std::span<const double> a, std::span<const double> e, candidate_format f,
+                                     const data_aware_scales& s) {
+    const double u = unit_roundoff(f);
+    return compare(a, e, f, [&](std::size_t n) { return s.bound(n, u); });
+}
+inline comparison compare_baseline(std::span<const double> a, std::span<const double> e, std::span<const double> naive,
+                                   candidate_format f) {
+    const double b = baseline_bound(e, naive, f);
+    return compare(a, e, f, [&](std::size_t) { return b; });
+}
+
+/// Zero-trust (benchdnn): outputs with more than 30% exact zeros, or whose rows (last axis) are all
+/// identical, prove nothing. Returns the reason, or nullopt when the output is trustworthy.
+inline std::optional<std::string_view> untrustworthy(std::span<const double> a, std::size_t row_length) {
+    if (a.empty()) return std::nullopt;
+    std::size_t zeros = 0;
+    for (double x : a) zeros += x == 0;
+    if (static_cast<double>(zeros) > 0.3 * static_cast<double>(a.size())) return "more than 30% of the outputs are exactly 0";
+    if (row_length > 0 && a.size() / row_length > 1) {
+        bool identical = true;
+        for (std::size_t n = row_length; n < a.size() && identical; ++n)
+            identical = a[n] == a[n % row_length] || (std::isnan(a[n]) && std::isnan(a[n % row_length]));
+        if (identical) return "all output rows are identical";
+    }
+    return std::nullopt;
+}
+
+}  // namespace attnref::tolerance
