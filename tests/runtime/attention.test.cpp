@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "attnref/formats.hpp"
 #include "test_support.hpp"
 
 using namespace attnref;
@@ -393,4 +394,75 @@ BOOST_AUTO_TEST_CASE(results_do_not_depend_on_thread_count) {
     BOOST_TEST(a.output.storage() == b.output.storage());
     BOOST_TEST(a.weights.storage() == b.weights.storage());
     BOOST_TEST(a.lse.storage() == b.lse.storage());
+}
+
+// 50-digit cpp_bin_float and 30-digit MPFR run through the same templates and agree with the
+// ~200-bit reference to within their own precision (the same first-order bound, u = 2^-digits).
+using multiprecision_types = boost::mpl::list<bin_float_50, mpfr_real<30>>;
+BOOST_AUTO_TEST_CASE_TEMPLATE(multiprecision_types_within_their_precision, T, multiprecision_types) {
+    const auto q = random_tensor<double, 4>({1, 2, 5, 8}, 44, -2, 2), k = random_tensor<double, 4>({1, 2, 9, 8}, 45, -2, 2),
+               v = random_tensor<double, 4>({1, 2, 9, 4}, 46);
+    attention_options o;
+    o.mask.causal = true;
+    o.mask.alignment = causal_alignment::bottom_right;
+    o.softcap = 5.0;
+    const auto ref = scaled_dot_product_attention(test::cast<reference_real>(q), test::cast<reference_real>(k),
+                                                  test::cast<reference_real>(v), o);
+    const auto r = scaled_dot_product_attention(test::cast<T>(q), test::cast<T>(k), test::cast<T>(v), o);
+    // The softcap's tanh is itself rounded: one more relative u on each logit (|logit| ≤ cap).
+    const double u = std::ldexp(1.0, -scalar_traits<T>::digits);
+    double worst = 0;
+    for (std::size_t n = 0; n < r.output.size(); ++n) {
+        const double err = static_cast<double>(abs(reference_real(r.output[n]) - ref.output[n]));
+        worst = std::max(worst, err);
+        BOOST_TEST(err <= 1e3 * u);  // |v| < 1, logits < 5: (dk + n + 20)·u·(1 + 2·5) < 1e3·u
+    }
+    BOOST_TEST_MESSAGE(scalar_traits<T>::name << " (" << scalar_traits<T>::digits << " bits): max error " << worst
+                                              << " = " << worst / u << " u");
+}
+
+// A precision policy: bf16 storage, fp32 accumulation, P rounded to bf16 before P·V, bf16 output (as
+// FlashAttention runs in bf16). Same templates; the derived bound adds the two bf16 roundings:
+//   |ô − o| ≤ [2γ_{dk+4}(u_f)·s·max|q|ᵀ|k| + (n+3)u_f + γ_n(u_f) + u_b]·Σ_j p_j|v_j| + u_b·|o|   (u_b = 2^-8)
+BOOST_AUTO_TEST_CASE(bf16_storage_fp32_accumulate_policy) {
+    using policy = precision_policy<bfloat16, float, bfloat16, bfloat16>;
+    const std::size_t sq = 8, sk = 64, dk = 32, dv = 16;
+    // Inputs rounded to bf16 first, so both computations see the same numbers.
+    auto bf16_exact = [](tensor<double, 4> t) {
+        for (std::size_t n = 0; n < t.size(); ++n) t[n] = static_cast<double>(bfloat16(t[n]));
+        return t;
+    };
+    const auto q = bf16_exact(random_tensor<double, 4>({1, 2, sq, dk}, 47, -2, 2)),
+               k = bf16_exact(random_tensor<double, 4>({1, 2, sk, dk}, 48, -2, 2)),
+               v = bf16_exact(random_tensor<double, 4>({1, 2, sk, dv}, 49));
+    const auto ref = scaled_dot_product_attention(test::cast<reference_real>(q), test::cast<reference_real>(k),
+                                                  test::cast<reference_real>(v));
+    const auto qb = test::cast<bfloat16>(q), kb = test::cast<bfloat16>(k), vb = test::cast<bfloat16>(v);
+    const auto r = scaled_dot_product_attention<policy, bfloat16, bfloat16, bfloat16>(qb.view(), kb.view(), vb.view());
+    const auto rf = scaled_dot_product_attention(test::cast<float>(q), test::cast<float>(k), test::cast<float>(v));
+    const tensor<double, 4> sigma = test::output_scale(test::cast<double>(ref.weights), v);
+    const double uf = 0x1p-24, ub = 0x1p-8;
+    double worst_policy = 0, worst_float = 0;
+    for (std::size_t h = 0; h < 2; ++h)
+        for (std::size_t i = 0; i < sq; ++i) {
+            double qk = 0;
+            for (std::size_t j = 0; j < sk; ++j) {
+                double dot = 0;
+                for (std::size_t c = 0; c < dk; ++c) dot += std::fabs(q(0, h, i, c) * k(0, h, j, c));
+                qk = std::max(qk, dot);
+            }
+            const double factor = 2 * gamma(dk + 4, uf) * qk / std::sqrt(double(dk)) + (sk + 3) * uf + gamma(sk, uf) + ub;
+            for (std::size_t c = 0; c < dv; ++c) {
+                const double exact = static_cast<double>(ref.output(0, h, i, c));
+                const double err = std::fabs(static_cast<double>(r.output(0, h, i, c)) - exact);
+                BOOST_TEST(err <= 1.01 * (factor * sigma(0, h, i, c) + ub * std::fabs(exact)));
+                worst_policy = std::max(worst_policy, err);
+                worst_float = std::max(worst_float, std::fabs(static_cast<double>(rf.output(0, h, i, c)) - exact));
+            }
+        }
+    // P really was rounded to bf16: every stored weight is a bf16 value, and the error is far above fp32's.
+    for (std::size_t n = 0; n < r.weights.size(); ++n)
+        BOOST_TEST(static_cast<double>(bfloat16(static_cast<double>(r.weights[n]))) == static_cast<double>(r.weights[n]));
+    BOOST_TEST_MESSAGE("bf16/fp32-accumulate max error " << worst_policy << ", fp32 max error " << worst_float);
+    BOOST_TEST(worst_policy > 100 * worst_float);
 }
