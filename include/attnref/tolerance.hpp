@@ -39,8 +39,12 @@
 ///    |Δy_l| ≤ Σ_m β_m|W_o,ml| + (γ_{H·dv+2} + u)·Σ_m σ_m|W_o,ml|,
 /// β_m the head bound above. Everything reduces to two precomputed per-element magnitudes
 ///    t0 = σ (or Σ_m σ_m|W_o,ml|),  t1 = L·σ (or Σ_m L_m σ_m|W_o,ml|),
-/// and bound(u) = 2γ_{n_dot}(u)·t1 + [(n + 3)u + γ_n(u) + γ_{n_extra}(u) + u]·t0. The magnitudes are
-/// computed once from the golden inputs and weights; evaluating the bound is a multiply-add.
+/// and bound = 2[γ_{n_dot}(u_acc) + γ_8(u)]·t1 + [(n + 3)u_acc + γ_n(u_acc) + γ_{n_extra}(u_acc) + 5u]·t0,
+/// where u_acc is the accumulation's unit roundoff (fp32 for 16-bit candidates, see
+/// accumulate_roundoff) and u the storage format's: γ_8(u) pays for rounding q and k (or Q, K) to
+/// storage, 5u for rounding V, P, head outputs, the output, and the floor. For fp32/fp64 candidates
+/// u_acc = u. The magnitudes are computed once from the golden inputs and weights; evaluating the
+/// bound is a multiply-add. When n·u ≥ 1 a γ is +inf and the bound is vacuous (reported, not hidden).
 
 #include <algorithm>
 #include <bit>
@@ -109,6 +113,15 @@ constexpr double unit_roundoff(candidate_format f) {
     return 0;
 }
 
+/// Unit roundoff of the accumulation the data-aware bound assumes: fp32 (2^-24) for bfloat16 and
+/// float16 candidates — every bf16/fp16 attention kernel (FlashAttention, cuDNN, PyTorch's math
+/// backend) accumulates dot products, softmax sums and P·V in fp32 and rounds to 16 bits only when
+/// storing Q/K/V, P, head outputs and the output — and the format's own u otherwise. A 16-bit
+/// candidate that also accumulates in 16 bits is less accurate than that and is reported as such.
+constexpr double accumulate_roundoff(candidate_format f) {
+    return f == candidate_format::bfloat16 || f == candidate_format::float16 ? 0x1p-24 : unit_roundoff(f);
+}
+
 struct rtol_atol {
     double rtol, atol;
 };
@@ -161,15 +174,23 @@ inline double ulp_distance(candidate_format f, double a, double e) {
 }
 
 /// Per-element magnitudes of the data-aware bound (see the file comment) and the counts that pick
-/// the γ's. bound(u) = 2γ_{n_dot}·t1 + [(n_keys + 3)u + γ_{n_keys} + γ_{n_extra} + u]·t0.
+/// the γ's; bound() evaluates the formula in the file comment.
 struct data_aware_scales {
     std::vector<double> t0;  ///< σ, or σ propagated through |W_o|
     std::vector<double> t1;  ///< L·σ, or L·σ propagated through |W_o|
     std::size_t n_keys = 0, n_dot = 0, n_extra = 0;
 
-    double bound(std::size_t e, double u) const {
+    /// u: the candidate format's unit roundoff (storage: inputs, Q/K/V, P, head outputs, output);
+    /// u_acc: that of its accumulation (see accumulate_roundoff). Vacuous (+inf) when n·u ≥ 1.
+    double bound(std::size_t e, double u, double u_acc) const {
         const double n = static_cast<double>(n_keys);
-        return 2 * gamma(n_dot, u) * t1[e] + ((n + 3) * u + gamma(n_keys, u) + gamma(n_extra, u) + u) * t0[e];
+        return 2 * (safe_gamma(n_dot, u_acc) + safe_gamma(8, u)) * t1[e] +
+               ((n + 3) * u_acc + safe_gamma(n_keys, u_acc) + safe_gamma(n_extra, u_acc) + 5 * u) * t0[e];
+    }
+    double bound(std::size_t e, double u) const { return bound(e, u, u); }
+    static double safe_gamma(std::size_t m, double u) {
+        const double nu = static_cast<double>(m) * u;
+        return nu < 1 ? nu / (1 - nu) : std::numeric_limits<double>::infinity();
     }
 };
 
@@ -384,8 +405,8 @@ inline comparison compare_ulp(std::span<const double> a, std::span<const double>
 }
 inline comparison compare_data_aware(std::span<const double> a, std::span<const double> e, candidate_format f,
                                      const data_aware_scales& s) {
-    const double u = unit_roundoff(f);
-    return compare(a, e, f, [&](std::size_t n) { return s.bound(n, u); });
+    const double u = unit_roundoff(f), ua = accumulate_roundoff(f);
+    return compare(a, e, f, [&](std::size_t n) { return s.bound(n, u, ua); });
 }
 inline comparison compare_baseline(std::span<const double> a, std::span<const double> e, std::span<const double> naive,
                                    candidate_format f) {

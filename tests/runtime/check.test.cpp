@@ -1,0 +1,287 @@
+// attnref check: the data-aware bound holds for correct implementations in every arithmetic and
+// summation order on every committed golden case, and a catalog of real bugs exceeds it.
+#define BOOST_TEST_MODULE check
+#include <boost/test/included/unit_test.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "attnref/formats.hpp"
+#include "attnref/tolerance.hpp"
+#include "check.hpp"
+#include "compute.hpp"
+#include "golden_case.hpp"
+
+namespace fs = std::filesystem;
+namespace tol = attnref::tolerance;
+using namespace attnref;
+using namespace attnref::verify;
+
+namespace {
+
+const fs::path golden_dir = fs::path(ATTNREF_SOURCE_DIR) / "golden";
+
+std::vector<fs::path> committed_cases() {
+    std::vector<fs::path> r;
+    for (const auto& e : fs::directory_iterator(golden_dir))
+        if (e.is_directory() && fs::exists(e.path() / "manifest.json")) r.push_back(e.path());
+    std::sort(r.begin(), r.end());
+    return r;
+}
+
+struct golden {
+    fs::path dir;
+    loaded_case lc;
+    std::vector<double> expected;
+    tol::data_aware_scales scales;
+};
+
+golden load(const fs::path& dir) {
+    golden g{dir, load_case(dir), {}, {}};
+    for (const tensor_entry& t : g.lc.m.tensors)
+        if (t.role == "output" && !t.target) g.expected = npy::to_double(npy::read(dir / t.file));
+    g.scales = data_aware_scales_for(g.lc.m.spec, g.lc.data, reference_weights(dir, g.lc));
+    return g;
+}
+
+template <class T>
+std::vector<double> flat(const T& t) {
+    std::vector<double> r(t.size());
+    for (std::size_t n = 0; n < t.size(); ++n) r[n] = static_cast<double>(t[n]);
+    return r;
+}
+
+template <class Policy>
+std::vector<double> run_policy(const case_spec& s, const case_data& d, softmax_algorithm a = softmax_algorithm::shifted_division) {
+    case_spec spec = s;
+    spec.outputs.weights = spec.outputs.lse = false;
+    return flat(compute_case<Policy>(spec, d, 1, a).output);
+}
+
+tol::comparison judge(const golden& g, const std::vector<double>& candidate, tol::candidate_format f) {
+    return tol::compare_data_aware(candidate, g.expected, f, g.scales);
+}
+
+bool fails(const golden& g, const std::vector<double>& candidate, tol::candidate_format f) {
+    const tol::comparison c = judge(g, candidate, f);
+    const auto rows = output_shape(g.lc.m.spec).back();
+    return !c.ok() || tol::untrustworthy(candidate, rows).has_value();
+}
+
+/// A hand-written SDPA with its own summation orders: dot products and P·V reversed, softmax sum
+/// pairwise. Handles scale, masks (structural, additive, seed), GQA, empty-row policies.
+double pairwise(const std::vector<double>& x, std::size_t lo, std::size_t hi) {
+    if (hi - lo == 1) return x[lo];
+    if (hi == lo) return 0;
+    const std::size_t mid = lo + (hi - lo) / 2;
+    return pairwise(x, lo, mid) + pairwise(x, mid, hi);
+}
+template <class T>
+std::vector<double> custom_sdpa(const case_spec& s, const case_data& d) {
+    const case_shapes& z = s.shapes;
+    const attention_options o = options_for(s, d, 1, softmax_algorithm::shifted_division, 64);
+    const std::size_t B = z.batch, H = z.heads, G = z.heads / z.kv_heads, Sq = z.query_length, Sk = z.key_length,
+                      dk = z.head_dim_qk, dv = z.head_dim_v;
+    const T scale = s.conventions.scale ? T(*s.conventions.scale) : T(1) / std::sqrt(T(static_cast<double>(dk)));
+    std::vector<double> out(B * H * Sq * dv);
+    for (std::size_t b = 0; b < B; ++b)
+        for (std::size_t h = 0; h < H; ++h)
+            for (std::size_t i = 0; i < Sq; ++i) {
+                std::vector<T> logit(Sk);
+                std::vector<bool> ok(Sk);
+                T mx = -std::numeric_limits<T>::infinity();
+                for (std::size_t j = 0; j < Sk; ++j) {
+                    ok[j] = !structurally_masked(o.mask, b, h, i, j, Sq, Sk);
+                    T acc = 0;
+                    for (std::size_t c = dk; c-- > 0;)
+                        acc += T(d.query[((b * H + h) * Sq + i) * dk + c]) * T(d.key[((b * z.kv_heads + h / G) * Sk + j) * dk + c]);
+                    acc *= scale;
+                    if (o.mask.additive.present() && ok[j]) acc += T(o.mask.additive.at(b, h, i, j));
+                    if (o.mask.seed.present()) acc += T(o.mask.seed.at(b, h, i, j)) * T(-1e9);
+                    logit[j] = acc;
+                    if (ok[j]) mx = std::max(mx, acc);
+                }
+                const bool empty = std::none_of(ok.begin(), ok.end(), [](bool x) { return x; });
+                std::vector<double> e(Sk, 0.0);
+                std::vector<T> p(Sk, T(0));
+                if (empty) {
+                    for (std::size_t j = 0; j < Sk; ++j)
+                        p[j] = s.conventions.empty_rows == empty_row_policy::uniform ? T(1) / T(static_cast<double>(Sk))
+                               : s.conventions.empty_rows == empty_row_policy::nan ? std::numeric_limits<T>::quiet_NaN()
+                                                                                   : T(0);
+                } else {
+                    std::vector<T> ev(Sk, T(0));
+                    for (std::size_t j = 0; j < Sk; ++j)
+                        if (ok[j]) ev[j] = std::exp(logit[j] - mx);
+                    // pairwise sum in T
+                    std::vector<T> level(ev);
+                    while (level.size() > 1) {
+                        std::vector<T> next((level.size() + 1) / 2);
+                        for (std::size_t k = 0; k < next.size(); ++k)
+                            next[k] = 2 * k + 1 < level.size() ? level[2 * k] + level[2 * k + 1] : level[2 * k];
+                        level = std::move(next);
+                    }
+                    for (std::size_t j = 0; j < Sk; ++j) p[j] = ev[j] / level[0];
+                }
+                for (std::size_t c = 0; c < dv; ++c) {
+                    T acc = 0;
+                    for (std::size_t j = Sk; j-- > 0;) acc += p[j] * T(d.value[((b * z.kv_heads + h / G) * Sk + j) * dv + c]);
+                    if (empty && s.conventions.empty_rows == empty_row_policy::nan) acc = std::numeric_limits<T>::quiet_NaN();
+                    out[((b * H + h) * Sq + i) * dv + c] = static_cast<double>(acc);
+                }
+            }
+    return out;
+}
+
+using bf16_policy = precision_policy<formats::bfloat16, float, formats::bfloat16, formats::bfloat16>;
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(correct_implementations_pass_every_committed_case) {
+    const auto cases = committed_cases();
+    BOOST_REQUIRE_GE(cases.size(), 10u);
+    double worst64 = 0, worst32 = 0, worstld = 0, worstbf = 0, worst_custom = 0;
+    for (const fs::path& dir : cases) {
+        const golden g = load(dir);
+        const case_spec& s = g.lc.m.spec;
+        BOOST_TEST_CONTEXT(s.name) {
+            const auto c64 = judge(g, run_policy<uniform_precision<double>>(s, g.lc.data), tol::candidate_format::float64);
+            const auto c32 = judge(g, run_policy<uniform_precision<float>>(s, g.lc.data), tol::candidate_format::float32);
+            const auto cld = judge(g, run_policy<uniform_precision<long double>>(s, g.lc.data), tol::candidate_format::float64);
+            const auto cbf = judge(g, run_policy<bf16_policy>(s, g.lc.data), tol::candidate_format::bfloat16);
+            const auto con = judge(g, run_policy<uniform_precision<float>>(s, g.lc.data, softmax_algorithm::online), tol::candidate_format::float32);
+            BOOST_TEST(c64.ok(), "double worst " << c64.worst_ratio);
+            BOOST_TEST(c32.ok(), "float worst " << c32.worst_ratio);
+            BOOST_TEST(cld.ok(), "long double worst " << cld.worst_ratio);
+            BOOST_TEST(cbf.ok(), "bf16 policy worst " << cbf.worst_ratio);
+            BOOST_TEST(con.ok(), "float online worst " << con.worst_ratio);
+            worst64 = std::max(worst64, c64.worst_ratio), worst32 = std::max(worst32, c32.worst_ratio);
+            worstld = std::max(worstld, cld.worst_ratio), worstbf = std::max(worstbf, cbf.worst_ratio);
+            if (s.kind == case_kind::sdpa && !s.conventions.softcap && s.conventions.alibi_slopes.empty()) {
+                const auto cc = judge(g, custom_sdpa<float>(s, g.lc.data), tol::candidate_format::float32);
+                const auto cd = judge(g, custom_sdpa<double>(s, g.lc.data), tol::candidate_format::float64);
+                BOOST_TEST(cc.ok(), "custom float (reversed/pairwise) worst " << cc.worst_ratio);
+                BOOST_TEST(cd.ok(), "custom double (reversed/pairwise) worst " << cd.worst_ratio);
+                worst_custom = std::max({worst_custom, cc.worst_ratio, cd.worst_ratio});
+            }
+        }
+    }
+    BOOST_TEST_MESSAGE("worst error in bound units over " << cases.size() << " cases: double " << worst64 << ", float " << worst32
+                                                          << ", long double " << worstld << ", bf16 policy " << worstbf
+                                                          << ", custom orders " << worst_custom);
+}
+
+BOOST_AUTO_TEST_CASE(bug_catalog_fails_the_default_model) {
+    using F = tol::candidate_format;
+    auto bug = [](const char* name, auto&& mutate, F f = F::float64) {
+        const golden g = load(golden_dir / name);
+        case_spec s = g.lc.m.spec;
+        case_data d = g.lc.data;
+        const std::vector<double> out = mutate(s, d);
+        return fails(g, out, f);
+    };
+    auto run64 = [](const case_spec& s, const case_data& d) { return run_policy<uniform_precision<double>>(s, d); };
+    BOOST_TEST(bug("sdpa_basic", [&](case_spec& s, case_data& d) { s.conventions.scale = 1.0; return run64(s, d); }), "missing scale");
+    BOOST_TEST(bug("sdpa_basic", [&](case_spec& s, case_data& d) { s.conventions.scale = 1.0 / s.shapes.head_dim_qk; return run64(s, d); }),
+               "1/d_k");
+    BOOST_TEST(bug("sdpa_bool_mask_true_means_attend", [&](case_spec& s, case_data& d) {
+                   s.conventions.polarity = mask_polarity::true_means_masked;
+                   return run64(s, d);
+               }),
+               "mask polarity flipped");
+    BOOST_TEST(bug("sdpa_causal_bottom_right_sq_lt_sk", [&](case_spec& s, case_data& d) {
+                   s.conventions.alignment = causal_alignment::top_left;
+                   return run64(s, d);
+               }),
+               "causal top-left instead of bottom-right");
+    BOOST_TEST(bug("sdpa_empty_rows_zero", [&](case_spec& s, case_data& d) {
+                   s.conventions.empty_rows = empty_row_policy::uniform;
+                   return run64(s, d);
+               }),
+               "wrong empty-row policy");
+    BOOST_TEST(bug("mha_bias_gqa", [&](case_spec& s, case_data& d) { s.conventions.projection_bias = false; return run64(s, d); }),
+               "dropped bias");
+    BOOST_TEST(bug("mha_bias_gqa", [&](case_spec& s, case_data& d) {
+                   // heads merged as (c, h) instead of (h, c): the same as permuting W_o's rows
+                   const std::size_t H = s.shapes.heads, dv = s.shapes.head_dim_v, E = s.shapes.output_dim;
+                   std::vector<double> w = d.w_o;
+                   for (std::size_t h = 0; h < H; ++h)
+                       for (std::size_t c = 0; c < dv; ++c)
+                           for (std::size_t e = 0; e < E; ++e) w[(h * dv + c) * E + e] = d.w_o[(c * H + h) * E + e];
+                   d.w_o = w;
+                   return run64(s, d);
+               }),
+               "heads merged in the wrong order");
+    BOOST_TEST(bug("mha_seed_example", [&](case_spec& s, case_data& d) {
+                   const std::size_t E = s.shapes.model_dim;  // W_q is E x E here
+                   std::vector<double> w = d.w_q;
+                   for (std::size_t r = 0; r < E; ++r)
+                       for (std::size_t c = 0; c < E; ++c) w[r * E + c] = d.w_q[c * E + r];
+                   d.w_q = w;
+                   return run64(s, d);
+               }),
+               "transposed projection");
+    BOOST_TEST(bug("sdpa_gqa", [&](case_spec& s, case_data& d) {
+                   // interleaved GQA: query head h reads kv head h % Hkv. Run the blocked (correct) code on
+                   // permuted query heads and undo the permutation on the output.
+                   const case_shapes& z = s.shapes;
+                   const std::size_t H = z.heads, Hkv = z.kv_heads, G = H / Hkv, n = z.query_length * z.head_dim_qk,
+                                     m = z.query_length * z.head_dim_v;
+                   auto pi = [&](std::size_t hp) { return (hp % G) * Hkv + hp / G; };
+                   case_data d2 = d;
+                   for (std::size_t b = 0; b < z.batch; ++b)
+                       for (std::size_t hp = 0; hp < H; ++hp)
+                           std::copy_n(&d.query[(b * H + pi(hp)) * n], n, &d2.query[(b * H + hp) * n]);
+                   const std::vector<double> o = run64(s, d2);
+                   std::vector<double> r(o.size());
+                   for (std::size_t b = 0; b < z.batch; ++b)
+                       for (std::size_t hp = 0; hp < H; ++hp) std::copy_n(&o[(b * H + hp) * m], m, &r[(b * H + pi(hp)) * m]);
+                   return r;
+               }),
+               "GQA interleaved instead of blocked");
+    BOOST_TEST(bug("sdpa_basic", [&](case_spec& s, case_data& d) {
+                   // softmax over the query axis instead of the key axis
+                   const case_shapes& z = s.shapes;
+                   const attention_options o = options_for(s, d, 1, softmax_algorithm::shifted_division, 64);
+                   const auto S = attention_logits<uniform_precision<double>>(
+                       tensor_view<const double, 4>{d.query.data(), {z.batch, z.heads, z.query_length, z.head_dim_qk}},
+                       tensor_view<const double, 4>{d.key.data(), {z.batch, z.kv_heads, z.key_length, z.head_dim_qk}}, o);
+                   std::vector<double> out(z.batch * z.heads * z.query_length * z.head_dim_v, 0.0);
+                   for (std::size_t b = 0; b < z.batch; ++b)
+                       for (std::size_t h = 0; h < z.heads; ++h)
+                           for (std::size_t j = 0; j < z.key_length; ++j) {
+                               double mx = -INFINITY, sum = 0;
+                               for (std::size_t i = 0; i < z.query_length; ++i) mx = std::max(mx, S(b, h, i, j));
+                               for (std::size_t i = 0; i < z.query_length; ++i) sum += std::exp(S(b, h, i, j) - mx);
+                               for (std::size_t i = 0; i < z.query_length; ++i)
+                                   for (std::size_t c = 0; c < z.head_dim_v; ++c)
+                                       out[((b * z.heads + h) * z.query_length + i) * z.head_dim_v + c] +=
+                                           std::exp(S(b, h, i, j) - mx) / sum *
+                                           d.value[((b * z.kv_heads + h) * z.key_length + j) * z.head_dim_v + c];
+                           }
+                   return out;
+               }),
+               "softmax over the wrong axis");
+    BOOST_TEST(bug("sdpa_adv_fp16_exp_overflow", [&](case_spec& s, case_data& d) {
+                   return run_policy<uniform_precision<formats::float16>>(s, d, softmax_algorithm::naive);
+               }, F::float16),
+               "no max shift in fp16");
+}
+
+BOOST_AUTO_TEST_CASE(models_and_zero_trust) {
+    using F = tol::candidate_format;
+    BOOST_TEST(tol::ulp_distance(F::float32, 1.0, 1.0 + 0x1p-23) == 1.0);
+    BOOST_TEST(tol::ulp_distance(F::bfloat16, -0.0, 0.0) == 0.0);
+    BOOST_TEST(tol::ulp_distance(F::float16, 1.0, 1.0 + 0x1p-9) == 2.0);
+    const std::vector<double> e{1.0, 2.0, 3.0}, zero_naive = e;
+    // FA3's floor keeps the baseline bound positive when the naive implementation is exact.
+    BOOST_TEST(tol::baseline_bound(e, zero_naive, F::float32) > 0);
+    BOOST_TEST(tol::untrustworthy(std::vector<double>{0, 0, 1, 2}, 2).has_value());
+    BOOST_TEST(tol::untrustworthy(std::vector<double>{1, 2, 1, 2, 1, 2}, 2).has_value());
+    BOOST_TEST(!tol::untrustworthy(std::vector<double>{1, 2, 3, 4}, 2).has_value());
+    const std::vector<double> nan{NAN, 2.0, 3.0};
+    BOOST_TEST(!tol::compare_assert_close(nan, e, F::float32).ok());
+}
