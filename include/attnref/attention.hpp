@@ -66,18 +66,27 @@ struct attention_dims {
 
 namespace detail {
 
-template <class Q, class K, class V>
-constexpr attention_dims attention_dims_of(tensor_view<const Q, 4> q, tensor_view<const K, 4> k,
-                                           tensor_view<const V, 4> v) {
-    const attention_dims d{q.extents[0], q.extents[1], k.extents[1], q.extents[2], k.extents[2], q.extents[3], v.extents[3]};
+/// Sizes read off q (B, H, Sq, dk) and k (B, Hkv, Sk, dk); head_dim_v is left 0.
+template <class Q, class K>
+constexpr attention_dims attention_dims_of(tensor_view<const Q, 4> q, tensor_view<const K, 4> k) {
+    const attention_dims d{q.extents[0], q.extents[1], k.extents[1], q.extents[2], k.extents[2], q.extents[3], 0};
     require_extent("key axis 0 (batch)", k.extents[0], d.batch);
-    require_extent("value axis 0 (batch)", v.extents[0], d.batch);
-    require_extent("value axis 1 (kv heads)", v.extents[1], d.kv_heads);
-    require_extent("value axis 2 (key length)", v.extents[2], d.key_length);
     require_extent("key axis 3 (head dim dk)", k.extents[3], d.head_dim_qk);
     if (d.kv_heads == 0 || d.heads % d.kv_heads != 0)
         throw shape_error("key axis 1 (kv heads): expected a divisor of the query heads " + std::to_string(d.heads) +
                           ", got " + std::to_string(d.kv_heads));
+    return d;
+}
+
+/// Sizes of a full call: q, k as above and v (B, Hkv, Sk, dv).
+template <class Q, class K, class V>
+constexpr attention_dims attention_dims_of(tensor_view<const Q, 4> q, tensor_view<const K, 4> k,
+                                           tensor_view<const V, 4> v) {
+    attention_dims d = attention_dims_of(q, k);
+    require_extent("value axis 0 (batch)", v.extents[0], d.batch);
+    require_extent("value axis 1 (kv heads)", v.extents[1], d.kv_heads);
+    require_extent("value axis 2 (key length)", v.extents[2], d.key_length);
+    d.head_dim_v = v.extents[3];
     return d;
 }
 
@@ -252,7 +261,7 @@ template <PrecisionPolicy Policy, class Q, class K>
 constexpr tensor<typename Policy::accumulate_type, 4> attention_logits(tensor_view<const Q, 4> q, tensor_view<const K, 4> k,
                                                                        const attention_options& options = {}) {
     using A = typename Policy::accumulate_type;
-    const attention_dims d = detail::attention_dims_of(q, k, tensor_view<const K, 4>{k.data, k.extents});
+    const attention_dims d = detail::attention_dims_of(q, k);
     detail::validate_masks(options.mask, d.batch, d.heads, d.query_length, d.key_length);
     const std::size_t group = d.heads / d.kv_heads, sq = d.query_length, sk = d.key_length, dk = d.head_dim_qk;
     tensor<A, 4> result({d.batch, d.heads, sq, sk}, A(0));
