@@ -38,9 +38,11 @@ struct study_flags {
     bool direct_logits = false, positive_values = false, no_plot = false;
 };
 
-study::policy_id parse_policy(const std::string& s) {
+std::string parse_policy(const std::string& s) {
     if (auto p = study::policy_from_name(s)) return *p;
-    throw data_error("attnref study: unknown policy '" + s + "' (fp64, fp32, bf16, fp16, bf16-fp32, fp16-fp32, fp32-pbf16)");
+    std::string names;
+    for (const policy_entry& e : policy_names) names += (names.empty() ? "" : ", ") + std::string(e.name);
+    throw data_error("attnref study: unknown policy '" + s + "' (" + names + ")");
 }
 softmax_algorithm parse_algorithm(const std::string& s) {
     if (auto a = study::algorithm_from_name(s)) return *a;
@@ -62,7 +64,7 @@ study::sweep sweep_from_json(const nlohmann::json& j) {
     study::sweep s;
     auto strings = [&](const char* key) { return j.at(key).get<std::vector<std::string>>(); };
     s.name = j.value("name", std::string("custom"));
-    if (j.contains("policy")) s.policies = map_all<study::policy_id>(strings("policy"), parse_policy);
+    if (j.contains("policy")) s.policies = map_all<std::string>(strings("policy"), parse_policy);
     if (j.contains("algorithm")) s.algorithms = map_all<softmax_algorithm>(strings("algorithm"), parse_algorithm);
     if (j.contains("placement")) s.placements = map_all<scale_placement>(strings("placement"), parse_placement);
     if (j.contains("block")) s.blocks = j.at("block").get<std::vector<std::size_t>>();
@@ -87,7 +89,7 @@ bool any_axis_flag(const study_flags& f) {
 
 study::sweep sweep_from_flags(const study_flags& f) {
     study::sweep s;
-    if (!f.policies.empty()) s.policies = map_all<study::policy_id>(f.policies, parse_policy);
+    if (!f.policies.empty()) s.policies = map_all<std::string>(f.policies, parse_policy);
     if (!f.algorithms.empty()) s.algorithms = map_all<softmax_algorithm>(f.algorithms, parse_algorithm);
     if (!f.placements.empty()) s.placements = map_all<scale_placement>(f.placements, parse_placement);
     if (!f.blocks.empty()) s.blocks = f.blocks;
@@ -111,21 +113,21 @@ std::string csv_header() {
 
 std::string csv_row(const study::point& p, const study::result& r) {
     return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.4f},{:.6e}",
-                       p.sweep, study::policy_name(p.policy), study::algorithm_name(p.algorithm), p.block,
+                       p.sweep, p.policy, study::algorithm_name(p.algorithm), p.block,
                        study::placement_name(p.placement), p.seq, p.queries, p.head_dim, p.offset, p.ramp, p.logit_scale,
                        p.direct_logits ? 1 : 0, p.seeds.size(), r.u, r.out_max, r.out_rms, r.p_max, r.p_rms, r.lse_max,
                        r.lse_rms, r.ulp_max, r.bias, r.bias_z, r.bound_ratio);
 }
 
 std::string table(const std::vector<study::point>& points, const std::vector<study::result>& results) {
-    std::string t = fmt::format("{:<9} {:<10} {:<13} {:>5} {:>5} {:>4} {:>7} {:>6} | {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9}\n",
+    std::string t = fmt::format("{:<9} {:<14} {:<13} {:>5} {:>5} {:>4} {:>7} {:>6} | {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9}\n",
                                 "sweep", "policy", "softmax", "block", "n", "dk", "offset", "ramp", "out max", "out rms",
                                 "P max", "lse max", "ulp max", "bias", "bias z", "err/bound");
     for (std::size_t i = 0; i < points.size(); ++i) {
         const study::point& p = points[i];
         const study::result& r = results[i];
-        t += fmt::format("{:<9} {:<10} {:<13} {:>5} {:>5} {:>4} {:>7g} {:>6g} | {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.3g} {:>9.1e} {:>7.2f} {:>9.2e}\n",
-                         p.sweep, study::policy_name(p.policy), study::algorithm_name(p.algorithm), p.block, p.seq,
+        t += fmt::format("{:<9} {:<14} {:<13} {:>5} {:>5} {:>4} {:>7g} {:>6g} | {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.3g} {:>9.1e} {:>7.2f} {:>9.2e}\n",
+                         p.sweep, p.policy, study::algorithm_name(p.algorithm), p.block, p.seq,
                          p.head_dim, p.offset, p.ramp, r.out_max, r.out_rms, r.p_max, r.lse_max, r.ulp_max, r.bias,
                          r.bias_z, r.bound_ratio);
     }
@@ -192,7 +194,7 @@ void register_study(CLI::App& app) {
     CLI::App* s = app.add_subcommand("study", "Precision study: sweep policies/algorithms/sizes against an MPFR reference");
     s->add_option("--out", f->out, "output directory (study.csv, table.txt, *.svg)")->required();
     s->add_option("--json", f->json, "study description (JSON, see docs/studies.md); ignored if any axis flag is given");
-    s->add_option("--policy", f->policies, "fp64 fp32 bf16 fp16 bf16-fp32 fp16-fp32 fp32-pbf16");
+    s->add_option("--policy", f->policies, "policy names (policies.hpp / attnref run), e.g. float32 bf16_fp32acc fp32_p_bf16");
     s->add_option("--algorithm", f->algorithms, "softmax: naive shifted division_free online");
     s->add_option("--block", f->blocks, "online softmax block sizes");
     s->add_option("--placement", f->placements, "scale placement: on_product on_query split_sqrt");

@@ -4,9 +4,10 @@
 /// and against a high-precision reference (the same templates in mpfr_real<40>, 133 bits), and
 /// measure the error. A study is a list of points; each point fixes every axis:
 ///
-///   policy      fp64, fp32, bf16, fp16 (pure: everything in the format), bf16-fp32, fp16-fp32
-///               (storage and output in the format, accumulation in fp32), fp32-pbf16 (fp32 with
-///               P rounded to bf16 before P·V, as FlashAttention does)
+///   policy      a name of the policy registry (policies.hpp): float64, float32, bf16, fp16 (pure:
+///               everything in the format), bf16_fp32acc, fp16_fp32acc (storage, P and output in the
+///               format, accumulation in fp32), fp32_p_bf16 (fp32 with P rounded to bf16 before
+///               P·V), fp32_p_fp8e4m3/e5m2, longdouble, float128, bin50
 ///   algorithm   softmax algorithm (softmax.hpp); block = online block size
 ///   placement   scale placement (attention.hpp)
 ///   seq         key length n;  queries = query length;  head_dim = dk = dv
@@ -51,37 +52,34 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
+#include <ios>
 #include <vector>
 
 #include "attnref/attention.hpp"
 #include "attnref/formats.hpp"
 #include "attnref/generator.hpp"
 #include "attnref/multiprecision.hpp"
+#include "attnref/policies.hpp"
 #include "attnref/precision.hpp"
 
 namespace attnref::study {
 
-enum class policy_id { fp64, fp32, bf16, fp16, bf16_fp32, fp16_fp32, fp32_pbf16 };
+/// Policies are named as in attnref's registry (policies.hpp: float64, float32, bf16, fp16,
+/// bf16_fp32acc, fp16_fp32acc, fp32_p_bf16, fp32_p_fp8e4m3, ...); the short names fp64, fp32,
+/// bf16-fp32, fp16-fp32 and fp32-pbf16 are accepted as aliases.
+inline constexpr std::string_view default_policies[] = {"float64", "float32", "bf16", "fp16",
+                                                        "bf16_fp32acc", "fp16_fp32acc", "fp32_p_bf16"};
 
-inline constexpr policy_id all_policies[] = {policy_id::fp64,      policy_id::fp32,      policy_id::bf16,
-                                             policy_id::fp16,      policy_id::bf16_fp32, policy_id::fp16_fp32,
-                                             policy_id::fp32_pbf16};
-
-inline constexpr std::string_view policy_name(policy_id p) {
-    switch (p) {
-        case policy_id::fp64: return "fp64";
-        case policy_id::fp32: return "fp32";
-        case policy_id::bf16: return "bf16";
-        case policy_id::fp16: return "fp16";
-        case policy_id::bf16_fp32: return "bf16-fp32";
-        case policy_id::fp16_fp32: return "fp16-fp32";
-        case policy_id::fp32_pbf16: return "fp32-pbf16";
-    }
-    return "";
-}
-inline std::optional<policy_id> policy_from_name(std::string_view n) {
-    for (policy_id p : all_policies)
-        if (policy_name(p) == n) return p;
+/// The registry name for `n` (aliases resolved), or nullopt when no policy has that name.
+inline std::optional<std::string> policy_from_name(std::string_view n) {
+    if (n == "fp64") n = "float64";
+    else if (n == "fp32") n = "float32";
+    else if (n == "bf16-fp32") n = "bf16_fp32acc";
+    else if (n == "fp16-fp32") n = "fp16_fp32acc";
+    else if (n == "fp32-pbf16") n = "fp32_p_bf16";
+    for (const policy_entry& e : policy_names)
+        if (e.name == n) return std::string(n);
     return std::nullopt;
 }
 
@@ -119,7 +117,7 @@ inline std::optional<scale_placement> placement_from_name(std::string_view n) {
 /// One point of a study.
 struct point {
     std::string sweep = "custom";  ///< label for tables and plots
-    policy_id policy = policy_id::fp32;
+    std::string policy = "float32";  ///< a name of policies.hpp's registry
     softmax_algorithm algorithm = softmax_algorithm::shifted_division;
     std::size_t block = 64;
     scale_placement placement = scale_placement::on_product;
@@ -165,18 +163,25 @@ inline double ulp_of(double x, int p, int emin) {
     return std::ldexp(1.0, std::max(e - 1, emin) - (p - 1));
 }
 
-inline generator::input_format format_of(policy_id p) {
-    switch (p) {
-        case policy_id::fp64: return generator::input_format::float64;
-        case policy_id::fp32: case policy_id::fp32_pbf16: return generator::input_format::float32;
-        case policy_id::bf16: case policy_id::bf16_fp32: return generator::input_format::bfloat16;
-        case policy_id::fp16: case policy_id::fp16_fp32: return generator::input_format::float16;
-    }
-    return generator::input_format::float64;
+/// The generator's format with T's precision (float64 for anything at least as wide as double).
+template <class T>
+generator::input_format format_of() {
+    if constexpr (scalar_traits<T>::digits == 24) return generator::input_format::float32;
+    else if constexpr (scalar_traits<T>::digits == 11) return generator::input_format::float16;
+    else if constexpr (scalar_traits<T>::digits == 8) return generator::input_format::bfloat16;
+    else return generator::input_format::float64;
 }
 
 inline double scale_of(const point& pt) {
     return pt.direct_logits ? 0.0 : pt.logit_scale / std::sqrt(static_cast<double>(pt.head_dim));
+}
+
+/// x as a reference real, exactly (through double only for formats no wider than double).
+template <class R, class T>
+R to_reference(const T& x) {
+    if constexpr (std::is_same_v<T, R> || std::is_arithmetic_v<T>) return R(x);
+    else if constexpr (scalar_traits<T>::digits <= 53) return R(static_cast<double>(x));
+    else return R(x.str(0, std::ios_base::scientific));  // Boost numbers: round-trip decimal
 }
 
 /// Outputs of one run, as doubles (exact for every emulated format) or reference reals.
@@ -208,9 +213,9 @@ run_outputs<Out> run_sdpa(const point& pt, const std::vector<double>& q, const s
                                                                  tensor_view<const S, 4>{ks.data(), {1, 1, n, d}},
                                                                  tensor_view<const S, 4>{vs.data(), {1, 1, n, d}}, o);
     run_outputs<Out> out;
-    for (std::size_t i = 0; i < r.output.size(); ++i) out.out.push_back(Out(static_cast<double>(r.output.data()[i])));
-    for (std::size_t i = 0; i < r.weights.size(); ++i) out.p.push_back(Out(static_cast<double>(r.weights.data()[i])));
-    for (std::size_t i = 0; i < r.lse.size(); ++i) out.lse.push_back(Out(static_cast<double>(r.lse.data()[i])));
+    for (std::size_t i = 0; i < r.output.size(); ++i) out.out.push_back(to_reference<Out>(r.output.data()[i]));
+    for (std::size_t i = 0; i < r.weights.size(); ++i) out.p.push_back(to_reference<Out>(r.weights.data()[i]));
+    for (std::size_t i = 0; i < r.lse.size(); ++i) out.lse.push_back(to_reference<Out>(r.lse.data()[i]));
     return out;
 }
 
@@ -252,15 +257,12 @@ result measure(const point& pt) {
     const int out_digits = scalar_traits<O>::digits;
     const int out_emin = std::numeric_limits<O>::min_exponent - 1;
     const double s = scale_of(pt);
-    generator::input_format accumulate_format = generator::input_format::float64;
-    if (scalar_traits<A>::digits == 24) accumulate_format = generator::input_format::float32;
-    if (scalar_traits<A>::digits == 11) accumulate_format = generator::input_format::float16;
-    if (scalar_traits<A>::digits == 8) accumulate_format = generator::input_format::bfloat16;
+    const generator::input_format accumulate_format = format_of<A>();
     const double blocks = std::ceil(static_cast<double>(n) / static_cast<double>(std::max<std::size_t>(pt.block, 1)));
     double out_sq = 0, p_sq = 0, lse_sq = 0;
     std::size_t out_count = 0, p_count = 0, lse_count = 0;
     std::vector<double> seed_bias;
-    const generator::input_format fmt = format_of(pt.policy);
+    const generator::input_format fmt = format_of<typename Policy::storage_type>();
     generator::input_family family;
     for (const char* role : {"query", "key"}) family.roles[role] = {1, 0};
     family.roles["value"] = pt.positive_values ? generator::affine{0.5, 0.5} : generator::affine{1, 0};
@@ -355,18 +357,11 @@ result measure(const point& pt) {
 
 /// Runs one point: SDPA under the point's policy and in mpfr_real<40>, and the measurements.
 inline result run_point(const point& pt) {
-    using formats::bfloat16;
-    using formats::float16;
-    switch (pt.policy) {
-        case policy_id::fp64: return detail::measure<uniform_precision<double>>(pt);
-        case policy_id::fp32: return detail::measure<uniform_precision<float>>(pt);
-        case policy_id::bf16: return detail::measure<uniform_precision<bfloat16>>(pt);
-        case policy_id::fp16: return detail::measure<uniform_precision<float16>>(pt);
-        case policy_id::bf16_fp32: return detail::measure<precision_policy<bfloat16, float, float, bfloat16>>(pt);
-        case policy_id::fp16_fp32: return detail::measure<precision_policy<float16, float, float, float16>>(pt);
-        case policy_id::fp32_pbf16: return detail::measure<precision_policy<float, float, bfloat16, float>>(pt);
-    }
-    throw std::invalid_argument("study: unknown policy");
+    result r;
+    const std::optional<std::string> name = policy_from_name(pt.policy);
+    if (!name || !visit_policy(*name, [&]<class P>(std::type_identity<P>) { r = detail::measure<P>(pt); }))
+        throw std::invalid_argument("study: unknown policy '" + pt.policy + "'");
+    return r;
 }
 
 /// Runs every point on `threads` threads (0: all hardware threads). Each point is computed on one
@@ -408,7 +403,7 @@ inline std::vector<result> run(const std::vector<point>& points, std::size_t thr
 /// Axes of a sweep: the study is the Cartesian product (in this nesting order, outermost first).
 struct sweep {
     std::string name = "custom";
-    std::vector<policy_id> policies{policy_id::fp32};
+    std::vector<std::string> policies{"float32"};
     std::vector<softmax_algorithm> algorithms{softmax_algorithm::shifted_division};
     std::vector<std::size_t> blocks{64};
     std::vector<scale_placement> placements{scale_placement::on_product};
@@ -426,7 +421,7 @@ struct sweep {
 
 inline std::vector<point> expand(const sweep& s) {
     std::vector<point> out;
-    for (policy_id p : s.policies)
+    for (const std::string& p : s.policies)
         for (softmax_algorithm a : s.algorithms)
             for (std::size_t b : s.blocks)
                 for (scale_placement pl : s.placements)
@@ -447,7 +442,7 @@ inline std::vector<point> expand(const sweep& s) {
 inline std::vector<sweep> default_study() {
     sweep length;
     length.name = "length";
-    length.policies.assign(std::begin(all_policies), std::end(all_policies));
+    length.policies.assign(std::begin(default_policies), std::end(default_policies));
     length.seqs = {64, 256, 1024};
     sweep offset;
     offset.name = "offset";
