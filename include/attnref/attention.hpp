@@ -252,7 +252,7 @@ constexpr void scaled_dot_product_attention_into(tensor_view<const Q, 4> q, tens
             if (!lse.empty()) lse(b, h, i) = convert<L>(row_lse);
         }
     };
-    detail::parallel_for(d.batch * d.heads, options.threads, run_head);
+    detail::parallel_for(d.batch * d.heads, options.threads, run_head, &thread_cleanup<A>::run);
 }
 
 /// The logits S (B, H, Sq, Sk) exactly as scaled_dot_product_attention_into forms them (scale,

@@ -89,7 +89,7 @@ constexpr void linear_into(tensor_view<const X, 3> x, tensor_view<const E, 2> w,
             y[r * n + j] = convert<Y>(acc[j]);
         }
     };
-    detail::parallel_for(rows, threads, row);
+    detail::parallel_for(rows, threads, row, &thread_cleanup<A>::run);
 }
 
 /// Sizes of a multi-head attention call, read off the inputs and checked.

@@ -73,6 +73,16 @@ struct scalar_traits<float128> {
 };
 #endif
 
+/// MPFR caches constants (log 2, π, …) per thread; free them when a worker thread ends.
+template <unsigned D>
+struct thread_cleanup<mpfr_real<D>> {
+    static void run() { mpfr_free_cache2(MPFR_FREE_LOCAL_CACHE); }
+};
+template <unsigned D>
+struct thread_cleanup<mpfr_interval<D>> {
+    static void run() { mpfr_free_cache2(MPFR_FREE_LOCAL_CACHE); }
+};
+
 /// Lower and upper ends of an interval, as MPFR numbers of the same precision.
 template <unsigned D>
 mpfr_real<D> lower_end(const mpfr_interval<D>& x) {

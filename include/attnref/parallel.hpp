@@ -18,7 +18,7 @@
 namespace attnref::detail {
 
 template <class F>
-void parallel_for_threads(std::size_t count, std::size_t threads, F& task) {
+void parallel_for_threads(std::size_t count, std::size_t threads, F& task, void (*at_thread_exit)()) {
     std::vector<std::thread> pool;
     std::exception_ptr failure;
     std::mutex failure_mutex;
@@ -31,6 +31,7 @@ void parallel_for_threads(std::size_t count, std::size_t threads, F& task) {
                 const std::lock_guard<std::mutex> lock(failure_mutex);
                 if (!failure) failure = std::current_exception();
             }
+            if (at_thread_exit) at_thread_exit();
         });
     }
     for (std::thread& th : pool) th.join();
@@ -38,8 +39,10 @@ void parallel_for_threads(std::size_t count, std::size_t threads, F& task) {
 }
 
 /// Runs task(0) … task(count − 1). threads == 0: std::thread::hardware_concurrency().
+/// `at_thread_exit` (may be null) runs at the end of each worker thread started here, e.g.
+/// thread_cleanup<T>::run to free an arithmetic's thread-local caches.
 template <class F>
-constexpr void parallel_for(std::size_t count, std::size_t threads, F&& task) {
+constexpr void parallel_for(std::size_t count, std::size_t threads, F&& task, void (*at_thread_exit)() = nullptr) {
     if (std::is_constant_evaluated()) {
         for (std::size_t n = 0; n < count; ++n) task(n);
         return;
@@ -50,7 +53,7 @@ constexpr void parallel_for(std::size_t count, std::size_t threads, F&& task) {
         for (std::size_t n = 0; n < count; ++n) task(n);
         return;
     }
-    parallel_for_threads(count, threads, task);
+    parallel_for_threads(count, threads, task, at_thread_exit);
 }
 
 }  // namespace attnref::detail

@@ -127,6 +127,14 @@ constexpr T quiet_NaN() {
 template <class T>
 constexpr bool is_nan(const T& x) { return !(x == x); }
 
+/// Per-thread teardown for arithmetic types that keep thread-local state (MPFR caches its constants
+/// per thread): parallel_for runs thread_cleanup<T>::run() at the end of every worker thread it
+/// starts. Specialised in multiprecision.hpp; nothing to do for the other types.
+template <class T>
+struct thread_cleanup {
+    static void run() {}
+};
+
 /// Unit roundoff u = 2^-digits of T, computed in T.
 template <Scalar T>
 constexpr T unit_roundoff() {
