@@ -50,6 +50,7 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     case_dir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(here, "..", "golden", "mha_bias_gqa")
     out_dir = sys.argv[3] if len(sys.argv) > 3 else "."
+    os.makedirs(out_dir, exist_ok=True)
     out = os.path.join(out_dir, "python_gate_output.npy")
     np.save(out, mha(case_dir).astype(np.float32))
     return subprocess.call([binary, "check", "--golden", case_dir, "--output", out,
