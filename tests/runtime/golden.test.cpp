@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "attnref/npy.hpp"
+#include "manifest.hpp"
 
 namespace fs = std::filesystem;
 
@@ -141,6 +142,13 @@ BOOST_AUTO_TEST_CASE(strict_manifest_errors_are_one_line_naming_file_and_field) 
     check(replace("\"heads\": 4,", "\"heads\": -4,"), "field 'shapes.heads': expected a positive integer");
     check(replace("\"causal\": false,", "\"causal\": false, \"colour\": 1,"), "field 'conventions.colour': unknown field");
     check(text.substr(0, text.size() / 2), "not valid JSON");
+    // Found by fuzz/manifest.fuzz.cpp: a number no double holds made nlohmann::json throw
+    // out_of_range (not parse_error), which escaped the parser as a foreign exception.
+    check(replace("\"scale\": null,", "\"scale\": 1e400,"), "not valid JSON: number overflow parsing '1e400'");
+    BOOST_CHECK_THROW(attnref::verify::parse_manifest(replace("\"scale\": null,", "\"scale\": -1e999,"), "m.json"),
+                      attnref::verify::data_error);
+    BOOST_CHECK_THROW(attnref::verify::parse_suite(R"({"schema": "attnref.suite", "schema_version": 1e400, "cases": []})", "s.json"),
+                      attnref::verify::data_error);
     // A tensor whose bytes do not match its sha256.
     write(manifest, text);
     const fs::path key = s.dir / "case" / "key.npy";
