@@ -1,17 +1,22 @@
 /// `attnref check`: gates a candidate implementation's outputs against a golden case.
 ///   attnref check --golden CASE_DIR --output FILE.npy [--weights FILE.npy] [--lse FILE.npy]
 ///                 [--dtype float64|float32|float16|bfloat16] [--tolerance data-aware|assert-close|ulp|baseline]
-///                 [--json FILE] [--junit FILE]
+///                 [--json FILE] [--junit FILE] [--cache-dir DIR | --no-cache] [--verbose]
 /// The candidate dtype defaults to the output .npy's descr ('<f8', '<f4', '<f2'; '<u2' = bfloat16 bit
 /// patterns). bfloat16 may also come as '<f4' values with --dtype bfloat16. Exit 0 pass, 1 fail or
 /// untrustworthy, 2 usage or data error. Tolerance models: include/attnref/tolerance.hpp.
 
+#include <array>
+#include <bit>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <fmt/color.h>
@@ -26,6 +31,7 @@
 #include "commands.hpp"
 #include "compute.hpp"
 #include "golden_case.hpp"
+#include "sha256.hpp"
 
 namespace attnref::verify {
 
@@ -40,9 +46,89 @@ std::string shape_text(const std::vector<std::size_t>& s) {
     return r + (s.size() == 1 ? ",)" : ")");
 }
 
+void advise_huge_pages([[maybe_unused]] void* p, [[maybe_unused]] std::size_t bytes) {
+#ifdef MADV_HUGEPAGE
+    const std::uintptr_t page = 4096, begin = (reinterpret_cast<std::uintptr_t>(p) + page - 1) & ~(page - 1),
+                         end = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(page - 1);
+    if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);  // a hint: failure is harmless
+#endif
+}
+
+/// The hot path for '<f8' and '<f4' candidates: the header is read and checked exactly as
+/// npy::parse checks it (same magic, version, length, terminator, printable-ASCII and dict rules,
+/// npy::detail::header_parser itself), then the data block is fread straight into the result — a
+/// '<f4' block into the upper half of the doubles' storage and widened in place, front to back
+/// (double n ends at byte 8n + 8 ≤ 4N + 4n + 4, where float n ends). One buffer, touched once.
+/// Returns nullopt whenever anything is not plainly valid: the caller then takes the strict
+/// npy::read path, which accepts or rejects it with its one-line message.
+std::optional<std::vector<double>> read_in_place(const std::string& file, const std::vector<std::size_t>& shape,
+                                                 std::string& descr) {
+    if constexpr (std::endian::native != std::endian::little) return std::nullopt;
+    std::error_code ec;
+    if (!fs::is_regular_file(file, ec)) return std::nullopt;
+    const std::uintmax_t size = fs::file_size(file, ec);
+    if (ec) return std::nullopt;
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(file.c_str(), "rb"), &std::fclose);
+    if (!f) return std::nullopt;
+    unsigned char pre[12];
+    if (size < 12 || std::fread(pre, 1, 12, f.get()) != 12 || std::memcmp(pre, "\x93NUMPY", 6) != 0) return std::nullopt;
+    const unsigned major = pre[6];
+    if (major < 1 || major > 3 || pre[7] != 0) return std::nullopt;
+    const std::size_t preamble = major == 1 ? 10 : 12;
+    const std::uint64_t header_length = major == 1 ? pre[8] | std::uint64_t{pre[9]} << 8
+                                                   : pre[8] | std::uint64_t{pre[9]} << 8 | std::uint64_t{pre[10]} << 16 | std::uint64_t{pre[11]} << 24;
+    if (header_length > npy::detail::max_header_length || header_length > size - preamble || header_length == 0) return std::nullopt;
+    std::string header(header_length, '\0');
+    if (std::fseek(f.get(), static_cast<long>(preamble), SEEK_SET) != 0 ||
+        std::fread(header.data(), 1, header.size(), f.get()) != header.size() || header.back() != '\n')
+        return std::nullopt;
+    std::string_view h(header);
+    h.remove_suffix(1);
+    while (!h.empty() && h.back() == ' ') h.remove_suffix(1);
+    for (char ch : h) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (!((c >= 0x20 && c < 0x7f) || c == '\t')) return std::nullopt;
+    }
+    npy::array a;
+    try {
+        a = npy::detail::header_parser(h, file).parse();
+    } catch (const npy::error&) {
+        return std::nullopt;
+    }
+    if ((a.descr != "<f8" && a.descr != "<f4") || a.shape != shape) return std::nullopt;
+    const std::optional<std::size_t> count = npy::detail::element_count(a.shape);
+    const std::size_t item = a.descr == "<f8" ? 8 : 4;
+    if (!count || *count > std::numeric_limits<std::size_t>::max() / 8) return std::nullopt;
+    if (size - preamble - header_length != *count * item) return std::nullopt;
+    std::vector<double> r;
+    r.reserve(*count);  // allocated, not yet touched: ask for transparent huge pages (first-touch
+    advise_huge_pages(r.data(), *count * 8);  // page faults dominate reading into fresh memory)
+    r.resize(*count);
+    std::byte* bytes = reinterpret_cast<std::byte*>(r.data());
+    std::byte* block = item == 8 ? bytes : bytes + 4 * *count;
+    if (std::fread(block, 1, *count * item, f.get()) != *count * item || std::fgetc(f.get()) != EOF) return std::nullopt;
+    if (item == 4) {
+        for (std::size_t n = 0; n < *count; ++n) {
+            float v;
+            std::memcpy(&v, block + 4 * n, 4);
+            r[n] = static_cast<double>(v);
+        }
+    }
+    descr = a.descr;
+    return r;
+}
+
+}  // namespace
+
 /// Reads a candidate .npy as doubles; '<u2' is decoded as bfloat16 bit patterns.
 std::vector<double> read_candidate(const std::string& file, const std::vector<std::size_t>& shape,
                                    std::optional<tol::candidate_format>& format) {
+    std::string fast_descr;
+    if (std::optional<std::vector<double>> r = read_in_place(file, shape, fast_descr)) {
+        const auto from_descr = fast_descr == "<f8" ? tol::candidate_format::float64 : tol::candidate_format::float32;
+        if (!format) format = from_descr;
+        return std::move(*r);
+    }
     npy::array a;
     try {
         a = npy::read(file);
@@ -68,6 +154,8 @@ std::vector<double> read_candidate(const std::string& file, const std::vector<st
     }
     return npy::to_double(a);
 }
+
+namespace {
 
 const tensor_entry* find_entry(const manifest& m, const std::string& role) {
     for (const tensor_entry& t : m.tensors)
@@ -103,7 +191,117 @@ std::vector<double> naive_output(const case_spec& spec, const case_data& data, t
     return {};
 }
 
+// ---------------------------------------------------------------------------------------------
+// Bound cache. The data-aware bounds need the case's per-element scales (Σ_j p_j|v_jl|, L·σ, and
+// their propagation through |W_o|), which cost O(B·H·Sq·Sk·(dk + dv)) to compute; the bounds are a
+// pure function of the case (pinned by its manifest.json, which pins every tensor by sha256), the
+// candidate format and the model, so they are computed once and stored as
+//     <cache dir>/<sha256 of the key text>.npy
+// a '<f8' vector of 16 + N values: [0] the layout version, [1..8] the sha256 of the key text as
+// eight 32-bit integers, [9] N, [10..15] 0, then the N bounds. An entry is used only when it parses,
+// has exactly that shape, and its version, key and N match; anything else (truncated, corrupt,
+// another key, another size, a negative bound) is ignored, recomputed and rewritten atomically
+// (npy::write). Failing to write the cache never fails the check.
+
+constexpr std::size_t cache_preamble = 16;
+constexpr double cache_version = 1;  // bump when the bound's derivation or this layout changes
+
+std::string cache_key_text(const std::string& manifest_sha256, tol::candidate_format f, tol::tolerance_model m) {
+    return fmt::format("attnref check bound cache v{}\nmanifest.json sha256 {}\nformat {}\nmodel {}\n", cache_version,
+                       manifest_sha256, tol::format_name(f), tol::model_name(m));
+}
+
+std::array<double, 8> digest_words(const std::string& hex) {
+    std::array<double, 8> w{};
+    for (std::size_t i = 0; i < 8; ++i) w[i] = static_cast<double>(std::stoul(hex.substr(8 * i, 8), nullptr, 16));
+    return w;
+}
+
+/// The cached bounds, or nullopt with the reason in `why` ("" when the file does not exist).
+std::optional<std::vector<double>> load_cached_bounds(const fs::path& file, const std::string& digest, std::size_t n,
+                                                      std::string& why) {
+    std::error_code ec;
+    if (!fs::exists(file, ec)) return std::nullopt;
+    npy::array a;
+    try {
+        a = npy::read(file);
+    } catch (const npy::error& e) {
+        why = e.what();
+        return std::nullopt;
+    }
+    if (a.descr != "<f8" || a.shape != std::vector<std::size_t>{cache_preamble + n}) {
+        why = "expected '<f8' of shape (" + std::to_string(cache_preamble + n) + ",), got '" + a.descr + "' " + shape_text(a.shape);
+        return std::nullopt;
+    }
+    std::vector<double> v = npy::to_double(a);
+    const std::array<double, 8> key = digest_words(digest);
+    if (v[0] != cache_version || !std::equal(key.begin(), key.end(), v.begin() + 1) || v[9] != static_cast<double>(n)) {
+        why = "stored key does not match";
+        return std::nullopt;
+    }
+    for (std::size_t i = 10; i < cache_preamble; ++i)
+        if (v[i] != 0) {
+            why = "stored key does not match";
+            return std::nullopt;
+        }
+    if (std::any_of(v.begin() + cache_preamble, v.end(), [](double b) { return b < 0; })) {
+        why = "negative bound";
+        return std::nullopt;
+    }
+    v.erase(v.begin(), v.begin() + cache_preamble);
+    return v;
+}
+
+/// Stores the bounds; returns "" or why it could not.
+std::string store_cached_bounds(const fs::path& file, const std::string& digest, const std::vector<double>& bounds) {
+    std::vector<double> v(cache_preamble, 0.0);
+    v[0] = cache_version;
+    const std::array<double, 8> key = digest_words(digest);
+    std::copy(key.begin(), key.end(), v.begin() + 1);
+    v[9] = static_cast<double>(bounds.size());
+    v.insert(v.end(), bounds.begin(), bounds.end());
+    try {
+        std::error_code ec;
+        fs::create_directories(file.parent_path(), ec);
+        if (ec) return file.parent_path().string() + ": " + ec.message();
+        npy::write(file, npy::make_array("<f8", {v.size()}, v));
+    } catch (const npy::error& e) {
+        return e.what();
+    }
+    return "";
+}
+
 }  // namespace
+
+std::optional<fs::path> default_cache_dir() {
+    const char* xdg = std::getenv("XDG_CACHE_HOME");
+    if (xdg && *xdg && fs::path(xdg).is_absolute()) return fs::path(xdg) / "attnref";
+    const char* home = std::getenv("HOME");
+    if (home && *home) return fs::path(home) / ".cache" / "attnref";
+    return std::nullopt;
+}
+
+std::vector<double> data_aware_bounds(const tol::data_aware_scales& scales, tol::candidate_format f) {
+    const double u = tol::unit_roundoff(f), ua = tol::accumulate_roundoff(f);
+    std::vector<double> b(scales.t0.size());
+    for (std::size_t n = 0; n < b.size(); ++n) b[n] = scales.bound(n, u, ua);
+    return b;
+}
+
+tensor_report judge_output(std::span<const double> candidate, std::span<const double> expected, tol::candidate_format f,
+                           std::span<const double> bounds, std::size_t row_length) {
+    if (candidate.size() != expected.size() || bounds.size() != expected.size())
+        throw data_error(fmt::format("output: {} candidate values, {} reference values, {} bounds", candidate.size(),
+                                     expected.size(), bounds.size()));
+    tensor_report out{"output", {}, {}, {}};
+    out.cmp = tol::compare(candidate, expected, f, [&](std::size_t n) { return bounds[n]; });
+    out.verdict = out.cmp.ok() ? "pass" : "FAIL";
+    if (auto why = tol::untrustworthy(candidate, row_length)) {
+        out.verdict = "untrustworthy";
+        out.note = std::string(*why);
+    }
+    return out;
+}
 
 tol::data_aware_scales data_aware_scales_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights) {
     const case_shapes& d = spec.shapes;
@@ -159,24 +357,48 @@ check_result run_check(const check_request& rq) {
     res.model = rq.model;
     const double u = tol::unit_roundoff(*format);
 
-    tensor_report out{"output", {}, {}, {}};
-    switch (rq.model) {
-        case tol::tolerance_model::data_aware:
-            out.cmp = tol::compare_data_aware(candidate, expected, *format, data_aware_scales_for(spec, lc.data, reference_weights(dir, lc)));
-            break;
-        case tol::tolerance_model::assert_close: out.cmp = tol::compare_assert_close(candidate, expected, *format); break;
-        case tol::tolerance_model::ulp: out.cmp = tol::compare_ulp(candidate, expected, *format); break;
-        case tol::tolerance_model::baseline:
-            out.cmp = tol::compare_baseline(candidate, expected, naive_output(spec, lc.data, *format), *format);
-            break;
-    }
-    out.verdict = out.cmp.ok() ? "pass" : "FAIL";
     const std::vector<std::size_t> oshape = output_shape(spec);
-    if (auto why = tol::untrustworthy(candidate, oshape.back())) {
-        out.verdict = "untrustworthy";
-        out.note = std::string(*why);
+    if (rq.model == tol::tolerance_model::data_aware) {
+        std::optional<std::vector<double>> cached;
+        std::string digest;
+        if (rq.cache_dir) {
+            const std::string key = cache_key_text(sha256_file(dir / "manifest.json"), *format, rq.model);
+            digest = sha256_hex(std::as_bytes(std::span(key.data(), key.size())));
+            res.cache_file = *rq.cache_dir / (digest + ".npy");
+            std::string why;
+            cached = load_cached_bounds(res.cache_file, digest, expected.size(), why);
+            res.cache_status = cached ? "hit" : why.empty() ? "miss" : "rejected: " + why;
+        }
+        std::vector<double> bounds;
+        if (cached) {
+            bounds = std::move(*cached);
+        } else {
+            bounds = data_aware_bounds(data_aware_scales_for(spec, lc.data, reference_weights(dir, lc)), *format);
+            if (rq.cache_dir)
+                if (std::string why = store_cached_bounds(res.cache_file, digest, bounds); !why.empty())
+                    res.cache_status = "unwritable: " + why;
+        }
+        res.tensors.push_back(judge_output(candidate, expected, *format, bounds, oshape.back()));
+    } else {
+        if (candidate.size() != expected.size())
+            throw data_error((dir / out_entry->file).string() + ": holds " + std::to_string(expected.size()) + " values, the output shape " +
+                             shape_text(oshape) + " needs " + std::to_string(candidate.size()));
+        tensor_report out{"output", {}, {}, {}};
+        switch (rq.model) {
+            case tol::tolerance_model::data_aware: break;
+            case tol::tolerance_model::assert_close: out.cmp = tol::compare_assert_close(candidate, expected, *format); break;
+            case tol::tolerance_model::ulp: out.cmp = tol::compare_ulp(candidate, expected, *format); break;
+            case tol::tolerance_model::baseline:
+                out.cmp = tol::compare_baseline(candidate, expected, naive_output(spec, lc.data, *format), *format);
+                break;
+        }
+        out.verdict = out.cmp.ok() ? "pass" : "FAIL";
+        if (auto why = tol::untrustworthy(candidate, oshape.back())) {
+            out.verdict = "untrustworthy";
+            out.note = std::string(*why);
+        }
+        res.tensors.push_back(out);
     }
-    res.tensors.push_back(out);
 
     // Invariants on the weights and lse the candidate returned.
     const attention_options o = options_for(spec, lc.data, 0, softmax_algorithm::shifted_division, 64);
@@ -319,7 +541,8 @@ void write_text(const std::string& file, const std::string& text) {
 
 void register_check(CLI::App& app) {
     struct args {
-        std::string golden, output, weights, lse, dtype, tolerance = "data-aware", json, junit;
+        std::string golden, output, weights, lse, dtype, tolerance = "data-aware", json, junit, cache_dir;
+        bool no_cache = false, verbose = false;
     };
     auto a = std::make_shared<args>();
     CLI::App* c = app.add_subcommand("check", "Gate an implementation's outputs (.npy) against a golden case");
@@ -334,6 +557,11 @@ void register_check(CLI::App& app) {
         ->capture_default_str();
     c->add_option("--json", a->json, "also write the report as JSON");
     c->add_option("--junit", a->junit, "also write the report as JUnit XML");
+    c->add_option("--cache-dir", a->cache_dir,
+                  "cache of the data-aware bounds, keyed by the manifest's sha256, format and model "
+                  "(default: $XDG_CACHE_HOME/attnref or ~/.cache/attnref)");
+    c->add_flag("--no-cache", a->no_cache, "neither read nor write the bound cache");
+    c->add_flag("--verbose", a->verbose, "print what the cache did (stderr)");
     c->callback([a] {
         check_request rq;
         rq.golden = a->golden;
@@ -342,7 +570,11 @@ void register_check(CLI::App& app) {
         rq.lse = a->lse;
         if (!a->dtype.empty()) rq.dtype = tol::format_from_name(a->dtype);
         rq.model = *tol::model_from_name(a->tolerance);
+        if (!a->no_cache) rq.cache_dir = a->cache_dir.empty() ? default_cache_dir() : std::optional<fs::path>(a->cache_dir);
         const check_result r = run_check(rq);
+        if (a->verbose)
+            std::fprintf(stderr, "attnref check: bound cache: %s%s\n", r.cache_status.empty() ? "not used" : r.cache_status.c_str(),
+                         r.cache_file.empty() ? "" : (" (" + r.cache_file.string() + ")").c_str());
         std::fputs(report_table(r, ::isatty(fileno(stdout)) != 0).c_str(), stdout);
         std::fflush(stdout);
         if (!a->json.empty()) write_text(a->json, report_json(r));

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,10 @@ struct check_request {
     std::string golden, output, weights, lse;  ///< empty weights/lse: not given
     std::optional<tolerance::candidate_format> dtype;  ///< nullopt: from the output's descr
     tolerance::tolerance_model model = tolerance::tolerance_model::data_aware;
+    /// Where the data-aware model's per-element bounds are cached (nullopt: no cache). Entries are
+    /// keyed by the sha256 of the case's manifest.json, the candidate format and the model; see
+    /// check.cpp ("bound cache") for the layout and how entries are verified.
+    std::optional<std::filesystem::path> cache_dir;
 };
 
 struct tensor_report {
@@ -34,7 +39,30 @@ struct check_result {
     std::vector<tensor_report> tensors;
     std::vector<invariant_report> invariants;
     bool passed = false;
+    /// Bound cache outcome: "" (no cache used), "hit", "miss" (computed, stored), "rejected: <why>"
+    /// (an unusable entry, recomputed and rewritten) or "unwritable: <why>" (computed, not stored).
+    std::string cache_status;
+    std::filesystem::path cache_file;
 };
+
+/// The default cache directory: $XDG_CACHE_HOME/attnref (when absolute), else ~/.cache/attnref;
+/// nullopt when neither variable is usable.
+std::optional<std::filesystem::path> default_cache_dir();
+
+/// Reads a candidate .npy as doubles ('<u2' = bfloat16 bit patterns). The shape must be `shape`;
+/// an unset `format` is set from the file's descr. Throws data_error (one line) for a bad file.
+std::vector<double> read_candidate(const std::string& file, const std::vector<std::size_t>& shape,
+                                   std::optional<tolerance::candidate_format>& format);
+
+/// The data-aware model's absolute bound per output element for candidates in format f:
+/// scales.bound(n, u, u_acc) for every n, evaluated once (this is what the cache stores).
+std::vector<double> data_aware_bounds(const tolerance::data_aware_scales& scales, tolerance::candidate_format f);
+
+/// Judges a candidate output against the reference with per-element absolute bounds (verdict
+/// "pass" or "FAIL"), then zero-trust ("untrustworthy", rows of length row_length). Sizes must agree
+/// (data_error otherwise).
+tensor_report judge_output(std::span<const double> candidate, std::span<const double> expected, tolerance::candidate_format f,
+                           std::span<const double> bounds, std::size_t row_length);
 
 /// Throws data_error (exit 2) for unusable inputs.
 check_result run_check(const check_request& rq);

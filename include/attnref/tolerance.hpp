@@ -348,9 +348,16 @@ struct comparison {
 /// Compares candidate a against reference e elementwise. `bound_at(n)` gives the absolute bound of
 /// element n (for the ulp model pass ulp_limit instead and a null bound_at). NaN must match NaN, ±inf
 /// must match the same infinity; any other non-finite mismatch is a violation.
-template <class BoundAt>
-comparison compare(std::span<const double> a, std::span<const double> e, candidate_format f, BoundAt&& bound_at,
-                   std::optional<double> ulp_limit = std::nullopt) {
+namespace detail {
+/// x/y > limit may hold only if x ≥ limit·y·(1 − 2⁻⁵⁰) (x, y ≥ 0, limit ≥ 0): a cheap test that
+/// skips the division for the (common) elements that cannot raise a running maximum. Conservative:
+/// whenever it answers false, the exact quotient is below limit, so fl(x/y) ≤ limit.
+inline bool may_exceed(double x, double y, double limit) { return !(x < limit * y * (1 - 0x1p-50)); }
+
+/// compare() with the format fixed at compile time (the per-element ULP distance then has no switch).
+template <candidate_format F, class BoundAt>
+comparison compare_in(std::span<const double> a, std::span<const double> e, BoundAt& bound_at, std::optional<double> ulp_limit) {
+    constexpr candidate_format f = F;
     comparison c;
     c.elements = a.size();
     double sum_sq = 0;
@@ -374,8 +381,11 @@ comparison compare(std::span<const double> a, std::span<const double> e, candida
         const double err = detail::abs_d(x - y);
         sum_sq += err * err;
         c.max_abs = std::max(c.max_abs, err);
-        if (y != 0) c.max_rel = std::max(c.max_rel, err / detail::abs_d(y));
-        else if (err != 0) c.max_rel = std::numeric_limits<double>::infinity();
+        if (y != 0) {
+            if (may_exceed(err, abs_d(y), c.max_rel)) c.max_rel = std::max(c.max_rel, err / abs_d(y));
+        } else if (err != 0) {
+            c.max_rel = std::numeric_limits<double>::infinity();
+        }
         const double ulps = ulp_distance(f, x, y);
         c.max_ulp = std::max(c.max_ulp, ulps);
         if (ulp_limit) {
@@ -383,6 +393,9 @@ comparison compare(std::span<const double> a, std::span<const double> e, candida
             ratio = ulps / *ulp_limit;
         } else {
             bound = bound_at(n);
+            // Skip the division when err ≤ bound and err/bound cannot exceed the worst ratio so far:
+            // then ratio ≤ 1 and ≤ worst_ratio, and neither test below can change.
+            if (have_worst && err <= bound && !may_exceed(err, bound, c.worst_ratio)) continue;
             ratio = err == 0 ? 0 : (bound > 0 ? err / bound : std::numeric_limits<double>::infinity());
         }
         if (ratio > 1) ++c.violations;
@@ -393,6 +406,19 @@ comparison compare(std::span<const double> a, std::span<const double> e, candida
     }
     c.rms = a.empty() ? 0 : std::sqrt(sum_sq / static_cast<double>(a.size()));
     return c;
+}
+}  // namespace detail
+
+template <class BoundAt>
+comparison compare(std::span<const double> a, std::span<const double> e, candidate_format f, BoundAt&& bound_at,
+                   std::optional<double> ulp_limit = std::nullopt) {
+    switch (f) {
+        case candidate_format::float64: return detail::compare_in<candidate_format::float64>(a, e, bound_at, ulp_limit);
+        case candidate_format::float32: return detail::compare_in<candidate_format::float32>(a, e, bound_at, ulp_limit);
+        case candidate_format::bfloat16: return detail::compare_in<candidate_format::bfloat16>(a, e, bound_at, ulp_limit);
+        case candidate_format::float16: return detail::compare_in<candidate_format::float16>(a, e, bound_at, ulp_limit);
+    }
+    return {};
 }
 
 /// Elementwise assert_close bound atol + rtol·|e|.

@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -284,4 +287,80 @@ BOOST_AUTO_TEST_CASE(models_and_zero_trust) {
     BOOST_TEST(!tol::untrustworthy(std::vector<double>{1, 2, 3, 4}, 2).has_value());
     const std::vector<double> nan{NAN, 2.0, 3.0};
     BOOST_TEST(!tol::compare_assert_close(nan, e, F::float32).ok());
+}
+
+BOOST_AUTO_TEST_CASE(bound_cache_is_used_verified_and_rewritten) {
+    const fs::path cache = fs::temp_directory_path() / ("attnref-check-cache-test-" + std::to_string(::getpid()));
+    const fs::path work = cache / "candidates";
+    fs::remove_all(cache);
+    fs::create_directories(work);
+    for (const char* name : {"sdpa_basic", "mha_bias_gqa"}) {
+        const fs::path dir = golden_dir / name;
+        const golden g = load(dir);
+        // A float32 candidate: the reference rounded to float.
+        std::vector<float> c(g.expected.size());
+        for (std::size_t n = 0; n < c.size(); ++n) c[n] = static_cast<float>(g.expected[n]);
+        const fs::path out = work / (std::string(name) + ".npy");
+        npy::write(out, npy::make_array("<f4", output_shape(g.lc.m.spec), c));
+        check_request rq;
+        rq.golden = dir.string();
+        rq.output = out.string();
+        const check_result plain = run_check(rq);  // no cache
+        BOOST_TEST(plain.cache_status == "");
+        rq.cache_dir = cache;
+        const check_result first = run_check(rq), second = run_check(rq);
+        BOOST_TEST(first.cache_status == "miss");
+        BOOST_TEST(second.cache_status == "hit");
+        BOOST_TEST(fs::exists(second.cache_file));
+        auto same = [&](const check_result& a, const check_result& b) {
+            const tol::comparison &x = a.tensors.at(0).cmp, &y = b.tensors.at(0).cmp;
+            return a.passed == b.passed && x.violations == y.violations && x.worst_ratio == y.worst_ratio &&
+                   x.worst_index == y.worst_index && x.worst_bound == y.worst_bound && x.max_abs == y.max_abs;
+        };
+        BOOST_TEST(plain.passed);
+        BOOST_TEST(same(plain, first));
+        BOOST_TEST(same(plain, second));
+        // The cached bounds are exactly the computed ones.
+        const std::vector<double> bounds = data_aware_bounds(g.scales, tol::candidate_format::float32);
+        std::vector<double> stored = npy::to_double(npy::read(second.cache_file));
+        stored.erase(stored.begin(), stored.begin() + 16);
+        BOOST_TEST((stored == bounds));
+        // Another format is another entry.
+        rq.dtype = tol::candidate_format::bfloat16;
+        BOOST_TEST(run_check(rq).cache_status == "miss");
+        rq.dtype.reset();
+        // Corrupt entries are never trusted: truncated, wrong key, bounds shrunk to 0 with a wrong key.
+        const fs::path entry = second.cache_file;
+        const std::string bytes = [&] {
+            std::ifstream in(entry, std::ios::binary);
+            return std::string(std::istreambuf_iterator<char>(in), {});
+        }();
+        auto put = [&](const std::string& b) {
+            std::ofstream o(entry, std::ios::binary | std::ios::trunc);
+            o << b;
+        };
+        put(bytes.substr(0, bytes.size() - 9));
+        check_result r = run_check(rq);
+        BOOST_TEST(r.cache_status.rfind("rejected: ", 0) == 0u, r.cache_status);
+        BOOST_TEST(same(plain, r));
+        BOOST_TEST(run_check(rq).cache_status == "hit");  // rewritten
+        std::vector<double> v = npy::to_double(npy::read(entry));
+        v[3] += 1;  // one word of the stored key
+        npy::write(entry, npy::make_array("<f8", {v.size()}, v));
+        r = run_check(rq);
+        BOOST_TEST(r.cache_status == "rejected: stored key does not match");
+        BOOST_TEST(same(plain, r));
+        npy::write(entry, npy::make_array("<f8", {4}, std::vector<double>{1, 2, 3, 4}));
+        r = run_check(rq);
+        BOOST_TEST(r.cache_status.rfind("rejected: expected '<f8' of shape", 0) == 0u, r.cache_status);
+        BOOST_TEST(same(plain, r));
+        BOOST_TEST(run_check(rq).cache_status == "hit");
+        // A bad candidate still fails with the cache.
+        for (float& x : c) x *= 1.01f;
+        npy::write(out, npy::make_array("<f4", output_shape(g.lc.m.spec), c));
+        const check_result bad = run_check(rq);
+        BOOST_TEST(bad.cache_status == "hit");
+        BOOST_TEST(!bad.passed);
+    }
+    fs::remove_all(cache);
 }
