@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -108,15 +109,18 @@ study::sweep sweep_from_flags(const study_flags& f) {
 
 std::string csv_header() {
     return "sweep,policy,algorithm,block,placement,seq,queries,head_dim,offset,ramp,logit_scale,direct_logits,seeds,"
-           "u,out_max,out_rms,p_max,p_rms,lse_max,lse_rms,ulp_max,bias,bias_z,bound_ratio";
+           "u,out_max,out_rms,p_max,p_rms,lse_max,lse_rms,ulp_max,bias,bias_z,bound_ratio,"
+           "rms_hi_logits,rms_hi_softmax,rms_hi_p_cast,rms_hi_pv,rms_hi_output";
 }
 
 std::string csv_row(const study::point& p, const study::result& r) {
-    return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.4f},{:.6e}",
+    return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.4f},{:.6e},"
+                       "{:.6e},{:.6e},{:.6e},{:.6e},{:.6e}",
                        p.sweep, p.policy, study::algorithm_name(p.algorithm), p.block,
                        study::placement_name(p.placement), p.seq, p.queries, p.head_dim, p.offset, p.ramp, p.logit_scale,
                        p.direct_logits ? 1 : 0, p.seeds.size(), r.u, r.out_max, r.out_rms, r.p_max, r.p_rms, r.lse_max,
-                       r.lse_rms, r.ulp_max, r.bias, r.bias_z, r.bound_ratio);
+                       r.lse_rms, r.ulp_max, r.bias, r.bias_z, r.bound_ratio, r.stage_rms[0], r.stage_rms[1],
+                       r.stage_rms[2], r.stage_rms[3], r.stage_rms[4]);
 }
 
 std::string table(const std::vector<study::point>& points, const std::vector<study::result>& results) {
@@ -130,6 +134,22 @@ std::string table(const std::vector<study::point>& points, const std::vector<stu
                          p.sweep, p.policy, study::algorithm_name(p.algorithm), p.block, p.seq,
                          p.head_dim, p.offset, p.ramp, r.out_max, r.out_rms, r.p_max, r.lse_max, r.ulp_max, r.bias,
                          r.bias_z, r.bound_ratio);
+    }
+    // Stage attribution: each stage's share of the output RMS error, 1 − rms(stage in double)/rms
+    // ("-" where the stage already runs in double or wider).
+    t += fmt::format("\nstage attribution (share of the output RMS error removed by running one stage in double)\n");
+    t += fmt::format("{:<9} {:<14} {:<13} {:>5} {:>7} | {:>9} {:>8} {:>8} {:>8} {:>8} {:>8}\n", "sweep", "policy", "softmax",
+                     "n", "offset", "out rms", "logits", "softmax", "P cast", "P.V", "output");
+    auto share = [](double base, double staged) {
+        return std::isnan(staged) || base <= 0 ? std::string("-") : fmt::format("{:.0f}%", 100 * (1 - staged / base));
+    };
+    for (std::size_t i = 0; i < points.size(); ++i) {
+        const study::point& p = points[i];
+        const study::result& r = results[i];
+        t += fmt::format("{:<9} {:<14} {:<13} {:>5} {:>7g} | {:>9.2e} {:>8} {:>8} {:>8} {:>8} {:>8}\n", p.sweep, p.policy,
+                         study::algorithm_name(p.algorithm), p.seq, p.offset, r.out_rms, share(r.out_rms, r.stage_rms[0]),
+                         share(r.out_rms, r.stage_rms[1]), share(r.out_rms, r.stage_rms[2]), share(r.out_rms, r.stage_rms[3]),
+                         share(r.out_rms, r.stage_rms[4]));
     }
     return t;
 }

@@ -22,7 +22,8 @@
 ///   online softmax instead accumulates O block by block with FlashAttention's rescaling and
 ///   divides by the running sum at the end.
 ///
-/// All arithmetic happens in the policy's accumulate_type; inputs are converted to it once.
+/// Arithmetic per stage (precision.hpp): logits in the policy's logits_type, softmax in its
+/// softmax_type, P·V in its values_type (all default to accumulate_type); inputs are converted once.
 
 #include <cstddef>
 #include <cstdint>
@@ -176,7 +177,9 @@ constexpr void scaled_dot_product_attention_into(tensor_view<const Q, 4> q, tens
                                                  tensor_view<const V, 4> v, const attention_options& options,
                                                  tensor_view<O, 4> out, tensor_view<W, 4> weights,
                                                  tensor_view<L, 3> lse) {
-    using A = typename Policy::accumulate_type;
+    using Lg = logits_type_t<Policy>;   // q·kᵀ and everything added to the logits
+    using A = softmax_type_t<Policy>;   // the softmax
+    using Vt = values_type_t<Policy>;   // P·V
     using P = typename Policy::weights_type;
     const attention_dims d = detail::attention_dims_of(q, k, v);
     require_extent("output axis 0 (batch)", out.extents[0], d.batch);
@@ -204,21 +207,25 @@ constexpr void scaled_dot_product_attention_into(tensor_view<const Q, 4> q, tens
 
     auto run_head = [&](std::size_t task) {
         const std::size_t b = task / d.heads, h = task % d.heads, hk = h / group;
-        const detail::logits_context<A> ctx = detail::make_logits_context<A>(options, d, h);
-        std::vector<A> qh(sq * dk, A(0)), kh(sk * dk, A(0)), vh(sk * dv, A(0));
+        const detail::logits_context<Lg> ctx = detail::make_logits_context<Lg>(options, d, h);
+        std::vector<Lg> qh(sq * dk, Lg(0)), kh(sk * dk, Lg(0));
+        std::vector<Vt> vh(sk * dv, Vt(0));
         detail::convert_head_inputs(options, ctx.scale, q, k, b, h, hk, qh, kh);
         for (std::size_t j = 0; j < sk; ++j)
-            for (std::size_t c = 0; c < dv; ++c) vh[j * dv + c] = convert<A>(v(b, hk, j, c));
-        std::vector<A> logits(sk, A(0)), p(sk, A(0)), o(dv, A(0));
+            for (std::size_t c = 0; c < dv; ++c) vh[j * dv + c] = convert<Vt>(v(b, hk, j, c));
+        std::vector<Lg> raw_logits(sk, Lg(0));
+        std::vector<A> logits(sk, A(0)), p(sk, A(0));
+        std::vector<Vt> o(dv, Vt(0));
         std::vector<std::uint8_t> allowed(sk, 0);
         for (std::size_t i = 0; i < sq; ++i) {
-            detail::logits_row<A>(ctx, b, h, i, std::span<const A>(qh).subspan(i * dk, dk), kh, logits, allowed);
-            for (std::size_t c = 0; c < dv; ++c) o[c] = A(0);
+            detail::logits_row<Lg>(ctx, b, h, i, std::span<const Lg>(qh).subspan(i * dk, dk), kh, raw_logits, allowed);
+            for (std::size_t j = 0; j < sk; ++j) logits[j] = convert<A>(raw_logits[j]);
+            for (std::size_t c = 0; c < dv; ++c) o[c] = Vt(0);
             // o += round_P(w)·v_j  for one key
             auto accumulate = [&](const A& w, std::size_t j) {
-                const A w_rounded = convert<A>(convert<P>(w));
+                const Vt w_rounded = convert<Vt>(convert<P>(w));
                 for (std::size_t c = 0; c < dv; ++c) {
-                    const A product = w_rounded * vh[j * dv + c];
+                    const Vt product = w_rounded * vh[j * dv + c];
                     o[c] = o[c] + product;
                 }
             };
@@ -227,7 +234,7 @@ constexpr void scaled_dot_product_attention_into(tensor_view<const Q, 4> q, tens
             if (empty || options.softmax.algorithm != softmax_algorithm::online) {
                 row_lse = softmax_row<A>(options.softmax, logits, allowed, p);
                 if (empty && options.softmax.empty_rows == empty_row_policy::nan) {
-                    for (std::size_t c = 0; c < dv; ++c) o[c] = quiet_NaN<A>();
+                    for (std::size_t c = 0; c < dv; ++c) o[c] = quiet_NaN<Vt>();
                 } else if (!empty || options.softmax.empty_rows == empty_row_policy::uniform) {
                     for (std::size_t j = 0; j < sk; ++j)
                         if (allowed[j] || empty) accumulate(p[j], j);
@@ -237,12 +244,13 @@ constexpr void scaled_dot_product_attention_into(tensor_view<const Q, 4> q, tens
                 const std::size_t block = options.softmax.block_size;
                 for (std::size_t begin = 0; begin < sk; begin += block) {
                     const std::size_t end = begin + block < sk ? begin + block : sk;
-                    const A factor = state.absorb(logits, allowed, begin, end, p);
+                    const Vt factor = convert<Vt>(state.absorb(logits, allowed, begin, end, p));
                     for (std::size_t c = 0; c < dv; ++c) o[c] = o[c] * factor;  // factor 1: exact
                     for (std::size_t j = begin; j < end; ++j)
                         if (allowed[j]) accumulate(p[j], j);
                 }
-                for (std::size_t c = 0; c < dv; ++c) o[c] = o[c] / state.sum;
+                const Vt sum = convert<Vt>(state.sum);
+                for (std::size_t c = 0; c < dv; ++c) o[c] = o[c] / sum;
                 row_lse = state.lse();
                 if (!weights.empty()) state.weights(logits, allowed, p);
             }
@@ -252,15 +260,19 @@ constexpr void scaled_dot_product_attention_into(tensor_view<const Q, 4> q, tens
             if (!lse.empty()) lse(b, h, i) = convert<L>(row_lse);
         }
     };
-    detail::parallel_for(d.batch * d.heads, options.threads, run_head, &thread_cleanup<A>::run);
+    detail::parallel_for(d.batch * d.heads, options.threads, run_head, [] {
+        thread_cleanup<Lg>::run();
+        thread_cleanup<A>::run();
+        thread_cleanup<Vt>::run();
+    });
 }
 
 /// The logits S (B, H, Sq, Sk) exactly as scaled_dot_product_attention_into forms them (scale,
 /// softcap, ALiBi, additive masks), with −inf for structurally masked keys. For checks: P = exp(S − lse).
 template <PrecisionPolicy Policy, class Q, class K>
-constexpr tensor<typename Policy::accumulate_type, 4> attention_logits(tensor_view<const Q, 4> q, tensor_view<const K, 4> k,
-                                                                       const attention_options& options = {}) {
-    using A = typename Policy::accumulate_type;
+constexpr tensor<logits_type_t<Policy>, 4> attention_logits(tensor_view<const Q, 4> q, tensor_view<const K, 4> k,
+                                                            const attention_options& options = {}) {
+    using A = logits_type_t<Policy>;
     const attention_dims d = detail::attention_dims_of(q, k);
     detail::validate_masks(options.mask, d.batch, d.heads, d.query_length, d.key_length);
     const std::size_t group = d.heads / d.kv_heads, sq = d.query_length, sk = d.key_length, dk = d.head_dim_qk;

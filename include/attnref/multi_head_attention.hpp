@@ -68,11 +68,12 @@ constexpr tensor<T, 3> merge_heads(tensor_view<const T, 4> x) {
 }
 
 /// y (B, S, N) = x (B, S, M) · W (M, N) + bias (N): sums over M ascending from +0 in the policy's
-/// accumulate type, then adds the bias, then rounds to Y. Rows run in parallel.
+/// projection type (default: its accumulate type), then adds the bias, then rounds to Y. Rows run in
+/// parallel.
 template <PrecisionPolicy Policy, class X, class E, class Y>
 constexpr void linear_into(tensor_view<const X, 3> x, tensor_view<const E, 2> w, tensor_view<const E, 1> bias,
                            tensor_view<Y, 3> y, std::size_t threads, const char* name) {
-    using A = typename Policy::accumulate_type;
+    using A = projection_type_t<Policy>;
     const std::size_t rows = x.extents[0] * x.extents[1], m = x.extents[2], n = w.extents[1];
     require_extent("weight axis 0 (input features)", w.extents[0], m, name);
     if (!bias.empty()) require_extent("bias size (output features)", bias.extents[0], n, name);

@@ -8,6 +8,16 @@
 ///   weights_type     P is rounded to this before P·V (FlashAttention casts P to bf16/fp16)
 ///   output_type      the final output
 /// `uniform_precision<T>` computes everything in T.
+///
+/// A policy may also name the arithmetic of individual stages (each defaults to accumulate_type):
+///   logits_type      q·kᵀ, the scale, soft-capping, ALiBi and additive masks
+///   softmax_type     max, exp, sum, division (or exp(x − lse)), lse, online rescaling
+///   values_type      the P·V accumulation
+///   projection_type  x·W + b of the four projections
+/// `with_stage<Policy, Stage, T>` swaps one stage's arithmetic: precision studies run a policy again
+/// with exactly one stage in high precision to show that stage's share of the error.
+
+#include <type_traits>
 
 #include "attnref/scalar.hpp"
 
@@ -23,6 +33,69 @@ struct precision_policy {
 
 template <class T>
 using uniform_precision = precision_policy<T, T, T, T>;
+
+namespace detail {
+template <class P>
+struct logits_of {
+    using type = typename P::accumulate_type;
+};
+template <class P>
+    requires requires { typename P::logits_type; }
+struct logits_of<P> {
+    using type = typename P::logits_type;
+};
+template <class P>
+struct softmax_of {
+    using type = typename P::accumulate_type;
+};
+template <class P>
+    requires requires { typename P::softmax_type; }
+struct softmax_of<P> {
+    using type = typename P::softmax_type;
+};
+template <class P>
+struct values_of {
+    using type = typename P::accumulate_type;
+};
+template <class P>
+    requires requires { typename P::values_type; }
+struct values_of<P> {
+    using type = typename P::values_type;
+};
+template <class P>
+struct projection_of {
+    using type = typename P::accumulate_type;
+};
+template <class P>
+    requires requires { typename P::projection_type; }
+struct projection_of<P> {
+    using type = typename P::projection_type;
+};
+}  // namespace detail
+
+template <class P>
+using logits_type_t = typename detail::logits_of<P>::type;
+template <class P>
+using softmax_type_t = typename detail::softmax_of<P>::type;
+template <class P>
+using values_type_t = typename detail::values_of<P>::type;
+template <class P>
+using projection_type_t = typename detail::projection_of<P>::type;
+
+/// The stages a policy can set apart (see the file comment). `weights` is P's rounding before P·V
+/// and `output` the final rounding; replacing them with T removes that rounding.
+enum class stage { projections, logits, softmax, weights, values, output };
+
+/// Policy P with the arithmetic of one stage replaced by T.
+template <class P, stage S, class T>
+struct with_stage : P {
+    using logits_type = std::conditional_t<S == stage::logits, T, logits_type_t<P>>;
+    using softmax_type = std::conditional_t<S == stage::softmax, T, softmax_type_t<P>>;
+    using values_type = std::conditional_t<S == stage::values, T, values_type_t<P>>;
+    using projection_type = std::conditional_t<S == stage::projections, T, projection_type_t<P>>;
+    using weights_type = std::conditional_t<S == stage::weights, T, typename P::weights_type>;
+    using output_type = std::conditional_t<S == stage::output, T, typename P::output_type>;
+};
 
 template <class P>
 concept PrecisionPolicy = Scalar<typename P::storage_type> && Scalar<typename P::accumulate_type> &&

@@ -39,6 +39,8 @@
 /// R = ⌈n/b⌉ blocks (each rescale rounds exp(m−m') and two products), naive 0. Where ku ≥ 1 γ_k = ∞.
 
 #include <algorithm>
+#include <utility>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstddef>
@@ -142,7 +144,19 @@ struct result {
     double out_max = 0, out_rms = 0, p_max = 0, p_rms = 0, lse_max = 0, lse_rms = 0, ulp_max = 0;
     double bias = 0, bias_z = 0, bound_ratio = 0;
     double u = 0;  ///< unit roundoff of the accumulate type
+    /// Stage attribution: output RMS error (relative to Σ_j p_j|v_jl|, as out_rms) when exactly one
+    /// stage runs in double instead (with_stage<Policy, stage, double>), in the order of
+    /// attribution_stages; NaN where the stage is already at least double. The stage's share of the
+    /// error is 1 − stage_rms / out_rms.
+    std::array<double, 5> stage_rms{};
 };
+
+/// The stages studied one at a time in double: q·kᵀ (with scale), the softmax (max, exp, sum,
+/// division), P's cast before P·V, the P·V accumulation, the final output rounding. (SDPA points
+/// have no projections.)
+inline constexpr std::array<stage, 5> attribution_stages{stage::logits, stage::softmax, stage::weights, stage::values,
+                                                         stage::output};
+inline constexpr std::array<const char*, 5> attribution_stage_names{"logits", "softmax", "p_cast", "pv", "output"};
 
 namespace detail {
 
@@ -260,6 +274,7 @@ result measure(const point& pt) {
     const generator::input_format accumulate_format = format_of<A>();
     const double blocks = std::ceil(static_cast<double>(n) / static_cast<double>(std::max<std::size_t>(pt.block, 1)));
     double out_sq = 0, p_sq = 0, lse_sq = 0;
+    std::array<double, attribution_stages.size()> stage_sq{};
     std::size_t out_count = 0, p_count = 0, lse_count = 0;
     std::vector<double> seed_bias;
     const generator::input_format fmt = format_of<typename Policy::storage_type>();
@@ -285,6 +300,37 @@ result measure(const point& pt) {
         }
         const run_outputs<R> ref = run_reference(pt, q, k, v, additive);
         const run_outputs<R> got = run_sdpa<Policy, R>(pt, q, k, v, additive);
+        // Stage attribution: the same point with one stage in double.
+        std::vector<double> sigma(sq * d, 0.0);  // Σ_j p_j|v_jl|
+        for (std::size_t i = 0; i < sq; ++i)
+            for (std::size_t c = 0; c < d; ++c)
+                for (std::size_t j = 0; j < n; ++j) sigma[i * d + c] += static_cast<double>(ref.p[i * n + j]) * std::abs(v[j * d + c]);
+        auto stage_squares = [&]<std::size_t I>(std::integral_constant<std::size_t, I>) {
+            using staged = with_stage<Policy, attribution_stages[I], double>;
+            constexpr bool narrower = [] {
+                switch (attribution_stages[I]) {
+                    case stage::logits: return scalar_traits<logits_type_t<Policy>>::digits < 53;
+                    case stage::softmax: return scalar_traits<softmax_type_t<Policy>>::digits < 53;
+                    case stage::weights: return scalar_traits<W>::digits < 53;
+                    case stage::values: return scalar_traits<values_type_t<Policy>>::digits < 53;
+                    case stage::output: return scalar_traits<O>::digits < 53;
+                    default: return false;
+                }
+            }();
+            if constexpr (!narrower) {
+                stage_sq[I] = std::numeric_limits<double>::quiet_NaN();
+            } else {
+                const run_outputs<R> hi = run_sdpa<staged, R>(pt, q, k, v, additive);
+                for (std::size_t e = 0; e < sq * d; ++e) {
+                    const double err = std::abs(static_cast<double>(R(hi.out[e] - ref.out[e])));
+                    const double rel = sigma[e] > 0 ? err / sigma[e] : err;
+                    stage_sq[I] += rel * rel;
+                }
+            }
+        };
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+            (stage_squares(std::integral_constant<std::size_t, I>{}), ...);
+        }(std::make_index_sequence<attribution_stages.size()>{});
         double signed_sum = 0;
         for (std::size_t i = 0; i < sq; ++i) {
             // Row quantities for the bound, in double from the exact inputs and reference P.
@@ -337,6 +383,8 @@ result measure(const point& pt) {
         seed_bias.push_back(signed_sum / static_cast<double>(sq * d));
     }
     res.out_rms = std::sqrt(out_sq / static_cast<double>(std::max<std::size_t>(out_count, 1)));
+    for (std::size_t st = 0; st < stage_sq.size(); ++st)
+        res.stage_rms[st] = std::sqrt(stage_sq[st] / static_cast<double>(std::max<std::size_t>(out_count, 1)));
     res.p_rms = std::sqrt(p_sq / static_cast<double>(std::max<std::size_t>(p_count, 1)));
     res.lse_rms = std::sqrt(lse_sq / static_cast<double>(std::max<std::size_t>(lse_count, 1)));
     const double k = static_cast<double>(seed_bias.size());

@@ -466,3 +466,37 @@ BOOST_AUTO_TEST_CASE(bf16_storage_fp32_accumulate_policy) {
     BOOST_TEST_MESSAGE("bf16/fp32-accumulate max error " << worst_policy << ", fp32 max error " << worst_float);
     BOOST_TEST(worst_policy > 100 * worst_float);
 }
+
+// Per-stage arithmetic: with_stage<Policy, stage, T> runs one stage in T. Putting every stage of a
+// float policy in double (and removing the float roundings of P and of the output) reproduces the
+// double computation bitwise; each single stage in double changes the float result and moves it
+// toward the double one (that stage's share of the error).
+BOOST_AUTO_TEST_CASE(stage_policies) {
+    using F = uniform_precision<float>;
+    using all_double = with_stage<with_stage<with_stage<with_stage<with_stage<F, stage::logits, double>, stage::softmax, double>,
+                                                       stage::values, double>, stage::weights, double>, stage::output, double>;
+    const auto q = random_tensor<double, 4>({1, 2, 6, 8}, 50, -3, 3), k = random_tensor<double, 4>({1, 2, 40, 8}, 51, -3, 3),
+               v = random_tensor<double, 4>({1, 2, 40, 4}, 52);
+    const auto qf = test::cast<float>(q), kf = test::cast<float>(k), vf = test::cast<float>(v);  // exact: inputs are floats
+    const auto as_double = scaled_dot_product_attention(q, k, v);
+    const auto staged = scaled_dot_product_attention<all_double, float, float, float>(qf.view(), kf.view(), vf.view());
+    BOOST_TEST(staged.output.storage() == as_double.output.storage());
+    const auto plain = scaled_dot_product_attention(qf, kf, vf);
+    auto error = [&](const auto& out) {
+        double e = 0;
+        for (std::size_t n = 0; n < out.size(); ++n) e += std::fabs(static_cast<double>(out[n]) - as_double.output[n]);
+        return e;
+    };
+    const double base = error(plain.output);
+    const double logits = error(scaled_dot_product_attention<with_stage<F, stage::logits, double>, float, float, float>(
+                                    qf.view(), kf.view(), vf.view()).output);
+    const double softmax = error(scaled_dot_product_attention<with_stage<F, stage::softmax, double>, float, float, float>(
+                                     qf.view(), kf.view(), vf.view()).output);
+    const double values = error(scaled_dot_product_attention<with_stage<F, stage::values, double>, float, float, float>(
+                                    qf.view(), kf.view(), vf.view()).output);
+    BOOST_TEST_MESSAGE("float SDPA, sum |error| vs double: all float " << base << ", logits in double " << logits
+                                                                         << ", softmax in double " << softmax << ", P·V in double " << values);
+    BOOST_TEST(logits != base);
+    BOOST_TEST(softmax != base);
+    BOOST_TEST(values != base);
+}

@@ -104,3 +104,35 @@ BOOST_AUTO_TEST_CASE(names_round_trip) {
     bad.policy = "fp8";
     BOOST_CHECK_THROW(study::run_point(bad), std::invalid_argument);
 }
+
+// Stage attribution: running exactly one stage in double removes that stage's share of the error.
+// Predicted: division-free softmax at a large logit offset loses its accuracy in the softmax stage
+// (exp(x − lse) with |lse| ~ 1000); fp32 with P cast to bf16 loses it in the cast; uniform float64
+// has no stage narrower than double.
+BOOST_AUTO_TEST_CASE(stage_attribution_finds_the_stage_that_costs_accuracy) {
+    study::sweep s;
+    s.policies = {"float32"};
+    s.algorithms = {softmax_algorithm::division_free};
+    s.seqs = {128};
+    s.head_dims = {16};
+    s.queries = 4;
+    s.seeds = {1, 2};
+    s.offsets = {1000};
+    s.direct_logits = true;
+    const auto dfree = run_sweep(s)[0];
+    const double softmax_share = 1 - dfree.stage_rms[1] / dfree.out_rms;
+    BOOST_TEST_MESSAGE("division-free, offset 1000: softmax share " << softmax_share);
+    BOOST_TEST(softmax_share > 0.9);
+
+    study::sweep c;
+    c.policies = {"fp32_p_bf16", "float64"};
+    c.seqs = {128};
+    c.head_dims = {16};
+    c.queries = 4;
+    c.seeds = {1};
+    const auto r = run_sweep(c);
+    const double cast_share = 1 - r[0].stage_rms[2] / r[0].out_rms;
+    BOOST_TEST_MESSAGE("fp32 with P in bf16: P-cast share " << cast_share);
+    BOOST_TEST(cast_share > 0.9);
+    for (double x : r[1].stage_rms) BOOST_TEST(std::isnan(x));  // float64: nothing to attribute
+}
