@@ -192,6 +192,7 @@ void run_generate(const generate_args& a) {
                     if (!failure) failure = std::current_exception();
                 }
             }
+            thread_cleanup<mpfr_interval<40>>::run();  // MPFR's per-thread constant caches
         });
     if (workers <= 1)
         for (std::size_t k = next++; k < small.size(); k = next++) process(small[k], 1);

@@ -441,7 +441,11 @@ inline std::vector<result> run(const std::vector<point>& points, std::size_t thr
         }
     };
     std::vector<std::thread> pool;
-    for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+    for (std::size_t t = 1; t < threads; ++t)
+        pool.emplace_back([&worker] {
+            worker();
+            thread_cleanup<detail::reference_real>::run();  // MPFR's per-thread constant caches
+        });
     worker();
     for (std::thread& t : pool) t.join();
     if (error) std::rethrow_exception(error);

@@ -1,7 +1,7 @@
 // attnref check: the data-aware bound holds for correct implementations in every arithmetic and
 // summation order on every committed golden case, and a catalog of real bugs exceeds it.
 #define BOOST_TEST_MODULE check
-#include <boost/test/included/unit_test.hpp>
+#include <boost/test/unit_test.hpp>
 
 #include <algorithm>
 #include <cmath>
