@@ -35,42 +35,22 @@ template <class T>
 using uniform_precision = precision_policy<T, T, T, T>;
 
 namespace detail {
-template <class P>
-struct logits_of {
-    using type = typename P::accumulate_type;
-};
-template <class P>
-    requires requires { typename P::logits_type; }
-struct logits_of<P> {
-    using type = typename P::logits_type;
-};
-template <class P>
-struct softmax_of {
-    using type = typename P::accumulate_type;
-};
-template <class P>
-    requires requires { typename P::softmax_type; }
-struct softmax_of<P> {
-    using type = typename P::softmax_type;
-};
-template <class P>
-struct values_of {
-    using type = typename P::accumulate_type;
-};
-template <class P>
-    requires requires { typename P::values_type; }
-struct values_of<P> {
-    using type = typename P::values_type;
-};
-template <class P>
-struct projection_of {
-    using type = typename P::accumulate_type;
-};
-template <class P>
-    requires requires { typename P::projection_type; }
-struct projection_of<P> {
-    using type = typename P::projection_type;
-};
+// stage_of<P>::type: P::NAME if the policy names it, else P::accumulate_type.
+#define ATTNREF_STAGE_TYPE(NAME)                                        \
+    template <class P>                                                  \
+    struct NAME##_of {                                                  \
+        using type = typename P::accumulate_type;                       \
+    };                                                                  \
+    template <class P>                                                  \
+        requires requires { typename P::NAME##_type; }                  \
+    struct NAME##_of<P> {                                               \
+        using type = typename P::NAME##_type;                           \
+    };
+ATTNREF_STAGE_TYPE(logits)
+ATTNREF_STAGE_TYPE(softmax)
+ATTNREF_STAGE_TYPE(values)
+ATTNREF_STAGE_TYPE(projection)
+#undef ATTNREF_STAGE_TYPE
 }  // namespace detail
 
 template <class P>
