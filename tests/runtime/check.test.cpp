@@ -76,12 +76,6 @@ bool fails(const golden& g, const std::vector<double>& candidate, tol::candidate
 
 /// A hand-written SDPA with its own summation orders: dot products and P·V reversed, softmax sum
 /// pairwise. Handles scale, masks (structural, additive, seed), GQA, empty-row policies.
-double pairwise(const std::vector<double>& x, std::size_t lo, std::size_t hi) {
-    if (hi - lo == 1) return x[lo];
-    if (hi == lo) return 0;
-    const std::size_t mid = lo + (hi - lo) / 2;
-    return pairwise(x, lo, mid) + pairwise(x, mid, hi);
-}
 template <class T>
 std::vector<double> custom_sdpa(const case_spec& s, const case_data& d) {
     const case_shapes& z = s.shapes;
@@ -108,7 +102,6 @@ std::vector<double> custom_sdpa(const case_spec& s, const case_data& d) {
                     if (ok[j]) mx = std::max(mx, acc);
                 }
                 const bool empty = std::none_of(ok.begin(), ok.end(), [](bool x) { return x; });
-                std::vector<double> e(Sk, 0.0);
                 std::vector<T> p(Sk, T(0));
                 if (empty) {
                     for (std::size_t j = 0; j < Sk; ++j)
