@@ -1,6 +1,6 @@
 /// `attnref check`: gates a candidate implementation's outputs against a golden case.
 ///   attnref check --golden CASE_DIR --output FILE.npy [--weights FILE.npy] [--lse FILE.npy]
-///                 [--dtype float64|float32|float16|bfloat16] [--tolerance data-aware|assert-close|ulp|baseline]
+///                 [--dtype float64|float32|float16|bfloat16] [--tolerance data-aware|worst-case|assert-close|ulp|baseline]
 ///                 [--json FILE] [--junit FILE] [--cache-dir DIR | --no-cache] [--verbose]
 /// The candidate dtype defaults to the output .npy's descr ('<f8', '<f4', '<f2'; '<u2' = bfloat16 bit
 /// patterns). bfloat16 may also come as '<f4' values with --dtype bfloat16. Exit 0 pass, 1 fail or
@@ -192,8 +192,9 @@ std::vector<double> naive_output(const case_spec& spec, const case_data& data, t
 }
 
 // ---------------------------------------------------------------------------------------------
-// Bound cache. The data-aware bounds need the case's per-element scales (Σ_j p_j|v_jl|, L·σ, and
-// their propagation through |W_o|), which cost O(B·H·Sq·Sk·(dk + dv)) to compute; the bounds are a
+// Bound cache. The data-aware and worst-case bounds need the case's per-element terms (variances and
+// magnitudes per head output, and their propagation through W_o), which cost
+// O(B·H·Sq·Sk·(dk + dv) + B·S·E·(H·dk) + B·Sq·H·dv·E_out) to compute; the bounds are a
 // pure function of the case (pinned by its manifest.json, which pins every tensor by sha256), the
 // candidate format and the model, so they are computed once and stored as
 //     <cache dir>/<sha256 of the key text>.npy
@@ -204,7 +205,7 @@ std::vector<double> naive_output(const case_spec& spec, const case_data& data, t
 // (npy::write). Failing to write the cache never fails the check.
 
 constexpr std::size_t cache_preamble = 16;
-constexpr double cache_version = 1;  // bump when the bound's derivation or this layout changes
+constexpr double cache_version = 2;  // bump when the bound's derivation or this layout changes
 
 std::string cache_key_text(const std::string& manifest_sha256, tol::candidate_format f, tol::tolerance_model m) {
     return fmt::format("attnref check bound cache v{}\nmanifest.json sha256 {}\nformat {}\nmodel {}\n", cache_version,
@@ -283,6 +284,12 @@ std::optional<fs::path> default_cache_dir() {
 
 std::vector<double> data_aware_bounds(const tol::data_aware_scales& scales, tol::candidate_format f) {
     const double u = tol::unit_roundoff(f), ua = tol::accumulate_roundoff(f);
+    std::vector<double> b(scales.size());
+    for (std::size_t n = 0; n < b.size(); ++n) b[n] = scales.bound(n, u, ua);
+    return b;
+}
+std::vector<double> data_aware_bounds(const tol::worst_case_scales& scales, tol::candidate_format f) {
+    const double u = tol::unit_roundoff(f), ua = tol::accumulate_roundoff(f);
     std::vector<double> b(scales.t0.size());
     for (std::size_t n = 0; n < b.size(); ++n) b[n] = scales.bound(n, u, ua);
     return b;
@@ -296,40 +303,71 @@ tensor_report judge_output(std::span<const double> candidate, std::span<const do
     tensor_report out{"output", {}, {}, {}};
     out.cmp = tol::compare(candidate, expected, f, [&](std::size_t n) { return bounds[n]; });
     out.verdict = out.cmp.ok() ? "pass" : "FAIL";
-    if (auto why = tol::untrustworthy(candidate, row_length)) {
+    if (auto why = tol::untrustworthy(candidate, row_length, expected)) {
         out.verdict = "untrustworthy";
         out.note = std::string(*why);
     }
     return out;
 }
 
-tol::data_aware_scales data_aware_scales_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights) {
-    const case_shapes& d = spec.shapes;
-    const attention_options o = options_for(spec, data, 0, softmax_algorithm::shifted_division, 64);
-    tensor_view<const double, 4> p{weights.data(), {d.batch, d.heads, d.query_length, d.key_length}};
-    if (spec.kind == case_kind::sdpa) {
-        return tol::sdpa_scales({data.query.data(), {d.batch, d.heads, d.query_length, d.head_dim_qk}},
-                                {data.key.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_qk}},
-                                {data.value.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_v}}, p, o);
-    }
+namespace {
+/// The views and options the bound's magnitudes need, for either kind of case.
+struct scale_inputs {
+    attention_options o;
+    tensor_view<const double, 4> p;
     mha_parameters<double> w;
-    w.w_q = {data.w_q.data(), {d.model_dim, d.heads * d.head_dim_qk}};
-    w.w_k = {data.w_k.data(), {d.model_dim, d.kv_heads * d.head_dim_qk}};
-    w.w_v = {data.w_v.data(), {d.model_dim, d.kv_heads * d.head_dim_v}};
-    w.w_o = {data.w_o.data(), {d.heads * d.head_dim_v, d.output_dim}};
-    if (spec.conventions.projection_bias) {
-        w.b_q = {data.b_q.data(), {data.b_q.size()}};
-        w.b_k = {data.b_k.data(), {data.b_k.size()}};
-        w.b_v = {data.b_v.data(), {data.b_v.size()}};
-        w.b_o = {data.b_o.data(), {data.b_o.size()}};
-    }
     mha_options mo;
-    mo.heads = d.heads;
-    mo.kv_heads = d.kv_heads;
-    mo.attention = o;
-    return tol::mha_scales({data.query.data(), {d.batch, d.query_length, d.model_dim}},
-                           {data.key.data(), {d.batch, d.key_length, d.model_dim}},
-                           {data.value.data(), {d.batch, d.key_length, d.model_dim}}, w, p, mo);
+};
+scale_inputs scale_inputs_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights) {
+    const case_shapes& d = spec.shapes;
+    scale_inputs in;
+    in.o = options_for(spec, data, 0, softmax_algorithm::shifted_division, 64);
+    in.p = {weights.data(), {d.batch, d.heads, d.query_length, d.key_length}};
+    if (spec.kind == case_kind::sdpa) return in;
+    in.w.w_q = {data.w_q.data(), {d.model_dim, d.heads * d.head_dim_qk}};
+    in.w.w_k = {data.w_k.data(), {d.model_dim, d.kv_heads * d.head_dim_qk}};
+    in.w.w_v = {data.w_v.data(), {d.model_dim, d.kv_heads * d.head_dim_v}};
+    in.w.w_o = {data.w_o.data(), {d.heads * d.head_dim_v, d.output_dim}};
+    if (spec.conventions.projection_bias) {
+        in.w.b_q = {data.b_q.data(), {data.b_q.size()}};
+        in.w.b_k = {data.b_k.data(), {data.b_k.size()}};
+        in.w.b_v = {data.b_v.data(), {data.b_v.size()}};
+        in.w.b_o = {data.b_o.data(), {data.b_o.size()}};
+    }
+    in.mo.heads = d.heads;
+    in.mo.kv_heads = d.kv_heads;
+    in.mo.attention = in.o;
+    return in;
+}
+
+/// Calls sdpa(q, k, v, p, o) or mha(x_q, x_k, x_v, w, p, mo) with the case's views.
+template <class Sdpa, class Mha>
+auto with_scale_inputs(const case_spec& spec, const case_data& data, const std::vector<double>& weights, Sdpa sdpa, Mha mha) {
+    const case_shapes& d = spec.shapes;
+    const scale_inputs in = scale_inputs_for(spec, data, weights);
+    if (spec.kind == case_kind::sdpa)
+        return sdpa(tensor_view<const double, 4>{data.query.data(), {d.batch, d.heads, d.query_length, d.head_dim_qk}},
+                    tensor_view<const double, 4>{data.key.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_qk}},
+                    tensor_view<const double, 4>{data.value.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_v}}, in.p, in.o);
+    return mha(tensor_view<const double, 3>{data.query.data(), {d.batch, d.query_length, d.model_dim}},
+               tensor_view<const double, 3>{data.key.data(), {d.batch, d.key_length, d.model_dim}},
+               tensor_view<const double, 3>{data.value.data(), {d.batch, d.key_length, d.model_dim}}, in.w, in.p, in.mo);
+}
+}  // namespace
+
+tol::data_aware_scales data_aware_scales_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights) {
+    return with_scale_inputs(
+        spec, data, weights, [](auto q, auto k, auto v, auto p, const auto& o) { return tol::sdpa_scales(q, k, v, p, o); },
+        [](auto xq, auto xk, auto xv, const auto& w, auto p, const auto& mo) { return tol::mha_scales(xq, xk, xv, w, p, mo); });
+}
+
+tol::worst_case_scales worst_case_scales_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights) {
+    return with_scale_inputs(
+        spec, data, weights,
+        [](auto q, auto k, auto v, auto p, const auto& o) { return tol::sdpa_worst_case_scales(q, k, v, p, o); },
+        [](auto xq, auto xk, auto xv, const auto& w, auto p, const auto& mo) {
+            return tol::mha_worst_case_scales(xq, xk, xv, w, p, mo);
+        });
 }
 
 std::vector<double> reference_weights(const fs::path& dir, const loaded_case& lc) {
@@ -358,7 +396,7 @@ check_result run_check(const check_request& rq) {
     const double u = tol::unit_roundoff(*format);
 
     const std::vector<std::size_t> oshape = output_shape(spec);
-    if (rq.model == tol::tolerance_model::data_aware) {
+    if (rq.model == tol::tolerance_model::data_aware || rq.model == tol::tolerance_model::worst_case) {
         std::optional<std::vector<double>> cached;
         std::string digest;
         if (rq.cache_dir) {
@@ -373,7 +411,9 @@ check_result run_check(const check_request& rq) {
         if (cached) {
             bounds = std::move(*cached);
         } else {
-            bounds = data_aware_bounds(data_aware_scales_for(spec, lc.data, reference_weights(dir, lc)), *format);
+            const std::vector<double> p = reference_weights(dir, lc);
+            bounds = rq.model == tol::tolerance_model::data_aware ? data_aware_bounds(data_aware_scales_for(spec, lc.data, p), *format)
+                                                                  : data_aware_bounds(worst_case_scales_for(spec, lc.data, p), *format);
             if (rq.cache_dir)
                 if (std::string why = store_cached_bounds(res.cache_file, digest, bounds); !why.empty())
                     res.cache_status = "unwritable: " + why;
@@ -385,7 +425,8 @@ check_result run_check(const check_request& rq) {
                              shape_text(oshape) + " needs " + std::to_string(candidate.size()));
         tensor_report out{"output", {}, {}, {}};
         switch (rq.model) {
-            case tol::tolerance_model::data_aware: break;
+            case tol::tolerance_model::data_aware:
+            case tol::tolerance_model::worst_case: break;
             case tol::tolerance_model::assert_close: out.cmp = tol::compare_assert_close(candidate, expected, *format); break;
             case tol::tolerance_model::ulp: out.cmp = tol::compare_ulp(candidate, expected, *format); break;
             case tol::tolerance_model::baseline:
@@ -393,7 +434,7 @@ check_result run_check(const check_request& rq) {
                 break;
         }
         out.verdict = out.cmp.ok() ? "pass" : "FAIL";
-        if (auto why = tol::untrustworthy(candidate, oshape.back())) {
+        if (auto why = tol::untrustworthy(candidate, oshape.back(), expected)) {
             out.verdict = "untrustworthy";
             out.note = std::string(*why);
         }
@@ -553,7 +594,7 @@ void register_check(CLI::App& app) {
     c->add_option("--dtype", a->dtype, "candidate precision (default: from the .npy; '<u2' = bfloat16 bits)")
         ->check(CLI::IsMember({"float64", "float32", "float16", "bfloat16"}));
     c->add_option("--tolerance", a->tolerance, "tolerance model")
-        ->check(CLI::IsMember({"data-aware", "assert-close", "ulp", "baseline"}))
+        ->check(CLI::IsMember({"data-aware", "worst-case", "assert-close", "ulp", "baseline"}))
         ->capture_default_str();
     c->add_option("--json", a->json, "also write the report as JSON");
     c->add_option("--junit", a->junit, "also write the report as JUnit XML");

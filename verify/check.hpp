@@ -57,6 +57,8 @@ std::vector<double> read_candidate(const std::string& file, const std::vector<st
 /// The data-aware model's absolute bound per output element for candidates in format f:
 /// scales.bound(n, u, u_acc) for every n, evaluated once (this is what the cache stores).
 std::vector<double> data_aware_bounds(const tolerance::data_aware_scales& scales, tolerance::candidate_format f);
+/// The same for the worst-case model.
+std::vector<double> data_aware_bounds(const tolerance::worst_case_scales& scales, tolerance::candidate_format f);
 
 /// Judges a candidate output against the reference with per-element absolute bounds (verdict
 /// "pass" or "FAIL"), then zero-trust ("untrustworthy", rows of length row_length). Sizes must agree
@@ -69,6 +71,8 @@ check_result run_check(const check_request& rq);
 
 /// Per-element data-aware magnitudes of a loaded case from its weights P (B, H, Sq, Sk).
 tolerance::data_aware_scales data_aware_scales_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights);
+/// Per-element worst-case magnitudes (the worst-case model) of a loaded case.
+tolerance::worst_case_scales worst_case_scales_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights);
 /// The golden weights of the case (computed in double when the case does not store them).
 std::vector<double> reference_weights(const std::filesystem::path& dir, const loaded_case& lc);
 
