@@ -1,0 +1,269 @@
+// tolerance::compare: the chunked, multi-threaded comparison gives the same result, bit for bit, on
+// 1, 2, 3 and 7 threads, and the result of a plain sequential loop (written out below): the same
+// counts and maxima, the worst element the first one with the largest ratio, rms from the sums of
+// squares of the fixed chunks added in order.
+#define BOOST_TEST_MODULE compare
+#include <boost/test/unit_test.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "attnref/tolerance.hpp"
+
+namespace tol = attnref::tolerance;
+using F = tol::candidate_format;
+
+namespace {
+
+constexpr double inf = std::numeric_limits<double>::infinity();
+constexpr double qnan = std::numeric_limits<double>::quiet_NaN();
+constexpr std::size_t chunk = tol::detail::compare_chunk_elements;
+constexpr std::size_t size = 300000;  // 5 chunks, the last one partial
+static_assert(size > 4 * chunk && size < 5 * chunk);
+
+struct inputs {
+    std::string name;
+    F format = F::float64;
+    std::vector<double> a, e, bound;
+    std::optional<double> ulp_limit;
+};
+
+/// Deterministic pseudo-random numbers in [-1, 1).
+struct lcg {
+    std::uint64_t s;
+    double next() {
+        s = s * 6364136223846793005u + 1442695040888963407u;
+        return static_cast<double>(s >> 11) * 0x1p-52 - 1;
+    }
+};
+
+/// A candidate close to a random reference: error up to `spread`·bound, bound 1e-6·(|e| + 0.25).
+inputs noisy(std::string name, F format, std::uint64_t seed, double spread) {
+    inputs in{std::move(name), format, std::vector<double>(size), std::vector<double>(size), std::vector<double>(size), std::nullopt};
+    lcg r{seed};
+    for (std::size_t n = 0; n < size; ++n) {
+        const double y = r.next();
+        in.e[n] = y;
+        in.bound[n] = 1e-6 * (std::fabs(y) + 0.25);
+        double x = y + spread * r.next() * in.bound[n];
+        if (format == F::float32) x = static_cast<double>(static_cast<float>(x));
+        in.a[n] = x;
+    }
+    return in;
+}
+
+/// The comparison as one sequential loop over the elements, without shortcuts: the worst is the
+/// first element reaching the ratio test, replaced only by a strictly larger ratio. rms adds the
+/// squares per chunk of compare_chunk_elements and the chunks' sums in order (`plain_rms`: one sum).
+tol::comparison sequential(const inputs& in, double& plain_rms) {
+    tol::comparison c;
+    c.elements = in.a.size();
+    bool have_worst = false;
+    std::vector<double> chunk_sums((in.a.size() + chunk - 1) / chunk, 0.0);
+    double plain = 0;
+    for (std::size_t n = 0; n < in.a.size(); ++n) {
+        const double x = in.a[n], y = in.e[n];
+        double ratio, bound;
+        if (!std::isfinite(x) || !std::isfinite(y)) {
+            if ((std::isnan(x) && std::isnan(y)) || x == y) continue;
+            ++c.nonfinite_mismatches;
+            ++c.violations;
+            c.max_abs = inf;
+            ratio = inf;
+            bound = 0;
+        } else {
+            const double err = std::fabs(x - y);
+            chunk_sums[n / chunk] += err * err;
+            plain += err * err;
+            c.max_abs = std::max(c.max_abs, err);
+            if (y != 0) c.max_rel = std::max(c.max_rel, err / std::fabs(y));
+            else if (err != 0) c.max_rel = inf;
+            const double ulps = tol::ulp_distance(in.format, x, y);
+            c.max_ulp = std::max(c.max_ulp, ulps);
+            if (in.ulp_limit) {
+                bound = *in.ulp_limit;
+                ratio = ulps / *in.ulp_limit;
+            } else {
+                bound = in.bound[n];
+                ratio = err == 0 ? 0 : (bound > 0 ? err / bound : inf);
+            }
+            if (ratio > 1) ++c.violations;
+        }
+        if (!have_worst || ratio > c.worst_ratio) {
+            c.worst_ratio = ratio, c.worst_index = n, c.worst_candidate = x, c.worst_expected = y, c.worst_bound = bound;
+            have_worst = true;
+        }
+    }
+    double sum = 0;
+    for (double s : chunk_sums) sum += s;
+    const double count = static_cast<double>(in.a.size());
+    c.rms = in.a.empty() ? 0 : std::sqrt(sum / count);
+    plain_rms = in.a.empty() ? 0 : std::sqrt(plain / count);
+    return c;
+}
+
+bool same_bits(double x, double y) { return std::bit_cast<std::uint64_t>(x) == std::bit_cast<std::uint64_t>(y); }
+bool same_value(double x, double y) { return x == y || (std::isnan(x) && std::isnan(y)); }
+
+tol::comparison run(const inputs& in, std::size_t threads) {
+    const std::vector<double>& b = in.bound;
+    return tol::compare(in.a, in.e, in.format, [&b](std::size_t n) { return b[n]; }, in.ulp_limit, threads);
+}
+
+/// Every field of `got` equals `want` (doubles bit for bit when `bits`, else by value, NaN = NaN).
+void check_equal(const tol::comparison& got, const tol::comparison& want, bool bits, const std::string& what) {
+    BOOST_TEST_CONTEXT(what) {
+        const auto same = [bits](double x, double y) { return bits ? same_bits(x, y) : same_value(x, y); };
+        BOOST_TEST(got.elements == want.elements);
+        BOOST_TEST(got.violations == want.violations);
+        BOOST_TEST(got.nonfinite_mismatches == want.nonfinite_mismatches);
+        BOOST_TEST(same(got.max_abs, want.max_abs), "max_abs " << got.max_abs << " vs " << want.max_abs);
+        BOOST_TEST(same(got.max_rel, want.max_rel), "max_rel " << got.max_rel << " vs " << want.max_rel);
+        BOOST_TEST(same(got.max_ulp, want.max_ulp), "max_ulp " << got.max_ulp << " vs " << want.max_ulp);
+        BOOST_TEST(same(got.rms, want.rms), "rms " << got.rms << " vs " << want.rms);
+        BOOST_TEST(same(got.worst_ratio, want.worst_ratio), "worst_ratio " << got.worst_ratio << " vs " << want.worst_ratio);
+        BOOST_TEST(got.worst_index == want.worst_index);
+        BOOST_TEST(same(got.worst_candidate, want.worst_candidate));
+        BOOST_TEST(same(got.worst_expected, want.worst_expected));
+        BOOST_TEST(same(got.worst_bound, want.worst_bound));
+    }
+}
+
+/// 1 thread against the sequential loop, then 2, 3 and 7 threads against 1 thread, bit for bit.
+void check_all_thread_counts(const inputs& in) {
+    BOOST_TEST_CONTEXT(in.name) {
+        double plain_rms = 0;
+        const tol::comparison want = sequential(in, plain_rms);
+        const tol::comparison one = run(in, 1);
+        check_equal(one, want, false, "1 thread vs the sequential loop");
+        // One sum over all elements differs from the chunked one at most in the last bits.
+        if (std::isfinite(plain_rms)) BOOST_TEST(std::fabs(one.rms - plain_rms) <= 1e-12 * plain_rms);
+        else BOOST_TEST(same_value(one.rms, plain_rms));
+        for (std::size_t threads : {2, 3, 7}) check_equal(run(in, threads), one, true, std::to_string(threads) + " threads vs 1");
+        check_equal(run(in, 0), one, true, "hardware_concurrency threads vs 1");
+    }
+}
+
+/// Element n becomes x = 1 + d, e = 1, bound b: ratio d/b exactly (d, b powers of two or small
+/// multiples of them).
+void set_exact(inputs& in, std::size_t n, double d, double b) {
+    in.e[n] = 1;
+    in.a[n] = 1 + d;
+    in.bound[n] = b;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(ties_of_the_worst_ratio_across_chunks_keep_the_first_index) {
+    // Failing ties (ratio exactly 2) in chunks 1, 2 and 4, the first one on a chunk boundary;
+    // smaller ratios before them in every chunk, so that each chunk has its own running worst.
+    inputs fail = noisy("failing ties", F::float64, 1, 0.5);
+    for (std::size_t n : {chunk, 2 * chunk + 5, 4 * chunk + 17, size - 1}) set_exact(fail, n, 0x1p-20, 0x1p-21);
+    set_exact(fail, 3, 0x1p-20, 0x1p-20 + 0x1p-40);  // just below 1, early in chunk 0
+    check_all_thread_counts(fail);
+    const tol::comparison c = run(fail, 3);
+    BOOST_TEST(c.worst_index == chunk);
+    BOOST_TEST(c.worst_ratio == 2);
+    BOOST_TEST(c.violations == 4u);
+
+    // Passing ties (ratio exactly 0.75) in chunks 2, 3 and 4 only: no violations.
+    inputs pass = noisy("passing ties", F::float64, 2, 0.5);
+    for (std::size_t n : {2 * chunk + 100, 3 * chunk, 3 * chunk + 1, 4 * chunk + 9}) set_exact(pass, n, 3 * 0x1p-22, 0x1p-20);
+    check_all_thread_counts(pass);
+    const tol::comparison p = run(pass, 2);
+    BOOST_TEST(p.ok());
+    BOOST_TEST(p.worst_index == 2 * chunk + 100);
+    BOOST_TEST(p.worst_ratio == 0.75);
+}
+
+BOOST_AUTO_TEST_CASE(random_violations_zero_references_and_float32) {
+    inputs wide = noisy("random ratios up to 3", F::float64, 3, 3);
+    for (std::size_t n = 11; n < size; n += 9973) wide.e[n] = 0;                   // |e| = 0, error ≠ 0: max_rel = inf
+    for (std::size_t n = 23; n < size; n += 7919) wide.e[n] = wide.a[n] = 0;     // exact zeros
+    check_all_thread_counts(wide);
+    BOOST_TEST(run(wide, 7).violations > 1000u);
+    BOOST_TEST(run(wide, 7).max_rel == inf);
+
+    check_all_thread_counts(noisy("float32 rounding", F::float32, 4, 0));
+    check_all_thread_counts(noisy("float32, errors up to 2 bounds", F::float32, 5, 2));
+    inputs bf = noisy("bfloat16 values", F::bfloat16, 6, 0);
+    for (double& x : bf.a) x = static_cast<double>(attnref::formats::bfloat16(x));
+    check_all_thread_counts(bf);
+}
+
+BOOST_AUTO_TEST_CASE(nonfinite_mismatches_and_zero_bounds) {
+    inputs in = noisy("NaN and inf", F::float64, 7, 0.5);
+    in.a[1000] = in.e[1000] = qnan;                    // match
+    in.a[2000] = in.e[2000] = inf;                     // match
+    in.a[chunk + 7] = in.e[chunk + 7] + 1e-9, in.bound[chunk + 7] = 0;  // zero bound, nonzero error: ratio inf
+    in.a[chunk + 9] = in.e[chunk + 9], in.bound[chunk + 9] = 0;         // zero bound, zero error: ratio 0
+    in.a[2 * chunk + 1] = qnan;                         // mismatches
+    in.a[3 * chunk] = inf, in.e[3 * chunk] = -inf;
+    in.a[3 * chunk + 5] = 1, in.e[3 * chunk + 5] = inf;
+    in.a[4 * chunk + 3] = 0.3, in.e[4 * chunk + 3] = qnan;
+    check_all_thread_counts(in);
+    const tol::comparison c = run(in, 2);
+    BOOST_TEST(c.nonfinite_mismatches == 4u);
+    BOOST_TEST(c.violations == 5u);
+    BOOST_TEST(c.worst_index == chunk + 7);  // the first infinite ratio
+    BOOST_TEST(c.worst_ratio == inf);
+    BOOST_TEST(c.worst_bound == 0);
+    BOOST_TEST(c.max_abs == inf);
+
+    in.bound[chunk + 7] = 1e-6;  // now the first non-finite mismatch is the worst
+    in.name = "NaN and inf, no zero bound";
+    check_all_thread_counts(in);
+    BOOST_TEST(run(in, 3).worst_index == 2 * chunk + 1);
+}
+
+BOOST_AUTO_TEST_CASE(nan_ratios_follow_the_sequential_rule) {
+    // ulp model with limit 0: x = e gives 0/0 = NaN. The sequential rule keeps a NaN worst when it is
+    // the first element reaching the test (nothing compares larger), and ignores later NaN ratios.
+    inputs first = noisy("ulp limit 0, NaN first", F::float32, 8, 2);
+    first.ulp_limit = 0.0;
+    first.a[0] = first.e[0] = 0.5;
+    check_all_thread_counts(first);
+    BOOST_TEST(run(first, 7).worst_index == 0u);
+    BOOST_TEST(std::isnan(run(first, 7).worst_ratio));
+    BOOST_TEST(run(first, 7).violations > 1000u);
+
+    inputs later = first;
+    later.name = "ulp limit 0, NaN ratios after an infinite one";
+    later.a[0] = 0.75, later.e[0] = 0.5;  // ratio inf, the first of many: the worst
+    for (std::size_t n = 1; n < size; n += 1000) later.a[n] = later.e[n];  // NaN ratios, ignored
+    check_all_thread_counts(later);
+    BOOST_TEST(run(later, 3).worst_index == 0u);
+    BOOST_TEST(run(later, 3).worst_ratio == inf);
+
+    inputs ulp4 = noisy("ulp limit 4", F::float32, 9, 2);
+    ulp4.ulp_limit = 4.0;
+    check_all_thread_counts(ulp4);
+    // inf/inf: a finite difference that overflows, against an infinite bound.
+    inputs overflow = noisy("overflowing error over an infinite bound", F::float32, 10, 0.5);
+    overflow.a[chunk + 1] = 1e308, overflow.e[chunk + 1] = -1e308, overflow.bound[chunk + 1] = inf;
+    check_all_thread_counts(overflow);
+    overflow.name = "overflow first";
+    overflow.a[0] = 1e308, overflow.e[0] = -1e308, overflow.bound[0] = inf;
+    check_all_thread_counts(overflow);
+    BOOST_TEST(run(overflow, 2).worst_index == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(small_and_empty_inputs) {
+    inputs small = noisy("one chunk", F::float64, 11, 2);
+    small.a.resize(1000), small.e.resize(1000), small.bound.resize(1000);
+    check_all_thread_counts(small);
+    inputs two = noisy("exactly two chunks", F::float64, 12, 2);
+    two.a.resize(2 * chunk), two.e.resize(2 * chunk), two.bound.resize(2 * chunk);
+    check_all_thread_counts(two);
+    inputs empty{"empty", F::float64, {}, {}, {}, std::nullopt};
+    check_all_thread_counts(empty);
+    BOOST_TEST(run(empty, 3).rms == 0);
+    BOOST_TEST(run(empty, 3).ok());
+}
