@@ -5,6 +5,9 @@
 /// The candidate dtype defaults to the output .npy's descr ('<f8', '<f4', '<f2'; '<u2' = bfloat16 bit
 /// patterns). bfloat16 may also come as '<f4' values with --dtype bfloat16. Exit 0 pass, 1 fail or
 /// untrustworthy, 2 usage or data error. Tolerance models: include/attnref/tolerance.hpp.
+/// --weights: invariants (rows sum to 1, masked weights 0, 0 ≤ P ≤ 1, with --lse consistency) and an
+/// element-by-element comparison with the golden weights (tolerance::weights_bound); --lse: compared
+/// with the golden lse.
 
 #include <array>
 #include <bit>
@@ -445,15 +448,30 @@ check_result run_check(const check_request& rq) {
     const attention_options o = options_for(spec, lc.data, 0, softmax_algorithm::shifted_division, 64);
     invariant_context ctx{o.mask, spec.conventions.empty_rows};
     std::vector<double> w_cand, l_cand;
+    double weights_u = u;  // unit roundoff of the format the candidate's weights come in
+    std::optional<tol::data_aware_scales> scales;  // for the weights and lse bounds, computed once when needed
+    auto case_scales = [&]() -> const tol::data_aware_scales& {
+        if (!scales) scales = data_aware_scales_for(spec, lc.data, reference_weights(dir, lc));
+        return *scales;
+    };
     const extents_t<4> wext{d.batch, d.heads, d.query_length, d.key_length};
     if (!rq.weights.empty()) {
         std::optional<tol::candidate_format> wf = rq.dtype ? rq.dtype : std::nullopt;
         w_cand = read_candidate(rq.weights, weights_shape(spec), wf);
         const double wu = tol::unit_roundoff(*wf);
+        weights_u = wu;
         tensor_view<const double, 4> p{w_cand.data(), wext};
         res.invariants.push_back(rows_sum_to_one(p, ctx, wu));
         res.invariants.push_back(masked_weights_are_zero(p, ctx));
         res.invariants.push_back(weights_in_unit_interval(p, ctx));
+        // Against the golden weights, element by element (tolerance::weights_bound; any model).
+        if (const tensor_entry* t = find_entry(lc.m, "weights")) {
+            const std::vector<double> pe = read_reference(dir, *t);
+            tensor_report wr{"weights", {}, {}, {}};
+            wr.cmp = tol::compare_weights(w_cand, pe, *format, *wf, case_scales());
+            wr.verdict = wr.cmp.ok() ? "pass" : "FAIL";
+            res.tensors.push_back(wr);
+        }
     }
     if (!rq.lse.empty()) {
         std::optional<tol::candidate_format> lf = rq.dtype ? rq.dtype : std::nullopt;
@@ -462,20 +480,18 @@ check_result run_check(const check_request& rq) {
             const tensor<double, 4> logits = attention_logits<uniform_precision<double>>(
                 tensor_view<const double, 4>{lc.data.query.data(), {d.batch, d.heads, d.query_length, d.head_dim_qk}},
                 tensor_view<const double, 4>{lc.data.key.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_qk}}, o);
-            // The candidate's logits differ from the exact ones by ≤ γ_{dk+4}·|s||q|ᵀ|k|: widen u accordingly.
-            const double lu = std::max(u, tol::gamma_for_logits(d.head_dim_qk, u));
+            // The candidate's logits differ from the exact ones by ≤ γ_{dk+4}·|s||q|ᵀ|k|, and its weights
+            // may be stored in a narrower format than its output: widen u accordingly.
+            const double lu = std::max({u, weights_u, tol::gamma_for_logits(d.head_dim_qk, u)});
             res.invariants.push_back(weights_match_lse(tensor_view<const double, 4>{w_cand.data(), wext}, logits.view(),
                                                        tensor_view<const double, 3>{l_cand.data(), {d.batch, d.heads, d.query_length}},
                                                        ctx, lu));
         }
-        // lse against the reference: |Δlse| ≤ γ_{dk+4}·L + (n + 3)u, checked as assert_close-style with that atol.
+        // lse against the reference (tolerance::lse_bound).
         if (const tensor_entry* t = find_entry(lc.m, "lse")) {
             const std::vector<double> le = read_reference(dir, *t);
             tensor_report lr{"lse", {}, {}, {}};
-            const double atol = (static_cast<double>(d.key_length) + 3) * u + 1e-300;
-            lr.cmp = tol::compare(l_cand, le, *format, [&](std::size_t n) {
-                return atol + 4 * tol::gamma_for_logits(d.head_dim_qk + 2 * d.model_dim, u) * (1 + std::abs(le[n]));
-            });
+            lr.cmp = tol::compare_lse(l_cand, le, *format, *lf, case_scales());
             lr.verdict = lr.cmp.ok() ? "pass" : "FAIL";
             res.tensors.push_back(lr);
         }

@@ -2,14 +2,17 @@
 /// implementation under test) and writes candidate outputs.
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <type_traits>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "attnref/formats.hpp"
 #include "attnref/npy.hpp"
 #include "attnref/policies.hpp"
 #include "commands.hpp"
@@ -25,13 +28,36 @@ namespace {
 struct run_args {
     std::string golden, arith, out, softmax = "shifted_division";
     std::size_t block = 64, threads = 0;
+    bool float64 = false;
 };
 
+/// The tensor as an .npy array in the natural dtype of its element type, as a kernel computing in
+/// that format would write it: float '<f4'; bfloat16 '<u2' (bit patterns, as `attnref check` reads
+/// them); float16 '<f2'; FP8 '<f4' (exact); double and wider '<f8' (wider types rounded to double).
+/// With as_float64, always '<f8'.
 template <class T>
-std::vector<double> as_doubles(const tensor<T, 1>& t) {
-    std::vector<double> v(t.size());
-    for (std::size_t n = 0; n < t.size(); ++n) v[n] = static_cast<double>(t[n]);
-    return v;
+npy::array encode(const tensor<T, 1>& t, std::vector<std::size_t> shape, bool as_float64) {
+    const std::size_t n = t.size();
+    if constexpr (std::is_same_v<T, formats::bfloat16> || std::is_same_v<T, formats::float16>) {
+        if (!as_float64) {
+            std::vector<std::uint16_t> bits(n);
+            for (std::size_t i = 0; i < n; ++i) bits[i] = t[i].bits();
+            if constexpr (std::is_same_v<T, formats::bfloat16>) return npy::make_array("<u2", std::move(shape), bits);
+            npy::array a = npy::make_array("<u2", std::move(shape), bits);
+            a.descr = "<f2";  // same little-endian 2-byte layout, read as IEEE binary16
+            return a;
+        }
+    }
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, formats::float8_e4m3> || std::is_same_v<T, formats::float8_e5m2>) {
+        if (!as_float64) {
+            std::vector<float> v(n);
+            for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(t[i]);
+            return npy::make_array("<f4", std::move(shape), v);
+        }
+    }
+    std::vector<double> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<double>(t[i]);
+    return npy::make_array("<f8", std::move(shape), v);
 }
 
 void run_case(const run_args& a) {
@@ -41,12 +67,12 @@ void run_case(const run_args& a) {
     const loaded_case lc = load_case(a.golden);
     const case_spec& s = lc.m.spec;
     const auto start = std::chrono::steady_clock::now();
-    std::vector<std::pair<std::string, std::vector<double>>> results;
+    std::vector<std::pair<std::string, npy::array>> results;
     const bool known = visit_policy(a.arith, [&]<class P>(std::type_identity<P>) {
         const case_outputs_of<P> r = compute_case<P>(s, lc.data, a.threads, *algorithm, a.block);
-        results.emplace_back("output", as_doubles(r.output));
-        if (s.outputs.weights) results.emplace_back("weights", as_doubles(r.weights));
-        if (s.outputs.lse) results.emplace_back("lse", as_doubles(r.lse));
+        results.emplace_back("output", encode(r.output, output_shape(s), a.float64));
+        if (s.outputs.weights) results.emplace_back("weights", encode(r.weights, weights_shape(s), a.float64));
+        if (s.outputs.lse) results.emplace_back("lse", encode(r.lse, lse_shape(s), a.float64));
     });
     if (!known) {
         std::string names;
@@ -57,10 +83,9 @@ void run_case(const run_args& a) {
     std::error_code ec;
     fs::create_directories(a.out, ec);
     if (ec) throw data_error(a.out + ": cannot create the directory: " + ec.message());
-    for (const auto& [role, values] : results) {
-        const std::vector<std::size_t> shape = role == "output" ? output_shape(s) : role == "weights" ? weights_shape(s) : lse_shape(s);
+    for (const auto& [role, array] : results) {
         try {
-            npy::write(fs::path(a.out) / (role + ".npy"), npy::make_array("<f8", shape, values));
+            npy::write(fs::path(a.out) / (role + ".npy"), array);
         } catch (const npy::error& e) {
             throw data_error(e.what());
         }
@@ -76,13 +101,15 @@ void register_run(CLI::App& app) {
     for (const policy_entry& p : policy_names) arith_help += " " + std::string(p.name);
     CLI::App* r = app.add_subcommand("run",
                                      "Compute a golden case with one of attnref's own arithmetics and write candidate "
-                                     "output.npy, weights.npy, lse.npy (float64 '<f8')");
+                                     "output.npy, weights.npy, lse.npy in the arithmetic's own format (float32 '<f4', "
+                                     "bfloat16 '<u2' bits, float16 '<f2', double and wider '<f8')");
     r->add_option("--golden", a->golden, "case directory (holding manifest.json)")->required();
     r->add_option("--arith", a->arith, arith_help)->required();
     r->add_option("--out", a->out, "directory for the candidate .npy files")->required();
     r->add_option("--softmax", a->softmax, "naive, shifted_division, division_free or online")->capture_default_str();
     r->add_option("--block", a->block, "online softmax block size (keys per block)")->capture_default_str();
     r->add_option("--threads", a->threads, "threads (0 = all cores)")->capture_default_str();
+    r->add_flag("--float64", a->float64, "write every tensor as float64 '<f8' instead");
     r->callback([a] { run_case(*a); });
 }
 

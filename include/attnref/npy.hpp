@@ -625,8 +625,8 @@ array make_array(std::string_view descr, std::vector<std::size_t> shape, const V
     const detail::dtype_info& info = detail::lookup_dtype(descr, detail::in_memory, "descr");
     const bool bool_from_bytes = info.descr == "|b1" && std::is_same_v<T, std::uint8_t>;
     if (info.descr != detail::descr_of<T> && !bool_from_bytes)
-        detail::fail(detail::in_memory, "descr", "'" + std::string(info.descr) + "' does not match the element type, '" +
-                                                     std::string(detail::descr_of<T>) + "' expected");
+        detail::fail(detail::in_memory, "descr",
+                     std::string("'").append(info.descr).append("' does not match the element type, '").append(detail::descr_of<T>).append("' expected"));
     array a{std::string(info.descr), std::move(shape), {}};
     const std::size_t count = a.size();
     const std::span<const T> span(std::ranges::data(values), std::ranges::size(values));

@@ -397,6 +397,15 @@ struct data_aware_scales {
     double lambda = data_aware_lambda;
     /// The rigorous worst-case bound of the same case: where it is smaller (short sums), it is used.
     worst_case_scales worst_case;
+    /// Per attention row (b, h, i): the logit variance and linear logit term (for weights_bound).
+    std::vector<two_part> row_logit_var;
+    std::vector<double> row_logit_linear;
+    std::size_t n_keys = 0;
+
+    /// ε of the file comment: a bound on every logit perturbation of the row.
+    double logit_epsilon(const two_part& var, double linear_term, double u, double u_acc) const {
+        return lambda * std::sqrt(var.acc * u_acc * u_acc + var.store * u * u) + linear_term * u_acc;
+    }
 
     std::size_t size() const { return coupled.size(); }
     /// u: the candidate format's unit roundoff (storage: inputs, Q/K/V, P, head outputs, output);
@@ -404,7 +413,7 @@ struct data_aware_scales {
     /// breaks down (logit perturbations of order 1: the bound is then vacuous, and reported so).
     double bound(std::size_t e, double u, double u_acc) const {
         const double ua2 = u_acc * u_acc, us2 = u * u;
-        const double eps = lambda * std::sqrt(logit_var[e].acc * ua2 + logit_var[e].store * us2) + logit_linear[e] * u_acc;
+        const double eps = logit_epsilon(logit_var[e], logit_linear[e], u, u_acc);
         const double g = eps > 0 ? std::expm1(2 * eps) / (2 * eps) : 1.0;  // (e^{2ε} − 1)/(2ε) ≥ 1
         const double var = g * g * (coupled[e].acc * ua2 + coupled[e].store * us2) + independent[e].acc * ua2 +
                            independent[e].store * us2;
@@ -551,6 +560,9 @@ inline data_aware_scales sdpa_scales(tensor_view<const double, 4> q, tensor_view
     r.logit_var.resize(r.coupled.size());
     r.logit_linear.resize(r.coupled.size());
     for (std::size_t e = 0; e < r.coupled.size(); ++e) r.logit_var[e] = t.logit_var[e / dv], r.logit_linear[e] = t.logit_linear[e / dv];
+    r.row_logit_var = std::move(t.logit_var);
+    r.row_logit_linear = std::move(t.logit_linear);
+    r.n_keys = k.extents[2];
     return r;
 }
 
@@ -604,7 +616,7 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
     const tensor<double, 4> logits = attention_logits<uniform_precision<double>>(tensor_view<const double, 4>(qh.view()),
                                                                                  tensor_view<const double, 4>(kh.view()), o.attention);
     const double scale = o.attention.scale ? *o.attention.scale : 1 / std::sqrt(static_cast<double>(d.head_dim_qk));
-    const detail::head_terms t = detail::attention_terms({qh.view(), kh.view(), vh.view(), vq, vk, vv}, logits.view(), p, scale);
+    detail::head_terms t = detail::attention_terms({qh.view(), kh.view(), vh.view(), vq, vk, vv}, logits.view(), p, scale);
     // Through W_o: a coupled event of head h (one δ moving the whole head output) reaches y_l through
     // Σ_c W_o[h·dv + c, l]·A_c ≤ ‖W_o^h[·, l]‖·‖A‖ (Cauchy–Schwarz); independent events through W_o².
     // GQA: a K/V rounding feeds the group's H/Hkv heads, (Σ of G terms)² ≤ G·Σ of squares.
@@ -655,6 +667,9 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
                 r.logit_linear[out_row + l] = eps_lin;
             }
         }
+    r.row_logit_var = std::move(t.logit_var);
+    r.row_logit_linear = std::move(t.logit_linear);
+    r.n_keys = sk;
     return r;
 }
 
@@ -688,75 +703,147 @@ struct comparison {
 /// Compares candidate a against reference e elementwise. `bound_at(n)` gives the absolute bound of
 /// element n (for the ulp model pass ulp_limit instead and a null bound_at). NaN must match NaN, ±inf
 /// must match the same infinity; any other non-finite mismatch is a violation.
+///
+/// The elements are compared in fixed chunks of compare_chunk_elements, the chunks on up to
+/// `threads` threads (0: std::thread::hardware_concurrency(); an input of one chunk stays on the
+/// calling thread), and the chunks' results merged in chunk order: counts add, maxima take the max,
+/// the worst element is the first (lowest index) with the largest ratio, and rms adds the chunks'
+/// sums of squares in chunk order. The result is the same, bit for bit, for every thread count.
+/// `bound_at` is called concurrently from several threads (once per n, in no particular order across
+/// chunks): it must be safe to call that way, e.g. a lambda that only reads.
 namespace detail {
 /// x/y > limit may hold only if x ≥ limit·y·(1 − 2⁻⁵⁰) (x, y ≥ 0, limit ≥ 0): a cheap test that
 /// skips the division for the (common) elements that cannot raise a running maximum. Conservative:
 /// whenever it answers false, the exact quotient is below limit, so fl(x/y) ≤ limit.
 inline bool may_exceed(double x, double y, double limit) { return !(x < limit * y * (1 - 0x1p-50)); }
 
-/// compare() with the format fixed at compile time (the per-element ULP distance then has no switch).
+/// Elements per chunk of compare(): a constant, so that the chunks (and the order their sums of
+/// squares are added in) never depend on the thread count.
+inline constexpr std::size_t compare_chunk_elements = std::size_t{1} << 16;
+
+/// One element as a candidate for comparison's worst_* fields.
+struct compare_worst {
+    double ratio = 0;
+    std::size_t index = 0;
+    double candidate = 0, expected = 0, bound = 0;
+};
+
+/// compare()'s result over one chunk. The sequential rule — the first element to reach the worst
+/// test becomes the worst, a later one replaces it only when its ratio is strictly larger — is
+/// split so that chunks merge exactly: `worst` is the first element with the largest non-NaN ratio
+/// and `first` the chunk's first element to reach the test (it decides alone when its ratio is NaN,
+/// as no ratio compares larger than NaN; ratios are NaN e.g. for inf/inf).
+struct compare_partial {
+    std::size_t violations = 0, nonfinite_mismatches = 0;
+    double max_abs = 0, max_rel = 0, max_ulp = 0, sum_sq = 0;
+    compare_worst first, worst;
+    bool have_first = false, have_worst = false;
+};
+
+/// Compares elements [begin, end) with the format fixed at compile time (the per-element ULP
+/// distance then has no switch).
 template <candidate_format F, class BoundAt>
-comparison compare_in(std::span<const double> a, std::span<const double> e, BoundAt& bound_at, std::optional<double> ulp_limit) {
-    constexpr candidate_format f = F;
-    comparison c;
-    c.elements = a.size();
-    double sum_sq = 0;
-    bool have_worst = false;
-    for (std::size_t n = 0; n < a.size(); ++n) {
+compare_partial compare_chunk(std::span<const double> a, std::span<const double> e, std::size_t begin, std::size_t end,
+                              BoundAt& bound_at, std::optional<double> ulp_limit) {
+    // Locals, not compare_partial's fields, in the loop: they stay in registers.
+    std::size_t violations = 0, nonfinite_mismatches = 0;
+    double max_abs = 0, max_rel = 0, max_ulp = 0, sum_sq = 0;
+    compare_worst first, worst;
+    bool have_first = false, have_worst = false;
+    const auto consider = [&](double ratio, std::size_t n, double x, double y, double bound) {
+        if (!have_first) first = {ratio, n, x, y, bound}, have_first = true;
+        if (ratio > worst.ratio || (!have_worst && !std::isnan(ratio))) worst = {ratio, n, x, y, bound}, have_worst = true;
+    };
+    for (std::size_t n = begin; n < end; ++n) {
         const double x = a[n], y = e[n];
         double ratio = 0, bound = 0;
         if (!std::isfinite(x) || !std::isfinite(y)) {
             const bool same = (std::isnan(x) && std::isnan(y)) || x == y;
             if (same) continue;
-            ++c.nonfinite_mismatches;
-            ++c.violations;
-            ratio = std::numeric_limits<double>::infinity();
-            if (!have_worst || c.worst_ratio < ratio) {
-                c.worst_ratio = ratio, c.worst_index = n, c.worst_candidate = x, c.worst_expected = y, c.worst_bound = 0;
-                have_worst = true;
-            }
-            c.max_abs = std::numeric_limits<double>::infinity();
+            ++nonfinite_mismatches;
+            ++violations;
+            consider(std::numeric_limits<double>::infinity(), n, x, y, 0);
+            max_abs = std::numeric_limits<double>::infinity();
             continue;
         }
-        const double err = detail::abs_d(x - y);
+        // std::fabs, not abs_d: branch-free (abs_d's branch on the sign mispredicts on real data) and
+        // the same values but for the sign of a zero err, which nothing below can tell apart.
+        const double err = std::fabs(x - y);
         sum_sq += err * err;
-        c.max_abs = std::max(c.max_abs, err);
+        max_abs = std::max(max_abs, err);
         if (y != 0) {
-            if (may_exceed(err, abs_d(y), c.max_rel)) c.max_rel = std::max(c.max_rel, err / abs_d(y));
+            if (may_exceed(err, std::fabs(y), max_rel)) max_rel = std::max(max_rel, err / std::fabs(y));
         } else if (err != 0) {
-            c.max_rel = std::numeric_limits<double>::infinity();
+            max_rel = std::numeric_limits<double>::infinity();
         }
-        const double ulps = ulp_distance(f, x, y);
-        c.max_ulp = std::max(c.max_ulp, ulps);
+        const double ulps = ulp_distance(F, x, y);
+        max_ulp = std::max(max_ulp, ulps);
         if (ulp_limit) {
             bound = *ulp_limit;
             ratio = ulps / *ulp_limit;
         } else {
             bound = bound_at(n);
-            // Skip the division when err ≤ bound and err/bound cannot exceed the worst ratio so far:
-            // then ratio ≤ 1 and ≤ worst_ratio, and neither test below can change.
-            if (have_worst && err <= bound && !may_exceed(err, bound, c.worst_ratio)) continue;
+            // Skip the division when err ≤ bound and err/bound cannot exceed the chunk's worst ratio
+            // so far: then ratio ≤ 1 and ≤ worst.ratio, and neither the count nor the worst can change.
+            if (have_worst && err <= bound && !may_exceed(err, bound, worst.ratio)) continue;
             ratio = err == 0 ? 0 : (bound > 0 ? err / bound : std::numeric_limits<double>::infinity());
         }
-        if (ratio > 1) ++c.violations;
-        if (!have_worst || ratio > c.worst_ratio) {
-            c.worst_ratio = ratio, c.worst_index = n, c.worst_candidate = x, c.worst_expected = y, c.worst_bound = bound;
-            have_worst = true;
-        }
+        if (ratio > 1) ++violations;
+        consider(ratio, n, x, y, bound);
     }
-    c.rms = a.empty() ? 0 : std::sqrt(sum_sq / static_cast<double>(a.size()));
+    compare_partial p;
+    p.violations = violations, p.nonfinite_mismatches = nonfinite_mismatches;
+    p.max_abs = max_abs, p.max_rel = max_rel, p.max_ulp = max_ulp, p.sum_sq = sum_sq;
+    p.first = first, p.worst = worst, p.have_first = have_first, p.have_worst = have_worst;
+    return p;
+}
+
+/// compare() with the format fixed at compile time: chunks, then their merge in chunk order.
+template <candidate_format F, class BoundAt>
+comparison compare_in(std::span<const double> a, std::span<const double> e, BoundAt& bound_at, std::optional<double> ulp_limit,
+                      std::size_t threads = 0) {
+    const std::size_t size = a.size();
+    const std::size_t chunks = (size + compare_chunk_elements - 1) / compare_chunk_elements;
+    std::vector<compare_partial> parts(chunks);
+    ::attnref::detail::parallel_for(chunks, chunks < 2 ? 1 : threads, [&](std::size_t k) {
+        const std::size_t begin = k * compare_chunk_elements;
+        parts[k] = compare_chunk<F>(a, e, begin, std::min(size, begin + compare_chunk_elements), bound_at, ulp_limit);
+    });
+    comparison c;
+    c.elements = a.size();
+    compare_partial all;
+    for (const compare_partial& p : parts) {
+        all.violations += p.violations;
+        all.nonfinite_mismatches += p.nonfinite_mismatches;
+        all.max_abs = std::max(all.max_abs, p.max_abs);
+        all.max_rel = std::max(all.max_rel, p.max_rel);
+        all.max_ulp = std::max(all.max_ulp, p.max_ulp);
+        all.sum_sq += p.sum_sq;
+        if (!all.have_first && p.have_first) all.first = p.first, all.have_first = true;
+        if (p.have_worst && (!all.have_worst || p.worst.ratio > all.worst.ratio)) all.worst = p.worst, all.have_worst = true;
+    }
+    c.violations = all.violations;
+    c.nonfinite_mismatches = all.nonfinite_mismatches;
+    c.max_abs = all.max_abs;
+    c.max_rel = all.max_rel;
+    c.max_ulp = all.max_ulp;
+    const compare_worst* w = all.have_first && std::isnan(all.first.ratio) ? &all.first : all.have_worst ? &all.worst : nullptr;
+    if (w) c.worst_ratio = w->ratio, c.worst_index = w->index, c.worst_candidate = w->candidate, c.worst_expected = w->expected,
+           c.worst_bound = w->bound;
+    c.rms = a.empty() ? 0 : std::sqrt(all.sum_sq / static_cast<double>(a.size()));
     return c;
 }
 }  // namespace detail
 
+/// `threads`: as above (0: one per hardware thread); the result does not depend on it.
 template <class BoundAt>
 comparison compare(std::span<const double> a, std::span<const double> e, candidate_format f, BoundAt&& bound_at,
-                   std::optional<double> ulp_limit = std::nullopt) {
+                   std::optional<double> ulp_limit = std::nullopt, std::size_t threads = 0) {
     switch (f) {
-        case candidate_format::float64: return detail::compare_in<candidate_format::float64>(a, e, bound_at, ulp_limit);
-        case candidate_format::float32: return detail::compare_in<candidate_format::float32>(a, e, bound_at, ulp_limit);
-        case candidate_format::bfloat16: return detail::compare_in<candidate_format::bfloat16>(a, e, bound_at, ulp_limit);
-        case candidate_format::float16: return detail::compare_in<candidate_format::float16>(a, e, bound_at, ulp_limit);
+        case candidate_format::float64: return detail::compare_in<candidate_format::float64>(a, e, bound_at, ulp_limit, threads);
+        case candidate_format::float32: return detail::compare_in<candidate_format::float32>(a, e, bound_at, ulp_limit, threads);
+        case candidate_format::bfloat16: return detail::compare_in<candidate_format::bfloat16>(a, e, bound_at, ulp_limit, threads);
+        case candidate_format::float16: return detail::compare_in<candidate_format::float16>(a, e, bound_at, ulp_limit, threads);
     }
     return {};
 }
@@ -778,6 +865,58 @@ inline comparison compare_worst_case(std::span<const double> a, std::span<const 
                                      const worst_case_scales& s) {
     const double u = unit_roundoff(f), ua = accumulate_roundoff(f);
     return compare(a, e, f, [&](std::size_t n) { return s.bound(n, u, ua); });
+}
+
+/// Smallest positive normal number of the format (of fp32 for 16-bit formats, whose exponentials are
+/// taken in fp32): the absolute error a weight may have through underflow or flush-to-zero.
+constexpr double weights_floor(candidate_format f) {
+    switch (f) {
+        case candidate_format::float64: return 0x1p-1022;
+        case candidate_format::float32:
+        case candidate_format::bfloat16: return 0x1p-126;
+        case candidate_format::float16: return 0x1p-14;
+    }
+    return 0;
+}
+
+/// Bound on |p̂_j − p_j| for the candidate's attention weights against the golden weights p
+/// (B, H, Sq, Sk), with the row's logit bound ε (see data_aware_scales; u, u_acc those of the
+/// candidate's format f): logit perturbations ≤ ε move p_j by at most p_j·(e^{2ε} − 1); the
+/// softmax's own roundings add p_j·(λ·√(2n)·u_acc + 6u_acc) (the denominator's n additions as in
+/// step 3, the shift, exp and division), storing p_j in format w adds p_j·u_w, and underflow or
+/// flush-to-zero add weights_floor(w).
+inline double weights_bound(const data_aware_scales& s, std::size_t row, double p, double u, double u_acc, double u_w, double floor) {
+    const double eps = s.logit_epsilon(s.row_logit_var[row], s.row_logit_linear[row], u, u_acc);
+    const double rel = std::expm1(2 * eps) + s.lambda * std::sqrt(2 * static_cast<double>(s.n_keys)) * u_acc + 6 * u_acc + u_w;
+    return (detail::abs_d(p) * rel + floor) * (1 + 0x1p-40);
+}
+/// Compares weights a (stored in format w) of a candidate computing in format f with the golden p.
+inline comparison compare_weights(std::span<const double> a, std::span<const double> p, candidate_format f, candidate_format w,
+                                  const data_aware_scales& s) {
+    const double u = unit_roundoff(f), ua = accumulate_roundoff(f), uw = unit_roundoff(w), fl = std::max(weights_floor(f), weights_floor(w));
+    const std::size_t n = s.n_keys;
+    return compare(a, p, w, [&](std::size_t e) { return weights_bound(s, e / n, p[e], u, ua, uw, fl); });
+}
+inline comparison compare_weights(std::span<const double> a, std::span<const double> p, candidate_format f, const data_aware_scales& s) {
+    return compare_weights(a, p, f, f, s);
+}
+
+/// Bound on |lŝe − lse| for a row's log-sum-exp: lse is 1-Lipschitz in the largest logit
+/// perturbation, so ε (see data_aware_scales; u, u_acc of the candidate's format) plus the
+/// denominator's roundings λ·√(2n)·u_acc, the shift, exp and log (6u_acc) and storing lse in a
+/// format of unit roundoff u_l (u_l·|lse|).
+inline double lse_bound(const data_aware_scales& s, std::size_t row, double lse, double u, double u_acc, double u_l) {
+    const double eps = s.logit_epsilon(s.row_logit_var[row], s.row_logit_linear[row], u, u_acc);
+    return (eps + s.lambda * std::sqrt(2 * static_cast<double>(s.n_keys)) * u_acc + 6 * u_acc + u_l * detail::abs_d(lse)) * (1 + 0x1p-40);
+}
+/// Compares lse a (stored in format l) of a candidate computing in format f with the golden lse.
+inline comparison compare_lse(std::span<const double> a, std::span<const double> lse, candidate_format f, candidate_format l,
+                              const data_aware_scales& s) {
+    const double u = unit_roundoff(f), ua = accumulate_roundoff(f), ul = unit_roundoff(l);
+    return compare(a, lse, l, [&](std::size_t e) { return lse_bound(s, e, lse[e], u, ua, ul); });
+}
+inline comparison compare_lse(std::span<const double> a, std::span<const double> lse, candidate_format f, const data_aware_scales& s) {
+    return compare_lse(a, lse, f, f, s);
 }
 inline comparison compare_baseline(std::span<const double> a, std::span<const double> e, std::span<const double> naive,
                                    candidate_format f) {

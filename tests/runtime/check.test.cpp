@@ -65,6 +65,22 @@ std::vector<double> run_policy(const case_spec& s, const case_data& d, softmax_a
     return flat(compute_case<Policy>(spec, d, 1, a).output);
 }
 
+/// The candidate's attention weights P (B, H, Sq, Sk) from attnref in Policy.
+template <class Policy>
+std::vector<double> run_weights(const case_spec& s, const case_data& d) {
+    case_spec spec = s;
+    spec.outputs.weights = true;
+    spec.outputs.lse = false;
+    return flat(compute_case<Policy>(spec, d, 1, softmax_algorithm::shifted_division).weights);
+}
+
+/// The golden weights (stored with every committed case).
+std::vector<double> golden_weights(const golden& g) {
+    for (const tensor_entry& t : g.lc.m.tensors)
+        if (t.role == "weights" && !t.target) return npy::to_double(npy::read(g.dir / t.file));
+    return {};
+}
+
 tol::comparison judge(const golden& g, const std::vector<double>& candidate, tol::candidate_format f) {
     return tol::compare_data_aware(candidate, g.expected, f, g.scales);
 }
@@ -371,6 +387,94 @@ BOOST_AUTO_TEST_CASE(small_row_corruption_fails_the_default_model) {
                                                         << " left out: float32 itself is off by more than 1e-5 there); the "
                                                            "worst-case model alone misses it on "
                                                         << missed_worst_case << " of " << mha << " multi-head cases");
+}
+
+// Candidate weights against the golden weights (tolerance::weights_bound): correct implementations in
+// four precisions pass on every committed case; a wrong scale and a 0.1% change of one row fail.
+BOOST_AUTO_TEST_CASE(weights_against_golden_weights) {
+    using F = tol::candidate_format;
+    double worst = 0;
+    std::size_t caught = 0, cases = 0;
+    for (const fs::path& dir : committed_cases()) {
+        const golden g = load(dir);
+        const case_spec& s = g.lc.m.spec;
+        const std::vector<double> pe = golden_weights(g);
+        BOOST_TEST_CONTEXT(s.name) {
+            BOOST_REQUIRE(!pe.empty());
+            const std::vector<double> p32 = run_weights<uniform_precision<float>>(s, g.lc.data);
+            for (const auto& [f, w] : {std::pair{F::float64, run_weights<uniform_precision<double>>(s, g.lc.data)}, std::pair{F::float32, p32},
+                                       std::pair{F::bfloat16, run_weights<bf16_policy>(s, g.lc.data)},
+                                       std::pair{F::float16, run_weights<fp16_policy>(s, g.lc.data)}}) {
+                const tol::comparison c = tol::compare_weights(w, pe, f, g.scales);
+                BOOST_TEST(c.ok(), tol::format_name(f) << " weights worst " << c.worst_ratio);
+                worst = std::max(worst, c.worst_ratio);
+            }
+            // The largest weight of the first row, moved by 0.1% (renormalising the row would move the
+            // others too; one weight is enough to show the bound resolves it) where float32 is accurate.
+            std::vector<double> bad = p32;
+            const std::size_t at = static_cast<std::size_t>(std::max_element(pe.begin(), pe.begin() + static_cast<long>(s.shapes.key_length),
+                                                                              [](double a, double b) { return !(a >= b); }) - pe.begin());
+            if (pe[at] > 0 && std::isfinite(pe[at]) && std::abs(p32[at] - pe[at]) <= 1e-5 * pe[at]) {  // 0.1% ≥ 100× float32's error
+                ++cases;
+                bad[at] = static_cast<float>(bad[at] * (1 + 1e-3));
+                caught += !tol::compare_weights(bad, pe, F::float32, g.scales).ok();
+            }
+        }
+    }
+    BOOST_TEST(caught == cases);
+    BOOST_TEST(cases >= 40u);
+    BOOST_TEST_MESSAGE("weights: worst error " << worst << " of the bound (float64, float32, bf16, fp16 policies); a 0.1% change of "
+                                               "one weight caught on " << caught << " of " << cases << " cases");
+    // A missing scale changes the weights far beyond the bound.
+    const golden g = load(golden_dir / "sdpa_basic");
+    case_spec s = g.lc.m.spec;
+    s.conventions.scale = 1.0;
+    BOOST_TEST(!tol::compare_weights(run_weights<uniform_precision<double>>(s, g.lc.data), golden_weights(g), F::float64, g.scales).ok());
+}
+
+// Candidate lse against the golden lse (tolerance::lse_bound): correct implementations pass on every
+// committed case; an lse off by 1e-4 (e.g. log taken in bf16, or a dropped max shift term) fails.
+BOOST_AUTO_TEST_CASE(lse_against_golden_lse) {
+    using F = tol::candidate_format;
+    double worst = 0;
+    std::size_t caught = 0, cases = 0;
+    for (const fs::path& dir : committed_cases()) {
+        const golden g = load(dir);
+        const case_spec& s = g.lc.m.spec;
+        std::vector<double> le;
+        for (const tensor_entry& t : g.lc.m.tensors)
+            if (t.role == "lse" && !t.target) le = npy::to_double(npy::read(g.dir / t.file));
+        if (le.empty()) continue;
+        auto run_lse = [&]<class Policy>(Policy) {
+            case_spec spec = s;
+            spec.outputs.weights = false;
+            spec.outputs.lse = true;
+            return flat(compute_case<Policy>(spec, g.lc.data, 1, softmax_algorithm::shifted_division).lse);
+        };
+        BOOST_TEST_CONTEXT(s.name) {
+            const std::vector<double> l32 = run_lse(uniform_precision<float>{});
+            for (const auto& [f, l] : {std::pair{F::float64, run_lse(uniform_precision<double>{})}, std::pair{F::float32, l32},
+                                       std::pair{F::bfloat16, run_lse(bf16_policy{})}}) {
+                const tol::comparison c = tol::compare_lse(l, le, f, g.scales);
+                BOOST_TEST(c.ok(), tol::format_name(f) << " lse worst " << c.worst_ratio);
+                worst = std::max(worst, c.worst_ratio);
+            }
+            const auto first = std::find_if(le.begin(), le.end(), [](double x) { return std::isfinite(x); });
+            if (first != le.end()) {
+                const std::size_t at = static_cast<std::size_t>(first - le.begin());
+                if (std::abs(l32[at] - le[at]) < 1e-6) {  // off by 1e-4: ≥ 100× float32's own error here
+                    ++cases;
+                    std::vector<double> bad = l32;
+                    bad[at] = static_cast<float>(bad[at] + 1e-4);
+                    caught += !tol::compare_lse(bad, le, F::float32, g.scales).ok();
+                }
+            }
+        }
+    }
+    BOOST_TEST(cases >= 30u);
+    BOOST_TEST(caught == cases);
+    BOOST_TEST_MESSAGE("lse: worst error " << worst << " of the bound (float64, float32, bf16 policies); an error of 1e-4 caught on "
+                                           << caught << " of " << cases << " cases");
 }
 
 BOOST_AUTO_TEST_CASE(models_and_zero_trust) {
