@@ -930,37 +930,45 @@ inline comparison compare_baseline(std::span<const double> a, std::span<const do
 /// empty rows under the zero and NaN policies, zeros by construction that the comparison already
 /// pins — are left out of both counts; a case with no other row is untrustworthy.
 inline std::optional<std::string_view> untrustworthy(std::span<const double> a, std::size_t row_length,
-                                                     std::span<const double> reference = {}) {
+                                                     std::span<const double> reference = {}, std::size_t threads = 0) {
     if (a.empty()) return std::nullopt;
     const std::size_t row = row_length > 0 && a.size() % row_length == 0 ? row_length : a.size(), rows = a.size() / row;
-    std::vector<std::size_t> kept;  // row indices taking part
-    kept.reserve(rows);
-    for (std::size_t r = 0; r < rows; ++r) {
-        bool structural = reference.size() == a.size();
-        if (structural) {
-            const auto e = reference.subspan(r * row, row);
-            structural = std::all_of(e.begin(), e.end(), [](double x) { return x == 0; }) ||
-                         std::all_of(e.begin(), e.end(), [](double x) { return std::isnan(x); });
-        }
-        if (!structural) kept.push_back(r);
-    }
-    if (kept.empty()) return "every reference row is empty (exactly 0 or NaN): the case pins only its empty-row policy";
-    std::size_t zeros = 0;
-    for (std::size_t r : kept)
-        for (std::size_t c = 0; c < row; ++c) zeros += a[r * row + c] == 0;
-    if (static_cast<double>(zeros) > 0.3 * static_cast<double>(kept.size() * row))
-        return reference.size() == a.size() ? "more than 30% of the outputs outside empty rows are exactly 0"
-                                            : "more than 30% of the outputs are exactly 0";
-    if (row_length > 0 && kept.size() > 1) {
+    const bool with_reference = reference.size() == a.size();
+    auto structural = [&](std::size_t r) {
+        if (!with_reference) return false;
+        const auto e = reference.subspan(r * row, row);
+        return std::all_of(e.begin(), e.end(), [](double x) { return x == 0; }) ||
+               std::all_of(e.begin(), e.end(), [](double x) { return std::isnan(x); });
+    };
+    std::size_t first = 0;  // the first row taking part
+    while (first < rows && structural(first)) ++first;
+    if (first == rows) return "every reference row is empty (exactly 0 or NaN): the case pins only its empty-row policy";
+    // Rows in fixed chunks (independent of the thread count); integer counts, so the merge is exact.
+    struct part {
+        std::size_t kept = 0, zeros = 0;
         bool identical = true;
-        const std::size_t first = kept[0] * row;
-        for (std::size_t n = 1; n < kept.size() && identical; ++n)
-            for (std::size_t c = 0; c < row && identical; ++c) {
-                const double x = a[kept[n] * row + c], y = a[first + c];
-                identical = x == y || (std::isnan(x) && std::isnan(y));
+    };
+    const std::size_t rows_per_chunk = std::max<std::size_t>(1, detail::compare_chunk_elements / row);
+    const std::size_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
+    std::vector<part> parts(chunks);
+    ::attnref::detail::parallel_for(chunks, chunks < 2 ? 1 : threads, [&](std::size_t k) {
+        part& p = parts[k];
+        for (std::size_t r = k * rows_per_chunk; r < std::min(rows, (k + 1) * rows_per_chunk); ++r) {
+            if (r < first || (r > first && structural(r))) continue;
+            ++p.kept;
+            for (std::size_t c = 0; c < row; ++c) {
+                const double x = a[r * row + c], y = a[first * row + c];
+                p.zeros += x == 0;
+                p.identical = p.identical && (x == y || (std::isnan(x) && std::isnan(y)));
             }
-        if (identical) return "all output rows are identical";
-    }
+        }
+    });
+    std::size_t kept = 0, zeros = 0;
+    bool identical = true;
+    for (const part& p : parts) kept += p.kept, zeros += p.zeros, identical = identical && p.identical;
+    if (static_cast<double>(zeros) > 0.3 * static_cast<double>(kept * row))
+        return with_reference ? "more than 30% of the outputs outside empty rows are exactly 0" : "more than 30% of the outputs are exactly 0";
+    if (row_length > 0 && kept > 1 && identical) return "all output rows are identical";
     return std::nullopt;
 }
 

@@ -495,6 +495,25 @@ BOOST_AUTO_TEST_CASE(models_and_zero_trust) {
     BOOST_TEST(tol::untrustworthy(std::vector<double>{0, 0, 0, 2}, 2, std::vector<double>{0, 0, 1, 2}).has_value());
     BOOST_TEST(tol::untrustworthy(std::vector<double>{0, 0, 0, 0}, 2, std::vector<double>{0, 0, 0, 0}).has_value());
     BOOST_TEST(tol::untrustworthy(std::vector<double>{0, 0, 1, 2, 1, 2}, 2, std::vector<double>{0, 0, 1, 2, 1, 3}).has_value());
+    // Many chunks of rows (run on several threads): the same verdicts as the rule says, for any thread count.
+    {
+        const std::size_t rows = 20000, len = 64;
+        std::vector<double> ref(rows * len), out(rows * len);
+        for (std::size_t n = 0; n < ref.size(); ++n) ref[n] = out[n] = static_cast<double>(n % 977) + 1;
+        for (std::size_t r = 0; r < rows; r += 3)  // every third row empty by construction: zeros left out
+            for (std::size_t c = 0; c < len; ++c) ref[r * len + c] = out[r * len + c] = 0;
+        for (std::size_t threads : {1u, 2u, 5u}) {
+            BOOST_TEST(!tol::untrustworthy(out, len, ref, threads).has_value());
+            std::vector<double> z = out;  // 31% of the kept elements zeroed
+            for (std::size_t n = 0, kept = 0; n < z.size(); ++n)
+                if (ref[n] != 0 && kept++ % 100 < 31) z[n] = 0;
+            BOOST_TEST(tol::untrustworthy(z, len, ref, threads).has_value());
+            BOOST_TEST(!tol::untrustworthy(z, len, {}, threads).value_or("").empty());  // without the reference: 54% zeros
+            std::vector<double> same(out.size());
+            for (std::size_t n = 0; n < same.size(); ++n) same[n] = static_cast<double>(n % len) + 1;
+            BOOST_TEST(tol::untrustworthy(same, len, ref, threads).has_value());  // every row identical
+        }
+    }
     const std::vector<double> nan{NAN, 2.0, 3.0};
     BOOST_TEST(!tol::compare_assert_close(nan, e, F::float32).ok());
 }
