@@ -199,7 +199,8 @@ std::vector<double> naive_output(const case_spec& spec, const case_data& data, t
 // magnitudes per head output, and their propagation through W_o), which cost
 // O(B·H·Sq·Sk·(dk + dv) + B·S·E·(H·dk) + B·Sq·H·dv·E_out) to compute; the bounds are a
 // pure function of the case (pinned by its manifest.json, which pins every tensor by sha256), the
-// candidate format and the model, so they are computed once and stored as
+// candidate format, the model and the derivation (tolerance.hpp's sha256), so they are computed once
+// and stored as
 //     <cache dir>/<sha256 of the key text>.npy
 // a '<f8' vector of 16 + N values: [0] the layout version, [1..8] the sha256 of the key text as
 // eight 32-bit integers, [9] N, [10..15] 0, then the N bounds. An entry is used only when it parses,
@@ -208,11 +209,16 @@ std::vector<double> naive_output(const case_spec& spec, const case_data& data, t
 // (npy::write). Failing to write the cache never fails the check.
 
 constexpr std::size_t cache_preamble = 16;
-constexpr double cache_version = 2;  // bump when the bound's derivation or this layout changes
+constexpr double cache_version = 3;  // bump when this layout changes
+#ifndef ATTNREF_TOLERANCE_SHA256
+#define ATTNREF_TOLERANCE_SHA256 "unknown"
+#endif
 
 std::string cache_key_text(const std::string& manifest_sha256, tol::candidate_format f, tol::tolerance_model m) {
-    return fmt::format("attnref check bound cache v{}\nmanifest.json sha256 {}\nformat {}\nmodel {}\n", cache_version,
-                       manifest_sha256, tol::format_name(f), tol::model_name(m));
+    // The derivation's own text is part of the key (verify/CMakeLists.txt): bounds cached by a build
+    // with another tolerance.hpp are never used.
+    return fmt::format("attnref check bound cache v{}\ntolerance.hpp sha256 {}\nmanifest.json sha256 {}\nformat {}\nmodel {}\n",
+                       cache_version, ATTNREF_TOLERANCE_SHA256, manifest_sha256, tol::format_name(f), tol::model_name(m));
 }
 
 std::array<double, 8> digest_words(const std::string& hex) {

@@ -28,9 +28,10 @@
 /// 1. Inputs and projections. Rounding an input to the candidate's format: u·|x|. A projection
 ///    y_f = Σ_e x_e W_ef + b_f: Var(y_f) = u_acc²·(Σ_e (x_e W_ef)² + b_f² + (E + 1)·P_f²) + u²·(m_x·Σ_e (x_e
 ///    W_ef)² + m_W·(Σ_e (x_e W_ef)² + b_f²) + y_f²), where one rounding of x_e reaches m_x outputs
-///    of its row and one of W_ef reaches m_W outputs in the same output row (m_x = H·dk for Q,
-///    Hkv·dk, Hkv·dv for K, V; m_W = 1 for Q, Sk for K, V); (Σ_{k≤m} a_k)² ≤ m·Σ a_k² (Cauchy–Schwarz)
-///    turns a shared rounding into m independent ones. For SDPA the inputs are only rounded: u²·x².
+///    of its row and one of W_ef reaches m_W outputs in the same output row (m_x = H·dk + Hkv·(dk +
+///    dv) for all three, as self-attention feeds one x to Q, K and V; m_W = 1 for Q, Sk for K, V);
+///    (Σ_{k≤m} a_k)² ≤ m·Σ a_k² (Cauchy–Schwarz) turns a shared rounding into m independent ones.
+///    For SDPA the inputs are only rounded: u²·x². Both add u_acc²·y² for a scale applied to q or k.
 /// 2. Logits. ΔS_j = s·Σ_c (Δq_c k_jc + q_c Δk_jc) + the dot product's roundings (products s²Σ(q_c
 ///    k_jc)², dk additions, partial sums ≤ s·P) + 4 roundings ≤ M_j = s·Σ|q_c k_jc| + |S_j| (scale,
 ///    softcap, ALiBi, additive mask).
@@ -542,10 +543,11 @@ inline data_aware_scales sdpa_scales(tensor_view<const double, 4> q, tensor_view
                                      tensor_view<const double, 4> v, tensor_view<const double, 4> p,
                                      const attention_options& options) {
     const tensor<double, 4> logits = attention_logits<uniform_precision<double>>(q, k, options);
-    // Rounding the inputs to the candidate's format: one rounding per element, each used by one q_i, k_j, v_j.
+    // Rounding the inputs to the candidate's format: one rounding per element, each used by one q_i,
+    // k_j, v_j; and one more in u_acc where the scale multiplies q or k (on_query, split_sqrt).
     auto input_var = [](tensor_view<const double, 4> x) {
         std::vector<two_part> r(x.size());
-        for (std::size_t n = 0; n < x.size(); ++n) r[n] = {0, x.data[n] * x.data[n]};
+        for (std::size_t n = 0; n < x.size(); ++n) r[n] = {x.data[n] * x.data[n], x.data[n] * x.data[n]};
         return r;
     };
     const std::vector<two_part> vq = input_var(q), vk = input_var(k), vv = input_var(v);
@@ -594,7 +596,9 @@ inline void projection_terms(tensor_view<const double, 3> x, tensor_view<const d
                 const double m = partial_sum_bound(pos[f] + (bf > 0 ? bf : 0.0), neg[f] + (bf < 0 ? -bf : 0.0));
                 const std::size_t h = f / d, c = f % d, at = ((b * heads + h) * len + s) * d + c;
                 y.data()[at] = yf;
-                var[at] = {sq[f] + bf * bf + static_cast<double>(in + 1) * m * m, (uses_x + uses_w) * sq[f] + uses_w * bf * bf + yf * yf};
+                // (+ y² in u_acc: the scale's multiplication where it is applied to q or k)
+                var[at] = {sq[f] + bf * bf + static_cast<double>(in + 1) * m * m + yf * yf,
+                           (uses_x + uses_w) * sq[f] + uses_w * bf * bf + yf * yf};
             }
         }
 }
@@ -609,10 +613,13 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
                       eo = d.output_dim, group = H / Hkv;
     tensor<double, 4> qh, kh, vh;
     std::vector<two_part> vq, vk, vv;
-    // A rounding of x_q[i, e] reaches all H·dk query features of row i; one of W_k[e, f] all Sk keys.
-    detail::projection_terms(x_q, w.w_q, w.b_q, H, static_cast<double>(H * d.head_dim_qk), 1, qh, vq);
-    detail::projection_terms(x_k, w.w_k, w.b_k, Hkv, static_cast<double>(Hkv * d.head_dim_qk), static_cast<double>(sk), kh, vk);
-    detail::projection_terms(x_v, w.w_v, w.b_v, Hkv, static_cast<double>(Hkv * dv), static_cast<double>(sk), vh, vv);
+    // A rounding of an input x[j, e] reaches all features of row j of every projection that reads x
+    // (self-attention: Q, K and V alike), so every projection counts all H·dk + Hkv·(dk + dv) of
+    // them; a rounding of W_k[e, f] or W_v[e, f] reaches all Sk keys, one of W_q[e, f] one query.
+    const double uses_x = static_cast<double>(H * d.head_dim_qk + Hkv * (d.head_dim_qk + dv));
+    detail::projection_terms(x_q, w.w_q, w.b_q, H, uses_x, 1, qh, vq);
+    detail::projection_terms(x_k, w.w_k, w.b_k, Hkv, uses_x, static_cast<double>(sk), kh, vk);
+    detail::projection_terms(x_v, w.w_v, w.b_v, Hkv, uses_x, static_cast<double>(sk), vh, vv);
     const tensor<double, 4> logits = attention_logits<uniform_precision<double>>(tensor_view<const double, 4>(qh.view()),
                                                                                  tensor_view<const double, 4>(kh.view()), o.attention);
     const double scale = o.attention.scale ? *o.attention.scale : 1 / std::sqrt(static_cast<double>(d.head_dim_qk));
