@@ -60,8 +60,9 @@
 /// assumes rounding errors behave as independent — the roundings that can correlate through equal
 /// operands are kept linear, but an adversary summing identical values in low precision can exceed
 /// it; the tests run every committed case in float, double, long double, binary128, bf16 and fp16
-/// storage with fp32 accumulation, online softmax and reversed/pairwise orders (worst error 0.15 of the
-/// bound) and show that a 0.1% error in one output row fails it.
+/// storage with fp32 accumulation, online softmax and reversed, blocked and sign-sorted (largest
+/// partial sums) summation orders (worst error 0.15 of the bound), and show that a 0.1% error in
+/// one output row fails it (check.test).
 ///
 /// ## Derivation of the worst-case bound (one head, one query row, output feature l)
 /// Notation: u the unit roundoff of the candidate's format, γ_m = m·u/(1 − m·u), s the logit scale,
@@ -224,7 +225,7 @@ inline double ulp_distance(candidate_format f, double a, double e) {
     return d;
 }
 
-/// Per-element magnitudes of the data-aware bound (see the file comment) and the counts that pick
+/// Per-element magnitudes of the worst-case bound (see the file comment) and the counts that pick
 /// the γ's; bound() evaluates the formula in the file comment.
 struct worst_case_scales {
     std::vector<double> t0;  ///< σ, or σ propagated through |W_o|
@@ -284,11 +285,11 @@ inline std::vector<double> abs_of(std::span<const double> x) {
 }
 }  // namespace detail
 
-/// Data-aware magnitudes for scaled dot-product attention. q, k, v are the golden inputs, p the
+/// Worst-case magnitudes for scaled dot-product attention. q, k, v are the golden inputs, p the
 /// golden (certified) weights (B, H, Sq, Sk); options as the case uses them.
 inline worst_case_scales sdpa_worst_case_scales(tensor_view<const double, 4> q, tensor_view<const double, 4> k,
-                                     tensor_view<const double, 4> v, tensor_view<const double, 4> p,
-                                     const attention_options& options) {
+                                                tensor_view<const double, 4> v, tensor_view<const double, 4> p,
+                                                const attention_options& options) {
     const tensor<double, 4> logits = attention_logits<uniform_precision<double>>(q, k, options);
     const std::vector<double> qa = detail::abs_of({q.data, q.size()}), ka = detail::abs_of({k.data, k.size()}),
                               va = detail::abs_of({v.data, v.size()});
@@ -306,10 +307,10 @@ inline worst_case_scales sdpa_worst_case_scales(tensor_view<const double, 4> q, 
     return r;
 }
 
-/// Data-aware magnitudes for multi-head attention (see multi_head_attention.hpp for the layout).
+/// Worst-case magnitudes for multi-head attention (see multi_head_attention.hpp for the layout).
 inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q, tensor_view<const double, 3> x_k,
-                                    tensor_view<const double, 3> x_v, const mha_parameters<double>& w,
-                                    tensor_view<const double, 4> p, const mha_options& o) {
+                                               tensor_view<const double, 3> x_v, const mha_parameters<double>& w,
+                                               tensor_view<const double, 4> p, const mha_options& o) {
     const mha_dims d = mha_dims_of(x_q, x_k, x_v, w, o);
     using pol = uniform_precision<double>;
     // Reference projections (for the logits) and absolute projections |x|·|W| + |b| (for L and σ).
