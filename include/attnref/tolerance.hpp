@@ -111,6 +111,7 @@
 #include "attnref/formats.hpp"
 #include "attnref/invariants.hpp"
 #include "attnref/multi_head_attention.hpp"
+#include "attnref/parallel.hpp"
 #include "attnref/tensor.hpp"
 
 namespace attnref::tolerance {
