@@ -364,6 +364,23 @@ auto with_scale_inputs(const case_spec& spec, const case_data& data, const std::
 }
 }  // namespace
 
+namespace {
+/// The exact logits S (B, H, Sq, Sk) of a multi-head case: projections and scaling in double.
+tensor<double, 4> mha_logits(const case_spec& spec, const case_data& data, const attention_options& o) {
+    const case_shapes& d = spec.shapes;
+    const std::vector<double> no_weights;
+    const scale_inputs in = scale_inputs_for(spec, data, no_weights);
+    using pol = uniform_precision<double>;
+    tensor<double, 3> q({d.batch, d.query_length, d.heads * d.head_dim_qk}), k({d.batch, d.key_length, d.kv_heads * d.head_dim_qk});
+    linear_into<pol>(tensor_view<const double, 3>{data.query.data(), {d.batch, d.query_length, d.model_dim}}, in.w.w_q, in.w.b_q,
+                     q.view(), 1, "projection");
+    linear_into<pol>(tensor_view<const double, 3>{data.key.data(), {d.batch, d.key_length, d.model_dim}}, in.w.w_k, in.w.b_k, k.view(),
+                     1, "projection");
+    const tensor<double, 4> qh = split_heads<double>(q.view(), d.heads), kh = split_heads<double>(k.view(), d.kv_heads);
+    return attention_logits<pol>(tensor_view<const double, 4>(qh.view()), tensor_view<const double, 4>(kh.view()), o);
+}
+}  // namespace
+
 tol::data_aware_scales data_aware_scales_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights) {
     return with_scale_inputs(
         spec, data, weights, [](auto q, auto k, auto v, auto p, const auto& o) { return tol::sdpa_scales(q, k, v, p, o); },
@@ -492,6 +509,17 @@ check_result run_check(const check_request& rq) {
             res.invariants.push_back(weights_match_lse(tensor_view<const double, 4>{w_cand.data(), wext}, logits.view(),
                                                        tensor_view<const double, 3>{l_cand.data(), {d.batch, d.heads, d.query_length}},
                                                        ctx, lu));
+        } else if (!w_cand.empty()) {
+            // Multi-head: S from the exact projections; the candidate's own logits are within the
+            // row's data-aware logit bound ε of them (tolerance::data_aware_scales::logit_epsilon).
+            const tol::data_aware_scales& sc = case_scales();
+            std::vector<double> eps(sc.row_logit_var.size());
+            for (std::size_t r = 0; r < eps.size(); ++r)
+                eps[r] = sc.logit_epsilon(sc.row_logit_var[r], sc.row_logit_linear[r], u, tol::accumulate_roundoff(*format));
+            const tensor<double, 4> logits = mha_logits(spec, lc.data, o);
+            res.invariants.push_back(weights_match_lse(tensor_view<const double, 4>{w_cand.data(), wext}, logits.view(),
+                                                       tensor_view<const double, 3>{l_cand.data(), {d.batch, d.heads, d.query_length}},
+                                                       ctx, std::max(u, weights_u), eps));
         }
         // lse against the reference (tolerance::lse_bound).
         if (const tensor_entry* t = find_entry(lc.m, "lse")) {

@@ -143,10 +143,14 @@ constexpr invariant_report weights_in_unit_interval(tensor_view<const T, 4> p, c
 
 /// p = exp(s − lse) for attendable keys, within the bound in the file comment (n = keys, u of the
 /// producing arithmetic). `logits` is S (B, H, Sq, Sk) with −inf where masked (attention_logits).
-/// The check computes exp in double with attnref's own exp.
+/// The check computes exp in double with attnref's own exp. `logit_error` (optional, one per row
+/// (b, h, i)) bounds how far the producer's own logits may be from `logits` (e.g. through
+/// projections, see tolerance::data_aware_scales): p and lse then both move with them, and the
+/// relative bound widens by e^{2·logit_error} − 1.
 template <class T, class S, class L>
 constexpr invariant_report weights_match_lse(tensor_view<const T, 4> p, tensor_view<const S, 4> logits,
-                                             tensor_view<const L, 3> lse, const invariant_context& ctx, double u) {
+                                             tensor_view<const L, 3> lse, const invariant_context& ctx, double u,
+                                             std::span<const double> logit_error = {}) {
     invariant_report r{"P = exp(S - lse)"};
     const auto [batch, heads, sq, sk] = p.extents;
     for (std::size_t b = 0; b < batch; ++b)
@@ -161,8 +165,8 @@ constexpr invariant_report weights_match_lse(tensor_view<const T, 4> p, tensor_v
                     if (structurally_masked(ctx.mask, b, h, i, j, sq, sk)) continue;
                     const double s = detail::to_double(logits(b, h, i, j));
                     const double expected = math::exp(s - l);
-                    const double rel = static_cast<double>(sk + 3) * u +
-                                       2 * (u + 0x1p-53) * (detail::abs_value(s) + detail::abs_value(l) + 1);
+                    double rel = static_cast<double>(sk + 3) * u + 2 * (u + 0x1p-53) * (detail::abs_value(s) + detail::abs_value(l) + 1);
+                    if (!logit_error.empty()) rel += math::expm1(2 * logit_error[(b * heads + h) * sq + i]);
                     const double bound = rel * expected + 0x1p-1022;
                     const double deviation = detail::abs_value(detail::to_double(p(b, h, i, j)) - expected);
                     r.record(deviation <= bound, deviation, bound, {b, h, i, j});

@@ -483,6 +483,47 @@ BOOST_AUTO_TEST_CASE(lse_against_golden_lse) {
                                            << caught << " of " << cases << " cases");
 }
 
+// run_check with --weights and --lse on a multi-head and an SDPA case: a float32 candidate's files
+// pass every tensor and invariant; its lse moved by 1e-3 breaks P = exp(S − lse) (and the lse test).
+BOOST_AUTO_TEST_CASE(weights_and_lse_files_through_run_check) {
+    const fs::path work = fs::temp_directory_path() / ("attnref-check-wl-test-" + std::to_string(::getpid()));
+    fs::remove_all(work);
+    fs::create_directories(work);
+    for (const char* name : {"mha_bias_gqa", "sdpa_causal_top_left"}) {
+        BOOST_TEST_CONTEXT(name) {
+            const golden g = load(golden_dir / name);
+            case_spec spec = g.lc.m.spec;
+            spec.outputs.weights = spec.outputs.lse = true;
+            const auto r = compute_case<uniform_precision<float>>(spec, g.lc.data, 1);
+            auto save = [&](const std::string& file, const auto& t, std::vector<std::size_t> shape, double shift = 0) {
+                std::vector<float> v(t.size());
+                for (std::size_t n = 0; n < v.size(); ++n) v[n] = t[n] + static_cast<float>(shift);
+                npy::write(work / file, npy::make_array("<f4", std::move(shape), v));
+                return (work / file).string();
+            };
+            check_request rq;
+            rq.golden = (golden_dir / name).string();
+            rq.output = save("out.npy", r.output, output_shape(spec));
+            rq.weights = save("w.npy", r.weights, weights_shape(spec));
+            rq.lse = save("lse.npy", r.lse, lse_shape(spec));
+            auto consistency = [](const check_result& res) {  // 1 pass, 0 fail, -1 not checked
+                for (const invariant_report& i : res.invariants)
+                    if (std::string(i.name) == "P = exp(S - lse)") return i.ok ? 1 : 0;
+                return -1;
+            };
+            const check_result good = run_check(rq);
+            BOOST_TEST(good.passed);
+            BOOST_TEST(good.tensors.size() == 3u);  // output, weights, lse
+            BOOST_TEST(consistency(good) == 1);
+            rq.lse = save("lse_off.npy", r.lse, lse_shape(spec), 1e-3);
+            const check_result bad = run_check(rq);
+            BOOST_TEST(!bad.passed);
+            BOOST_TEST(consistency(bad) == 0);
+        }
+    }
+    fs::remove_all(work);
+}
+
 BOOST_AUTO_TEST_CASE(models_and_zero_trust) {
     using F = tol::candidate_format;
     BOOST_TEST(tol::ulp_distance(F::float32, 1.0, 1.0 + 0x1p-23) == 1.0);
