@@ -291,109 +291,89 @@ std::optional<fs::path> default_cache_dir() {
     return std::nullopt;
 }
 
-std::vector<double> data_aware_bounds(const tol::data_aware_scales& scales, tol::candidate_format f) {
-    const double u = tol::unit_roundoff(f), ua = tol::accumulate_roundoff(f);
-    std::vector<double> b(scales.size());
-    for (std::size_t n = 0; n < b.size(); ++n) b[n] = scales.bound(n, u, ua);
-    return b;
-}
-std::vector<double> data_aware_bounds(const tol::worst_case_scales& scales, tol::candidate_format f) {
-    const double u = tol::unit_roundoff(f), ua = tol::accumulate_roundoff(f);
-    std::vector<double> b(scales.t0.size());
-    for (std::size_t n = 0; n < b.size(); ++n) b[n] = scales.bound(n, u, ua);
-    return b;
-}
-
-tensor_report judge_output(std::span<const double> candidate, std::span<const double> expected, tol::candidate_format f,
-                           std::span<const double> bounds, std::size_t row_length) {
-    if (candidate.size() != expected.size() || bounds.size() != expected.size())
-        throw data_error(fmt::format("output: {} candidate values, {} reference values, {} bounds", candidate.size(),
-                                     expected.size(), bounds.size()));
-    tensor_report out{"output", {}, {}, {}};
-    out.cmp = tol::compare(candidate, expected, f, [&](std::size_t n) { return bounds[n]; });
-    out.verdict = out.cmp.ok() ? "pass" : "FAIL";
+namespace {
+/// The output's report for a finished comparison: "pass" or "FAIL", then zero-trust.
+tensor_report judged(const tol::comparison& cmp, std::span<const double> candidate, std::span<const double> expected,
+                     std::size_t row_length) {
+    tensor_report out{"output", cmp, cmp.ok() ? "pass" : "FAIL", {}};
     if (auto why = tol::untrustworthy(candidate, row_length, expected)) {
         out.verdict = "untrustworthy";
         out.note = std::string(*why);
     }
     return out;
 }
-
-namespace {
-/// The views and options the bound's magnitudes need, for either kind of case.
-struct scale_inputs {
-    attention_options o;
-    tensor_view<const double, 4> p;
-    mha_parameters<double> w;
-    mha_options mo;
-};
-scale_inputs scale_inputs_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights) {
-    const case_shapes& d = spec.shapes;
-    scale_inputs in;
-    in.o = options_for(spec, data, 0, softmax_algorithm::shifted_division, 64);
-    in.p = {weights.data(), {d.batch, d.heads, d.query_length, d.key_length}};
-    if (spec.kind == case_kind::sdpa) return in;
-    in.w.w_q = {data.w_q.data(), {d.model_dim, d.heads * d.head_dim_qk}};
-    in.w.w_k = {data.w_k.data(), {d.model_dim, d.kv_heads * d.head_dim_qk}};
-    in.w.w_v = {data.w_v.data(), {d.model_dim, d.kv_heads * d.head_dim_v}};
-    in.w.w_o = {data.w_o.data(), {d.heads * d.head_dim_v, d.output_dim}};
-    if (spec.conventions.projection_bias) {
-        in.w.b_q = {data.b_q.data(), {data.b_q.size()}};
-        in.w.b_k = {data.b_k.data(), {data.b_k.size()}};
-        in.w.b_v = {data.b_v.data(), {data.b_v.size()}};
-        in.w.b_o = {data.b_o.data(), {data.b_o.size()}};
-    }
-    in.mo.heads = d.heads;
-    in.mo.kv_heads = d.kv_heads;
-    in.mo.attention = in.o;
-    return in;
-}
-
-/// Calls sdpa(q, k, v, p, o) or mha(x_q, x_k, x_v, w, p, mo) with the case's views.
-template <class Sdpa, class Mha>
-auto with_scale_inputs(const case_spec& spec, const case_data& data, const std::vector<double>& weights, Sdpa sdpa, Mha mha) {
-    const case_shapes& d = spec.shapes;
-    const scale_inputs in = scale_inputs_for(spec, data, weights);
-    if (spec.kind == case_kind::sdpa)
-        return sdpa(tensor_view<const double, 4>{data.query.data(), {d.batch, d.heads, d.query_length, d.head_dim_qk}},
-                    tensor_view<const double, 4>{data.key.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_qk}},
-                    tensor_view<const double, 4>{data.value.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_v}}, in.p, in.o);
-    return mha(tensor_view<const double, 3>{data.query.data(), {d.batch, d.query_length, d.model_dim}},
-               tensor_view<const double, 3>{data.key.data(), {d.batch, d.key_length, d.model_dim}},
-               tensor_view<const double, 3>{data.value.data(), {d.batch, d.key_length, d.model_dim}}, in.w, in.p, in.mo);
-}
 }  // namespace
 
+tensor_report judge_output(std::span<const double> candidate, std::span<const double> expected, tol::candidate_format f,
+                           std::span<const double> bounds, std::size_t row_length) {
+    if (candidate.size() != expected.size() || bounds.size() != expected.size())
+        throw data_error(fmt::format("output: {} candidate values, {} reference values, {} bounds", candidate.size(),
+                                     expected.size(), bounds.size()));
+    return judged(tol::compare(candidate, expected, f, [&](std::size_t n) { return bounds[n]; }), candidate, expected, row_length);
+}
+
 namespace {
-/// The exact logits S (B, H, Sq, Sk) of a multi-head case: projections and scaling in double.
-tensor<double, 4> mha_logits(const case_spec& spec, const case_data& data, const attention_options& o) {
+/// A loaded case's inputs as the library's views: q, k, v (B, H, S, d) for SDPA cases, x_q, x_k,
+/// x_v (B, S, E) and the projections for multi-head ones.
+struct case_views {
+    const case_spec* spec;
+    attention_options o;
+    tensor_view<const double, 4> q, k, v;
+    tensor_view<const double, 3> x_q, x_k, x_v;
+    mha_parameters<double> w;
+    mha_options mo;
+    bool sdpa() const { return spec->kind == case_kind::sdpa; }
+    tensor_view<const double, 4> weights(const std::vector<double>& p) const {
+        const case_shapes& d = spec->shapes;
+        return {p.data(), {d.batch, d.heads, d.query_length, d.key_length}};
+    }
+};
+
+case_views views_of(const case_spec& spec, const case_data& data) {
     const case_shapes& d = spec.shapes;
-    const std::vector<double> no_weights;
-    const scale_inputs in = scale_inputs_for(spec, data, no_weights);
+    case_views c{&spec, options_for(spec, data, 0, softmax_algorithm::shifted_division, 64), {}, {}, {}, {}, {}, {}, {}, {}};
+    if (c.sdpa()) {
+        c.q = {data.query.data(), {d.batch, d.heads, d.query_length, d.head_dim_qk}};
+        c.k = {data.key.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_qk}};
+        c.v = {data.value.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_v}};
+        return c;
+    }
+    c.x_q = {data.query.data(), {d.batch, d.query_length, d.model_dim}};
+    c.x_k = {data.key.data(), {d.batch, d.key_length, d.model_dim}};
+    c.x_v = {data.value.data(), {d.batch, d.key_length, d.model_dim}};
+    c.w.w_q = {data.w_q.data(), {d.model_dim, d.heads * d.head_dim_qk}};
+    c.w.w_k = {data.w_k.data(), {d.model_dim, d.kv_heads * d.head_dim_qk}};
+    c.w.w_v = {data.w_v.data(), {d.model_dim, d.kv_heads * d.head_dim_v}};
+    c.w.w_o = {data.w_o.data(), {d.heads * d.head_dim_v, d.output_dim}};
+    if (spec.conventions.projection_bias) {
+        c.w.b_q = {data.b_q.data(), {data.b_q.size()}};
+        c.w.b_k = {data.b_k.data(), {data.b_k.size()}};
+        c.w.b_v = {data.b_v.data(), {data.b_v.size()}};
+        c.w.b_o = {data.b_o.data(), {data.b_o.size()}};
+    }
+    c.mo.heads = d.heads;
+    c.mo.kv_heads = d.kv_heads;
+    c.mo.attention = c.o;
+    return c;
+}
+
+/// The case's exact logits S (B, H, Sq, Sk), in double.
+tensor<double, 4> exact_logits(const case_views& c) {
     using pol = uniform_precision<double>;
-    tensor<double, 3> q({d.batch, d.query_length, d.heads * d.head_dim_qk}), k({d.batch, d.key_length, d.kv_heads * d.head_dim_qk});
-    linear_into<pol>(tensor_view<const double, 3>{data.query.data(), {d.batch, d.query_length, d.model_dim}}, in.w.w_q, in.w.b_q,
-                     q.view(), 1, "projection");
-    linear_into<pol>(tensor_view<const double, 3>{data.key.data(), {d.batch, d.key_length, d.model_dim}}, in.w.w_k, in.w.b_k, k.view(),
-                     1, "projection");
-    const tensor<double, 4> qh = split_heads<double>(q.view(), d.heads), kh = split_heads<double>(k.view(), d.kv_heads);
-    return attention_logits<pol>(tensor_view<const double, 4>(qh.view()), tensor_view<const double, 4>(kh.view()), o);
+    return c.sdpa() ? attention_logits<pol>(c.q, c.k, c.o) : mha_logits<pol>(c.x_q, c.x_k, c.w, c.mo);
 }
 }  // namespace
 
 tol::data_aware_scales data_aware_scales_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights) {
-    return with_scale_inputs(
-        spec, data, weights, [](auto q, auto k, auto v, auto p, const auto& o) { return tol::sdpa_scales(q, k, v, p, o); },
-        [](auto xq, auto xk, auto xv, const auto& w, auto p, const auto& mo) { return tol::mha_scales(xq, xk, xv, w, p, mo); });
+    const case_views c = views_of(spec, data);
+    return c.sdpa() ? tol::sdpa_scales(c.q, c.k, c.v, c.weights(weights), c.o)
+                    : tol::mha_scales(c.x_q, c.x_k, c.x_v, c.w, c.weights(weights), c.mo);
 }
 
 tol::worst_case_scales worst_case_scales_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights) {
-    return with_scale_inputs(
-        spec, data, weights,
-        [](auto q, auto k, auto v, auto p, const auto& o) { return tol::sdpa_worst_case_scales(q, k, v, p, o); },
-        [](auto xq, auto xk, auto xv, const auto& w, auto p, const auto& mo) {
-            return tol::mha_worst_case_scales(xq, xk, xv, w, p, mo);
-        });
+    const case_views c = views_of(spec, data);
+    return c.sdpa() ? tol::sdpa_worst_case_scales(c.q, c.k, c.v, c.weights(weights), c.o)
+                    : tol::mha_worst_case_scales(c.x_q, c.x_k, c.x_v, c.w, c.weights(weights), c.mo);
 }
 
 std::vector<double> reference_weights(const fs::path& dir, const loaded_case& lc) {
@@ -420,6 +400,12 @@ check_result run_check(const check_request& rq) {
     res.format = *format;
     res.model = rq.model;
     const double u = tol::unit_roundoff(*format);
+    const case_views views = views_of(spec, lc.data);
+    std::optional<std::vector<double>> golden_p;  // the golden weights, read (or computed) once when needed
+    auto golden_weights = [&]() -> const std::vector<double>& {
+        if (!golden_p) golden_p = reference_weights(dir, lc);
+        return *golden_p;
+    };
 
     const std::vector<std::size_t> oshape = output_shape(spec);
     if (rq.model == tol::tolerance_model::data_aware || rq.model == tol::tolerance_model::worst_case) {
@@ -437,9 +423,9 @@ check_result run_check(const check_request& rq) {
         if (cached) {
             bounds = std::move(*cached);
         } else {
-            const std::vector<double> p = reference_weights(dir, lc);
-            bounds = rq.model == tol::tolerance_model::data_aware ? data_aware_bounds(data_aware_scales_for(spec, lc.data, p), *format)
-                                                                  : data_aware_bounds(worst_case_scales_for(spec, lc.data, p), *format);
+            const std::vector<double>& p = golden_weights();
+            bounds = rq.model == tol::tolerance_model::data_aware ? tol::element_bounds(data_aware_scales_for(spec, lc.data, p), *format)
+                                                                  : tol::element_bounds(worst_case_scales_for(spec, lc.data, p), *format);
             if (rq.cache_dir)
                 if (std::string why = store_cached_bounds(res.cache_file, digest, bounds); !why.empty())
                     res.cache_status = "unwritable: " + why;
@@ -449,49 +435,35 @@ check_result run_check(const check_request& rq) {
         if (candidate.size() != expected.size())
             throw data_error((dir / out_entry->file).string() + ": holds " + std::to_string(expected.size()) + " values, the output shape " +
                              shape_text(oshape) + " needs " + std::to_string(candidate.size()));
-        tensor_report out{"output", {}, {}, {}};
-        switch (rq.model) {
-            case tol::tolerance_model::data_aware:
-            case tol::tolerance_model::worst_case: break;
-            case tol::tolerance_model::assert_close: out.cmp = tol::compare_assert_close(candidate, expected, *format); break;
-            case tol::tolerance_model::ulp: out.cmp = tol::compare_ulp(candidate, expected, *format); break;
-            case tol::tolerance_model::baseline:
-                out.cmp = tol::compare_baseline(candidate, expected, naive_output(spec, lc.data, *format), *format);
-                break;
-        }
-        out.verdict = out.cmp.ok() ? "pass" : "FAIL";
-        if (auto why = tol::untrustworthy(candidate, oshape.back(), expected)) {
-            out.verdict = "untrustworthy";
-            out.note = std::string(*why);
-        }
-        res.tensors.push_back(out);
+        const tol::comparison cmp =
+            rq.model == tol::tolerance_model::assert_close ? tol::compare_assert_close(candidate, expected, *format)
+            : rq.model == tol::tolerance_model::ulp        ? tol::compare_ulp(candidate, expected, *format)
+                                                           : tol::compare_baseline(candidate, expected, naive_output(spec, lc.data, *format), *format);
+        res.tensors.push_back(judged(cmp, candidate, expected, oshape.back()));
     }
 
     // Invariants on the weights and lse the candidate returned.
-    const attention_options o = options_for(spec, lc.data, 0, softmax_algorithm::shifted_division, 64);
-    invariant_context ctx{o.mask, spec.conventions.empty_rows};
+    invariant_context ctx{views.o.mask, spec.conventions.empty_rows};
     std::vector<double> w_cand, l_cand;
     double weights_u = u;  // unit roundoff of the format the candidate's weights come in
     std::optional<tol::data_aware_scales> scales;  // for the weights and lse bounds, computed once when needed
     auto case_scales = [&]() -> const tol::data_aware_scales& {
-        if (!scales) scales = data_aware_scales_for(spec, lc.data, reference_weights(dir, lc));
+        if (!scales) scales = data_aware_scales_for(spec, lc.data, golden_weights());
         return *scales;
     };
     const extents_t<4> wext{d.batch, d.heads, d.query_length, d.key_length};
     if (!rq.weights.empty()) {
         std::optional<tol::candidate_format> wf = rq.dtype ? rq.dtype : std::nullopt;
         w_cand = read_candidate(rq.weights, weights_shape(spec), wf);
-        const double wu = tol::unit_roundoff(*wf);
-        weights_u = wu;
+        weights_u = tol::unit_roundoff(*wf);
         tensor_view<const double, 4> p{w_cand.data(), wext};
-        res.invariants.push_back(rows_sum_to_one(p, ctx, wu));
+        res.invariants.push_back(rows_sum_to_one(p, ctx, weights_u));
         res.invariants.push_back(masked_weights_are_zero(p, ctx));
         res.invariants.push_back(weights_in_unit_interval(p, ctx));
         // Against the golden weights, element by element (tolerance::weights_bound; any model).
-        if (const tensor_entry* t = find_entry(lc.m, "weights")) {
-            const std::vector<double> pe = read_reference(dir, *t);
+        if (find_entry(lc.m, "weights")) {
             tensor_report wr{"weights", {}, {}, {}};
-            wr.cmp = tol::compare_weights(w_cand, pe, *format, *wf, case_scales());
+            wr.cmp = tol::compare_weights(w_cand, golden_weights(), *format, *wf, case_scales());
             wr.verdict = wr.cmp.ok() ? "pass" : "FAIL";
             res.tensors.push_back(wr);
         }
@@ -499,24 +471,12 @@ check_result run_check(const check_request& rq) {
     if (!rq.lse.empty()) {
         std::optional<tol::candidate_format> lf = rq.dtype ? rq.dtype : std::nullopt;
         l_cand = read_candidate(rq.lse, lse_shape(spec), lf);
-        if (!w_cand.empty() && spec.kind == case_kind::sdpa) {
-            const tensor<double, 4> logits = attention_logits<uniform_precision<double>>(
-                tensor_view<const double, 4>{lc.data.query.data(), {d.batch, d.heads, d.query_length, d.head_dim_qk}},
-                tensor_view<const double, 4>{lc.data.key.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_qk}}, o);
-            // The candidate's logits differ from the exact ones by ≤ γ_{dk+4}·|s||q|ᵀ|k|, and its weights
-            // may be stored in a narrower format than its output: widen u accordingly.
-            const double lu = std::max({u, weights_u, tol::gamma_for_logits(d.head_dim_qk, u)});
-            res.invariants.push_back(weights_match_lse(tensor_view<const double, 4>{w_cand.data(), wext}, logits.view(),
-                                                       tensor_view<const double, 3>{l_cand.data(), {d.batch, d.heads, d.query_length}},
-                                                       ctx, lu));
-        } else if (!w_cand.empty()) {
-            // Multi-head: S from the exact projections; the candidate's own logits are within the
-            // row's data-aware logit bound ε of them (tolerance::data_aware_scales::logit_epsilon).
-            const tol::data_aware_scales& sc = case_scales();
-            std::vector<double> eps(sc.row_logit_var.size());
-            for (std::size_t r = 0; r < eps.size(); ++r)
-                eps[r] = sc.logit_epsilon(sc.row_logit_var[r], sc.row_logit_linear[r], u, tol::accumulate_roundoff(*format));
-            const tensor<double, 4> logits = mha_logits(spec, lc.data, o);
+        if (!w_cand.empty()) {
+            // P = exp(S − lse) with the exact S: the candidate's own logits are within the row's
+            // data-aware logit bound ε of it (tolerance::data_aware_scales::logit_epsilon), and its
+            // weights may be stored in a narrower format than its output.
+            const std::vector<double> eps = case_scales().logit_bounds(u, tol::accumulate_roundoff(*format));
+            const tensor<double, 4> logits = exact_logits(views);
             res.invariants.push_back(weights_match_lse(tensor_view<const double, 4>{w_cand.data(), wext}, logits.view(),
                                                        tensor_view<const double, 3>{l_cand.data(), {d.batch, d.heads, d.query_length}},
                                                        ctx, std::max(u, weights_u), eps));

@@ -54,12 +54,6 @@ std::optional<std::filesystem::path> default_cache_dir();
 std::vector<double> read_candidate(const std::string& file, const std::vector<std::size_t>& shape,
                                    std::optional<tolerance::candidate_format>& format);
 
-/// The data-aware model's absolute bound per output element for candidates in format f:
-/// scales.bound(n, u, u_acc) for every n, evaluated once (this is what the cache stores).
-std::vector<double> data_aware_bounds(const tolerance::data_aware_scales& scales, tolerance::candidate_format f);
-/// The same for the worst-case model.
-std::vector<double> data_aware_bounds(const tolerance::worst_case_scales& scales, tolerance::candidate_format f);
-
 /// Judges a candidate output against the reference with per-element absolute bounds (verdict
 /// "pass" or "FAIL"), then zero-trust ("untrustworthy", rows of length row_length). Sizes must agree
 /// (data_error otherwise).

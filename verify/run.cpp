@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>

@@ -91,6 +91,12 @@ constexpr attention_dims attention_dims_of(tensor_view<const Q, 4> q, tensor_vie
     return d;
 }
 
+/// The logit scale s a call uses: options.scale, or 1/√dk computed in A.
+template <class A>
+constexpr A logit_scale(const attention_options& options, std::size_t head_dim_qk) {
+    return options.scale ? A(*options.scale) : A(1) / math::sqrt(A(static_cast<int>(head_dim_qk)));
+}
+
 /// Logits row i of one head: s_j for attendable keys, and the attendable flags.
 template <class A>
 struct logits_context {
@@ -103,7 +109,7 @@ struct logits_context {
 
 template <class A>
 constexpr logits_context<A> make_logits_context(const attention_options& options, const attention_dims& d, std::size_t h) {
-    const A scale = options.scale ? A(*options.scale) : A(1) / math::sqrt(A(static_cast<int>(d.head_dim_qk)));
+    const A scale = logit_scale<A>(options, d.head_dim_qk);
     return {&options, d, scale, options.softcap ? A(*options.softcap) : A(1),
             options.alibi_slopes.empty() ? A(0) : A(options.alibi_slopes[h])};
 }

@@ -149,6 +149,19 @@ constexpr void multi_head_attention_into(tensor_view<const X, 3> x_q, tensor_vie
     linear_into<Policy>(merged.view(), p.w_o, p.b_o, out, threads, "w_o");
 }
 
+/// The logits S (B, H, Sq, Sk) multi-head attention feeds its softmax: the query and key
+/// projections split into heads, then attention_logits, all in Policy.
+template <PrecisionPolicy Policy, class X, class E>
+constexpr tensor<logits_type_t<Policy>, 4> mha_logits(tensor_view<const X, 3> x_q, tensor_view<const X, 3> x_k,
+                                                      const mha_parameters<E>& p, const mha_options& o) {
+    using S = typename Policy::storage_type;
+    tensor<S, 3> q({x_q.extents[0], x_q.extents[1], p.w_q.extents[1]}), k({x_k.extents[0], x_k.extents[1], p.w_k.extents[1]});
+    linear_into<Policy>(x_q, p.w_q, p.b_q, q.view(), o.attention.threads, "w_q");
+    linear_into<Policy>(x_k, p.w_k, p.b_k, k.view(), o.attention.threads, "w_k");
+    const tensor<S, 4> qh = split_heads<S>(q.view(), o.heads), kh = split_heads<S>(k.view(), o.kv_heads == 0 ? o.heads : o.kv_heads);
+    return attention_logits<Policy>(tensor_view<const S, 4>(qh.view()), tensor_view<const S, 4>(kh.view()), o.attention);
+}
+
 /// Result of multi_head_attention: output (B, Sq, Eo), weights (B, H, Sq, Sk), lse (B, H, Sq),
 /// head_outputs (B, H, Sq, dv).
 template <PrecisionPolicy Policy>

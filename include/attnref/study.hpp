@@ -39,7 +39,6 @@
 /// R = ⌈n/b⌉ blocks (each rescale rounds exp(m−m') and two products), naive 0. Where ku ≥ 1 γ_k = ∞.
 
 #include <algorithm>
-#include <utility>
 #include <array>
 #include <atomic>
 #include <cmath>
@@ -55,6 +54,7 @@
 #include <string_view>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <ios>
 #include <vector>
 

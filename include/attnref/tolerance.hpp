@@ -287,16 +287,16 @@ inline std::vector<double> abs_of(std::span<const double> x) {
 }  // namespace detail
 
 /// Worst-case magnitudes for scaled dot-product attention. q, k, v are the golden inputs, p the
-/// golden (certified) weights (B, H, Sq, Sk); options as the case uses them.
+/// golden (certified) weights (B, H, Sq, Sk); options as the case uses them; logits the exact S
+/// (B, H, Sq, Sk), as attention_logits in double gives them.
 inline worst_case_scales sdpa_worst_case_scales(tensor_view<const double, 4> q, tensor_view<const double, 4> k,
                                                 tensor_view<const double, 4> v, tensor_view<const double, 4> p,
-                                                const attention_options& options) {
-    const tensor<double, 4> logits = attention_logits<uniform_precision<double>>(q, k, options);
+                                                const attention_options& options, tensor_view<const double, 4> logits) {
     const std::vector<double> qa = detail::abs_of({q.data, q.size()}), ka = detail::abs_of({k.data, k.size()}),
                               va = detail::abs_of({v.data, v.size()});
-    const double scale = options.scale ? *options.scale : 1 / std::sqrt(static_cast<double>(q.extents[3]));
+    const double scale = ::attnref::detail::logit_scale<double>(options, q.extents[3]);
     std::vector<double> L, sigma;
-    detail::head_scales({qa.data(), q.extents}, {ka.data(), k.extents}, {va.data(), v.extents}, logits.view(), p, scale, L, sigma);
+    detail::head_scales({qa.data(), q.extents}, {ka.data(), k.extents}, {va.data(), v.extents}, logits, p, scale, L, sigma);
     worst_case_scales r;
     r.n_keys = k.extents[2];
     r.n_dot = q.extents[3] + 4;
@@ -307,39 +307,37 @@ inline worst_case_scales sdpa_worst_case_scales(tensor_view<const double, 4> q, 
     for (std::size_t e = 0; e < sigma.size(); ++e) r.t1[e] = L[e / dv] * sigma[e];
     return r;
 }
+inline worst_case_scales sdpa_worst_case_scales(tensor_view<const double, 4> q, tensor_view<const double, 4> k,
+                                                tensor_view<const double, 4> v, tensor_view<const double, 4> p,
+                                                const attention_options& options) {
+    const tensor<double, 4> logits = attention_logits<uniform_precision<double>>(q, k, options);
+    return sdpa_worst_case_scales(q, k, v, p, options, logits.view());
+}
 
-/// Worst-case magnitudes for multi-head attention (see multi_head_attention.hpp for the layout).
+/// Worst-case magnitudes for multi-head attention (see multi_head_attention.hpp for the layout);
+/// logits the exact S (B, H, Sq, Sk), as mha_logits in double gives them.
 inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q, tensor_view<const double, 3> x_k,
                                                tensor_view<const double, 3> x_v, const mha_parameters<double>& w,
-                                               tensor_view<const double, 4> p, const mha_options& o) {
+                                               tensor_view<const double, 4> p, const mha_options& o,
+                                               tensor_view<const double, 4> logits) {
     const mha_dims d = mha_dims_of(x_q, x_k, x_v, w, o);
-    using pol = uniform_precision<double>;
-    // Reference projections (for the logits) and absolute projections |x|·|W| + |b| (for L and σ).
-    auto project = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> W, tensor_view<const double, 1> b,
-                       bool absolute) {
+    // Absolute projections |x|·|W| + |b| (for L and σ).
+    auto project_abs = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> W, tensor_view<const double, 1> b,
+                           std::size_t heads) {
         tensor<double, 3> y({x.extents[0], x.extents[1], W.extents[1]});
-        if (!absolute) {
-            linear_into<pol>(x, W, b, y.view(), 1, "projection");
-            return y;
-        }
         const std::vector<double> xa = detail::abs_of({x.data, x.size()}), Wa = detail::abs_of({W.data, W.size()});
         const std::vector<double> ba = b.empty() ? std::vector<double>{} : detail::abs_of({b.data, b.size()});
-        linear_into<pol>(tensor_view<const double, 3>{xa.data(), x.extents}, tensor_view<const double, 2>{Wa.data(), W.extents},
-                         b.empty() ? tensor_view<const double, 1>{} : tensor_view<const double, 1>{ba.data(), b.extents}, y.view(), 1,
-                         "projection");
+        linear_into<uniform_precision<double>>(
+            tensor_view<const double, 3>{xa.data(), x.extents}, tensor_view<const double, 2>{Wa.data(), W.extents},
+            b.empty() ? tensor_view<const double, 1>{} : tensor_view<const double, 1>{ba.data(), b.extents}, y.view(), 1, "projection");
         for (std::size_t n = 0; n < y.size(); ++n) y[n] *= 1 + 0x1p-48;
-        return y;
+        return split_heads<double>(y.view(), heads);
     };
-    const tensor<double, 3> q = project(x_q, w.w_q, w.b_q, false), k = project(x_k, w.w_k, w.b_k, false);
-    const tensor<double, 3> qa = project(x_q, w.w_q, w.b_q, true), ka = project(x_k, w.w_k, w.b_k, true),
-                            va = project(x_v, w.w_v, w.b_v, true);
-    const tensor<double, 4> qh = split_heads<double>(q.view(), d.heads), kh = split_heads<double>(k.view(), d.kv_heads);
-    const tensor<double, 4> qah = split_heads<double>(qa.view(), d.heads), kah = split_heads<double>(ka.view(), d.kv_heads),
-                            vah = split_heads<double>(va.view(), d.kv_heads);
-    const tensor<double, 4> logits = attention_logits<pol>(qh.view(), kh.view(), o.attention);
-    const double scale = o.attention.scale ? *o.attention.scale : 1 / std::sqrt(static_cast<double>(d.head_dim_qk));
+    const tensor<double, 4> qah = project_abs(x_q, w.w_q, w.b_q, d.heads), kah = project_abs(x_k, w.w_k, w.b_k, d.kv_heads),
+                            vah = project_abs(x_v, w.w_v, w.b_v, d.kv_heads);
+    const double scale = ::attnref::detail::logit_scale<double>(o.attention, d.head_dim_qk);
     std::vector<double> L, sigma;
-    detail::head_scales(qah.view(), kah.view(), vah.view(), logits.view(), p, scale, L, sigma);
+    detail::head_scales(qah.view(), kah.view(), vah.view(), logits, p, scale, L, sigma);
     // Through W_o: t0_l = Σ_m σ_m|W_o,ml|, t1_l = Σ_m L_m σ_m|W_o,ml|, m = (h, c) merged.
     const std::size_t H = d.heads, sq = d.query_length, dv = d.head_dim_v, eo = d.output_dim;
     worst_case_scales r;
@@ -370,6 +368,12 @@ inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q,
     r.n_dot = d.head_dim_qk + 2 * em + 8;
     r.n_extra = em + 2 + H * dv + 2;
     return r;
+}
+inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q, tensor_view<const double, 3> x_k,
+                                               tensor_view<const double, 3> x_v, const mha_parameters<double>& w,
+                                               tensor_view<const double, 4> p, const mha_options& o) {
+    const tensor<double, 4> logits = mha_logits<uniform_precision<double>>(x_q, x_k, w, o);
+    return mha_worst_case_scales(x_q, x_k, x_v, w, p, o, logits.view());
 }
 
 /// Two coefficients of a rounding-error term: its value is acc·u_acc^k + store·u^k, with k = 2 for
@@ -408,6 +412,12 @@ struct data_aware_scales {
     /// ε of the file comment: a bound on every logit perturbation of the row.
     double logit_epsilon(const two_part& var, double linear_term, double u, double u_acc) const {
         return lambda * std::sqrt(var.acc * u_acc * u_acc + var.store * u * u) + linear_term * u_acc;
+    }
+    /// ε for every attention row (b, h, i).
+    std::vector<double> logit_bounds(double u, double u_acc) const {
+        std::vector<double> eps(row_logit_var.size());
+        for (std::size_t r = 0; r < eps.size(); ++r) eps[r] = logit_epsilon(row_logit_var[r], row_logit_linear[r], u, u_acc);
+        return eps;
     }
 
     std::size_t size() const { return coupled.size(); }
@@ -553,10 +563,10 @@ inline data_aware_scales sdpa_scales(tensor_view<const double, 4> q, tensor_view
         return r;
     };
     const std::vector<two_part> vq = input_var(q), vk = input_var(k), vv = input_var(v);
-    const double scale = options.scale ? *options.scale : 1 / std::sqrt(static_cast<double>(q.extents[3]));
+    const double scale = ::attnref::detail::logit_scale<double>(options, q.extents[3]);
     detail::head_terms t = detail::attention_terms({q, k, v, vq, vk, vv}, logits.view(), p, scale);
     data_aware_scales r;
-    r.worst_case = sdpa_worst_case_scales(q, k, v, p, options);
+    r.worst_case = sdpa_worst_case_scales(q, k, v, p, options, logits.view());
     const std::size_t dv = v.extents[3];
     r.coupled = std::move(t.coupled);
     r.independent = std::move(t.independent);
@@ -624,7 +634,7 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
     detail::projection_terms(x_v, w.w_v, w.b_v, Hkv, uses_x, static_cast<double>(sk), vh, vv);
     const tensor<double, 4> logits = attention_logits<uniform_precision<double>>(tensor_view<const double, 4>(qh.view()),
                                                                                  tensor_view<const double, 4>(kh.view()), o.attention);
-    const double scale = o.attention.scale ? *o.attention.scale : 1 / std::sqrt(static_cast<double>(d.head_dim_qk));
+    const double scale = ::attnref::detail::logit_scale<double>(o.attention, d.head_dim_qk);
     detail::head_terms t = detail::attention_terms({qh.view(), kh.view(), vh.view(), vq, vk, vv}, logits.view(), p, scale);
     // Through W_o: a coupled event of head h (one δ moving the whole head output) reaches y_l through
     // Σ_c W_o[h·dv + c, l]·A_c ≤ ‖W_o^h[·, l]‖·‖A‖ (Cauchy–Schwarz); independent events through W_o².
@@ -635,7 +645,7 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
             for (std::size_t l = 0; l < eo; ++l) wn2[h * eo + l] += w.w_o(h * dv + c, l) * w.w_o(h * dv + c, l);
     const double G = static_cast<double>(group), hd = static_cast<double>(H * dv);
     data_aware_scales r;
-    r.worst_case = mha_worst_case_scales(x_q, x_k, x_v, w, p, o);
+    r.worst_case = mha_worst_case_scales(x_q, x_k, x_v, w, p, o, logits.view());
     const std::size_t total = d.batch * sq * eo;
     r.coupled.assign(total, {}), r.independent.assign(total, {}), r.linear.assign(total, {});
     r.logit_var.assign(total, {}), r.logit_linear.assign(total, 0.0);
@@ -682,8 +692,6 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
     return r;
 }
 
-/// γ_{dk+4}(u): the relative-to-|s|·|q|ᵀ|k| error of a logit computed in precision u (step 1 above).
-inline double gamma_for_logits(std::size_t dk, double u) { return gamma(dk + 4, u); }
 
 /// FlashAttention's baseline-relative bound for one tensor: 2·max|naive − ref| + 2·max|(ref + 0.3 −
 /// 0.3) − ref| with the ±0.3 evaluated in the candidate's format (FA3). One number for the tensor.
@@ -865,13 +873,18 @@ inline comparison compare_assert_close(std::span<const double> a, std::span<cons
 inline comparison compare_ulp(std::span<const double> a, std::span<const double> e, candidate_format f, double limit = 4) {
     return compare(a, e, f, [](std::size_t) { return 0.0; }, limit);
 }
-inline comparison compare_data_aware(std::span<const double> a, std::span<const double> e, candidate_format f,
-                                     const data_aware_scales& s) {
+/// Evaluates a data-aware or worst-case bound for every element, for candidates in format f: the
+/// per-element bounds compare() and the checker's cache take.
+template <class Scales>
+std::vector<double> element_bounds(const Scales& s, candidate_format f) {
     const double u = unit_roundoff(f), ua = accumulate_roundoff(f);
-    return compare(a, e, f, [&](std::size_t n) { return s.bound(n, u, ua); });
+    std::vector<double> b(s.size());
+    for (std::size_t n = 0; n < b.size(); ++n) b[n] = s.bound(n, u, ua);
+    return b;
 }
-inline comparison compare_worst_case(std::span<const double> a, std::span<const double> e, candidate_format f,
-                                     const worst_case_scales& s) {
+/// Compares under a data_aware_scales or worst_case_scales bound.
+template <class Scales>
+comparison compare_data_aware(std::span<const double> a, std::span<const double> e, candidate_format f, const Scales& s) {
     const double u = unit_roundoff(f), ua = accumulate_roundoff(f);
     return compare(a, e, f, [&](std::size_t n) { return s.bound(n, u, ua); });
 }

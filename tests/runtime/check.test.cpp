@@ -66,19 +66,22 @@ std::vector<double> run_policy(const case_spec& s, const case_data& d, softmax_a
     return flat(compute_case<Policy>(spec, d, 1, a, block).output);
 }
 
-/// The candidate's attention weights P (B, H, Sq, Sk) from attnref in Policy.
+/// The candidate's attention weights P (B, H, Sq, Sk) and lse (B, H, Sq) from attnref in Policy.
+struct weights_lse {
+    std::vector<double> weights, lse;
+};
 template <class Policy>
-std::vector<double> run_weights(const case_spec& s, const case_data& d) {
+weights_lse run_weights_lse(const case_spec& s, const case_data& d) {
     case_spec spec = s;
-    spec.outputs.weights = true;
-    spec.outputs.lse = false;
-    return flat(compute_case<Policy>(spec, d, 1, softmax_algorithm::shifted_division).weights);
+    spec.outputs.weights = spec.outputs.lse = true;
+    const auto r = compute_case<Policy>(spec, d, 1, softmax_algorithm::shifted_division);
+    return {flat(r.weights), flat(r.lse)};
 }
 
-/// The golden weights (stored with every committed case).
-std::vector<double> golden_weights(const golden& g) {
+/// The case's golden tensor with this role ("weights", "lse"); empty when the case does not store it.
+std::vector<double> golden_tensor(const golden& g, const std::string& role) {
     for (const tensor_entry& t : g.lc.m.tensors)
-        if (t.role == "weights" && !t.target) return npy::to_double(npy::read(g.dir / t.file));
+        if (t.role == role && !t.target) return npy::to_double(npy::read(g.dir / t.file));
     return {};
 }
 
@@ -384,7 +387,7 @@ BOOST_AUTO_TEST_CASE(small_row_corruption_fails_the_default_model) {
             BOOST_TEST(fails(g, out, tol::candidate_format::float32));
             if (s.kind == case_kind::mha) {
                 ++mha;
-                missed_worst_case += tol::compare_worst_case(out, g.expected, tol::candidate_format::float32, g.scales.worst_case).ok();
+                missed_worst_case += tol::compare_data_aware(out, g.expected, tol::candidate_format::float32, g.scales.worst_case).ok();
             }
         }
     }
@@ -395,92 +398,71 @@ BOOST_AUTO_TEST_CASE(small_row_corruption_fails_the_default_model) {
                                                         << missed_worst_case << " of " << mha << " multi-head cases");
 }
 
-// Candidate weights against the golden weights (tolerance::weights_bound): correct implementations in
-// four precisions pass on every committed case; a wrong scale and a 0.1% change of one row fail.
-BOOST_AUTO_TEST_CASE(weights_against_golden_weights) {
+// Candidate weights and lse against the golden ones (tolerance::weights_bound, lse_bound): correct
+// implementations in float64, float32, bf16 and fp16 policies pass on every committed case; a wrong
+// scale, a 0.1% change of one weight and an lse off by 1e-4 (a log taken in bf16, a dropped
+// max-shift term) fail.
+BOOST_AUTO_TEST_CASE(weights_and_lse_against_golden) {
     using F = tol::candidate_format;
-    double worst = 0;
-    std::size_t caught = 0, cases = 0;
+    double worst_w = 0, worst_l = 0;
+    std::size_t caught_w = 0, cases_w = 0, caught_l = 0, cases_l = 0;
     for (const fs::path& dir : committed_cases()) {
         const golden g = load(dir);
         const case_spec& s = g.lc.m.spec;
-        const std::vector<double> pe = golden_weights(g);
+        const std::vector<double> pe = golden_tensor(g, "weights"), le = golden_tensor(g, "lse");
         BOOST_TEST_CONTEXT(s.name) {
             BOOST_REQUIRE(!pe.empty());
-            const std::vector<double> p32 = run_weights<uniform_precision<float>>(s, g.lc.data);
-            for (const auto& [f, w] : {std::pair{F::float64, run_weights<uniform_precision<double>>(s, g.lc.data)}, std::pair{F::float32, p32},
-                                       std::pair{F::bfloat16, run_weights<bf16_policy>(s, g.lc.data)},
-                                       std::pair{F::float16, run_weights<fp16_policy>(s, g.lc.data)}}) {
-                const tol::comparison c = tol::compare_weights(w, pe, f, g.scales);
+            const weights_lse r32 = run_weights_lse<uniform_precision<float>>(s, g.lc.data);
+            for (const auto& [f, r] : {std::pair{F::float64, run_weights_lse<uniform_precision<double>>(s, g.lc.data)},
+                                       std::pair{F::float32, r32}, std::pair{F::bfloat16, run_weights_lse<bf16_policy>(s, g.lc.data)},
+                                       std::pair{F::float16, run_weights_lse<fp16_policy>(s, g.lc.data)}}) {
+                const tol::comparison c = tol::compare_weights(r.weights, pe, f, g.scales);
                 BOOST_TEST(c.ok(), tol::format_name(f) << " weights worst " << c.worst_ratio);
-                worst = std::max(worst, c.worst_ratio);
+                worst_w = std::max(worst_w, c.worst_ratio);
+                if (le.empty()) continue;
+                const tol::comparison cl = tol::compare_lse(r.lse, le, f, g.scales);
+                BOOST_TEST(cl.ok(), tol::format_name(f) << " lse worst " << cl.worst_ratio);
+                worst_l = std::max(worst_l, cl.worst_ratio);
             }
             // The largest weight of the first row, moved by 0.1% (renormalising the row would move the
             // others too; one weight is enough to show the bound resolves it) where float32 is accurate.
-            std::vector<double> bad = p32;
+            const std::vector<double>& p32 = r32.weights;
             const std::size_t at = static_cast<std::size_t>(std::max_element(pe.begin(), pe.begin() + static_cast<long>(s.shapes.key_length),
                                                                               [](double a, double b) { return !(a >= b); }) - pe.begin());
             if (pe[at] > 0 && std::isfinite(pe[at]) && std::abs(p32[at] - pe[at]) <= 1e-5 * pe[at]) {  // 0.1% ≥ 100× float32's error
-                ++cases;
+                ++cases_w;
+                std::vector<double> bad = p32;
                 bad[at] = static_cast<float>(bad[at] * (1 + 1e-3));
-                caught += !tol::compare_weights(bad, pe, F::float32, g.scales).ok();
+                caught_w += !tol::compare_weights(bad, pe, F::float32, g.scales).ok();
             }
-        }
-    }
-    BOOST_TEST(caught == cases);
-    BOOST_TEST(cases >= 40u);
-    BOOST_TEST_MESSAGE("weights: worst error " << worst << " of the bound (float64, float32, bf16, fp16 policies); a 0.1% change of "
-                                               "one weight caught on " << caught << " of " << cases << " cases");
-    // A missing scale changes the weights far beyond the bound.
-    const golden g = load(golden_dir / "sdpa_basic");
-    case_spec s = g.lc.m.spec;
-    s.conventions.scale = 1.0;
-    BOOST_TEST(!tol::compare_weights(run_weights<uniform_precision<double>>(s, g.lc.data), golden_weights(g), F::float64, g.scales).ok());
-}
-
-// Candidate lse against the golden lse (tolerance::lse_bound): correct implementations pass on every
-// committed case; an lse off by 1e-4 (e.g. log taken in bf16, or a dropped max shift term) fails.
-BOOST_AUTO_TEST_CASE(lse_against_golden_lse) {
-    using F = tol::candidate_format;
-    double worst = 0;
-    std::size_t caught = 0, cases = 0;
-    for (const fs::path& dir : committed_cases()) {
-        const golden g = load(dir);
-        const case_spec& s = g.lc.m.spec;
-        std::vector<double> le;
-        for (const tensor_entry& t : g.lc.m.tensors)
-            if (t.role == "lse" && !t.target) le = npy::to_double(npy::read(g.dir / t.file));
-        if (le.empty()) continue;
-        auto run_lse = [&]<class Policy>(Policy) {
-            case_spec spec = s;
-            spec.outputs.weights = false;
-            spec.outputs.lse = true;
-            return flat(compute_case<Policy>(spec, g.lc.data, 1, softmax_algorithm::shifted_division).lse);
-        };
-        BOOST_TEST_CONTEXT(s.name) {
-            const std::vector<double> l32 = run_lse(uniform_precision<float>{});
-            for (const auto& [f, l] : {std::pair{F::float64, run_lse(uniform_precision<double>{})}, std::pair{F::float32, l32},
-                                       std::pair{F::bfloat16, run_lse(bf16_policy{})}}) {
-                const tol::comparison c = tol::compare_lse(l, le, f, g.scales);
-                BOOST_TEST(c.ok(), tol::format_name(f) << " lse worst " << c.worst_ratio);
-                worst = std::max(worst, c.worst_ratio);
-            }
+            // The first finite lse off by 1e-4, where that is ≥ 100× float32's own error.
             const auto first = std::find_if(le.begin(), le.end(), [](double x) { return std::isfinite(x); });
             if (first != le.end()) {
-                const std::size_t at = static_cast<std::size_t>(first - le.begin());
-                if (std::abs(l32[at] - le[at]) < 1e-6) {  // off by 1e-4: ≥ 100× float32's own error here
-                    ++cases;
-                    std::vector<double> bad = l32;
-                    bad[at] = static_cast<float>(bad[at] + 1e-4);
-                    caught += !tol::compare_lse(bad, le, F::float32, g.scales).ok();
+                const std::size_t al = static_cast<std::size_t>(first - le.begin());
+                if (std::abs(r32.lse[al] - le[al]) < 1e-6) {
+                    ++cases_l;
+                    std::vector<double> bad = r32.lse;
+                    bad[al] = static_cast<float>(bad[al] + 1e-4);
+                    caught_l += !tol::compare_lse(bad, le, F::float32, g.scales).ok();
                 }
             }
         }
     }
-    BOOST_TEST(cases >= 30u);
-    BOOST_TEST(caught == cases);
-    BOOST_TEST_MESSAGE("lse: worst error " << worst << " of the bound (float64, float32, bf16 policies); an error of 1e-4 caught on "
-                                           << caught << " of " << cases << " cases");
+    BOOST_TEST(cases_w >= 40u);
+    BOOST_TEST(caught_w == cases_w);
+    BOOST_TEST(cases_l >= 30u);
+    BOOST_TEST(caught_l == cases_l);
+    BOOST_TEST_MESSAGE("weights: worst error " << worst_w << " of the bound; a 0.1% change of one weight caught on " << caught_w
+                                               << " of " << cases_w << " cases. lse: worst error " << worst_l
+                                               << " of the bound; an error of 1e-4 caught on " << caught_l << " of " << cases_l
+                                               << " cases");
+    // A missing scale changes the weights far beyond the bound.
+    const golden g = load(golden_dir / "sdpa_basic");
+    case_spec s = g.lc.m.spec;
+    s.conventions.scale = 1.0;
+    BOOST_TEST(!tol::compare_weights(run_weights_lse<uniform_precision<double>>(s, g.lc.data).weights, golden_tensor(g, "weights"),
+                                     F::float64, g.scales)
+                    .ok());
 }
 
 // run_check with --weights and --lse on a multi-head and an SDPA case: a float32 candidate's files
@@ -597,7 +579,7 @@ BOOST_AUTO_TEST_CASE(bound_cache_is_used_verified_and_rewritten) {
         BOOST_TEST(same(plain, first));
         BOOST_TEST(same(plain, second));
         // The cached bounds are exactly the computed ones.
-        const std::vector<double> bounds = data_aware_bounds(g.scales, tol::candidate_format::float32);
+        const std::vector<double> bounds = tol::element_bounds(g.scales, tol::candidate_format::float32);
         std::vector<double> stored = npy::to_double(npy::read(second.cache_file));
         stored.erase(stored.begin(), stored.begin() + 16);
         BOOST_TEST((stored == bounds));

@@ -60,6 +60,33 @@ BOOST_AUTO_TEST_CASE(gqa_projection_equals_mha_with_repeated_kv_weights) {
                       shape_error);
 }
 
+BOOST_AUTO_TEST_CASE(mha_logits_are_what_the_softmax_sees) {
+    // GQA (H = 4, H_kv = 2) with query and key biases: a softmax of mha_logits, taken here in long
+    // double, gives the weights multi_head_attention returns.
+    const std::size_t e = 8, dk = 2, dv = 3;
+    const auto xq = random_tensor<double, 3>({2, 3, e}, 21), xk = random_tensor<double, 3>({2, 5, e}, 22);
+    const auto wq = random_tensor<double, 2>({e, 4 * dk}, 23), wk = random_tensor<double, 2>({e, 2 * dk}, 24),
+               wv = random_tensor<double, 2>({e, 2 * dv}, 25), wo = random_tensor<double, 2>({4 * dv, e}, 26);
+    const auto bq = random_tensor<double, 1>({4 * dk}, 27), bk = random_tensor<double, 1>({2 * dk}, 28);
+    const mha_parameters<double> p{wq.view(), wk.view(), wv.view(), wo.view(), bq.view(), bk.view()};
+    const mha_options o{4, 2, {}};
+    const auto r = multi_head_attention(xq, xk, xk, p, o);
+    const auto s = mha_logits<uniform_precision<double>>(tensor_view<const double, 3>(xq.view()), tensor_view<const double, 3>(xk.view()),
+                                                         p, o);
+    BOOST_TEST((s.extents() == extents_t<4>{2, 4, 3, 5}));
+    for (std::size_t b = 0; b < 2; ++b)
+        for (std::size_t h = 0; h < 4; ++h)
+            for (std::size_t i = 0; i < 3; ++i) {
+                long double m = s(b, h, i, 0), sum = 0;
+                for (std::size_t j = 1; j < 5; ++j) m = std::max<long double>(m, s(b, h, i, j));
+                for (std::size_t j = 0; j < 5; ++j) sum += std::exp(static_cast<long double>(s(b, h, i, j)) - m);
+                for (std::size_t j = 0; j < 5; ++j) {
+                    const long double expected = std::exp(static_cast<long double>(s(b, h, i, j)) - m) / sum;
+                    BOOST_TEST(std::abs(static_cast<long double>(r.weights(b, h, i, j)) - expected) <= 1e-14L);
+                }
+            }
+}
+
 BOOST_AUTO_TEST_CASE(biases_are_added_after_the_sum) {
     // With W = 0 the projections are exactly the biases: Q = b_q, K = b_k, V = b_v; then every key has
     // the same logit, weights are uniform and the head output is b_v; the output is b_v·W_o + b_o.
