@@ -383,6 +383,17 @@ std::vector<decoy> decoy_outputs(const case_spec& spec, const case_data& data) {
     return r;
 }
 
+namespace {
+/// judge_output, computing the case's decoys only where they can change the verdict (a pass or an
+/// untrustworthy output: FAIL and INCONCLUSIVE stand whatever the decoys do).
+tensor_report judge_with_decoys(std::span<const double> candidate, std::span<const double> expected, tol::candidate_format f,
+                                std::span<const double> bounds, std::size_t row, const case_spec& spec, const case_data& data) {
+    tensor_report t = judge_output(candidate, expected, f, bounds, row);
+    if (t.verdict != "pass" && t.verdict != "untrustworthy") return t;
+    return judge_output(candidate, expected, f, bounds, row, decoy_outputs(spec, data));
+}
+}  // namespace
+
 check_result run_check(const check_request& rq) {
     const fs::path dir = rq.golden;
     const loaded_case lc = load_case(dir);
@@ -419,7 +430,7 @@ check_result run_check(const check_request& rq) {
         const std::vector<double> bounds = rq.model == tol::tolerance_model::data_aware
                                                ? tol::element_bounds(case_scales(), *format)
                                                : tol::element_bounds(worst_case_scales_for(spec, lc.data, golden_weights()), *format);
-        res.tensors.push_back(judge_output(candidate, expected, *format, bounds, row, decoy_outputs(spec, lc.data)));
+        res.tensors.push_back(judge_with_decoys(candidate, expected, *format, bounds, row, spec, lc.data));
     } else {
         if (candidate.size() != expected.size())
             throw data_error((dir / out_entry->file).string() + ": holds " + std::to_string(expected.size()) + " values, the output shape " +
@@ -435,7 +446,7 @@ check_result run_check(const check_request& rq) {
             } else {
                 std::fill(bounds.begin(), bounds.end(), tol::baseline_bound(expected, naive_output(spec, lc.data, *format), *format));
             }
-            res.tensors.push_back(judge_output(candidate, expected, *format, bounds, row, decoy_outputs(spec, lc.data)));
+            res.tensors.push_back(judge_with_decoys(candidate, expected, *format, bounds, row, spec, lc.data));
         }
     }
 
@@ -469,14 +480,16 @@ check_result run_check(const check_request& rq) {
         if (!w_cand.empty()) {
             // P = exp(S − lse) with the exact S: the candidate's own logits are within the row's
             // data-aware logit bound ε of it (tolerance::data_aware_scales::logit_epsilon), and its
-            // weights may be stored in a narrower format than its output. Weights below the smallest
-            // normal of the formats P is computed and stored in may be flushed or rounded to it.
+            // weights may be stored in a narrower format than its output. The softmax runs in the
+            // candidate's accumulation (u_acc); P and lse are rounded once more to their storage
+            // formats. Weights below the smallest normal of the formats P is computed and stored in
+            // may be flushed or rounded to it.
             const std::vector<double> eps = case_scales().logit_bounds(u, u_acc);
             const tensor<double, 4> logits = exact_logits(views);
             res.invariants.push_back(weights_match_lse(tensor_view<const double, 4>{w_cand.data(), wext}, logits.view(),
                                                        tensor_view<const double, 3>{l_cand.data(), {d.batch, d.heads, d.query_length}},
-                                                       ctx, std::max(u, tol::unit_roundoff(*wf)), eps,
-                                                       std::max(tol::weights_floor(*format), tol::weights_floor(*wf))));
+                                                       ctx, u_acc, eps, std::max(tol::weights_floor(*format), tol::weights_floor(*wf)),
+                                                       tol::unit_roundoff(*wf), tol::unit_roundoff(*lf)));
         }
         // lse against the reference (tolerance::lse_bound). Empty rows are pinned by the candidate's
         // declared convention (--empty-row-lse), not by the golden −inf.

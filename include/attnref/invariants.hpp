@@ -220,12 +220,15 @@ constexpr invariant_report weights_in_unit_interval(tensor_view<const T, 4> p, c
 /// projections, see tolerance::data_aware_scales): p and lse then both move with them, and the
 /// relative bound widens by e^{2·logit_error} − 1. `floor`: the absolute error of a weight that
 /// underflows in the producer's formats (the smallest normal of the format P was computed or
-/// stored in, e.g. 2^-126 for float32). Empty rows must carry the lse of ctx.empty_lse. The report
+/// stored in, e.g. 2^-126 for float32). `u_weights`, `u_lse`: unit roundoffs of the formats P and
+/// lse are stored in when narrower than the arithmetic u (P's rounding adds u_weights, lse's
+/// u_lse·|lse|, to the relative bound). Empty rows must carry the lse of ctx.empty_lse. The report
 /// is `vacuous` where the relative bound reaches 1 (or is not finite).
 template <class T, class S, class L>
 constexpr invariant_report weights_match_lse(tensor_view<const T, 4> p, tensor_view<const S, 4> logits,
                                              tensor_view<const L, 3> lse, const invariant_context& ctx, double u,
-                                             std::span<const double> logit_error = {}, double floor = 0x1p-1022) {
+                                             std::span<const double> logit_error = {}, double floor = 0x1p-1022,
+                                             double u_weights = 0, double u_lse = 0) {
     invariant_report r{"P = exp(S - lse)"};
     const auto [batch, heads, sq, sk] = p.extents;
     for (std::size_t b = 0; b < batch; ++b)
@@ -241,6 +244,7 @@ constexpr invariant_report weights_match_lse(tensor_view<const T, 4> p, tensor_v
                     const double s = detail::to_double(logits(b, h, i, j));
                     const double expected = math::exp(s - l);
                     double rel = static_cast<double>(sk + 3) * u + 2 * (u + 0x1p-53) * (detail::abs_value(s) + detail::abs_value(l) + 1);
+                    rel += u_weights + u_lse * detail::abs_value(l);
                     if (!logit_error.empty()) rel += math::expm1(2 * logit_error[(b * heads + h) * sq + i]);
                     if (!(rel < 1)) r.vacuous = true;  // p̂ could be 0 or twice p: nothing is pinned
                     const double bound = rel * expected + floor;
