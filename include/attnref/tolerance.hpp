@@ -908,7 +908,7 @@ inline comparison compare_ulp(std::span<const double> a, std::span<const double>
     return compare(a, e, f, [](std::size_t) { return 0.0; }, limit);
 }
 /// Evaluates a data-aware or worst-case bound for every element, for candidates in format f: the
-/// per-element bounds compare() and the checker's cache take.
+/// per-element bounds compare() and the checker's judge_output take.
 template <class Scales>
 std::vector<double> element_bounds(const Scales& s, candidate_format f) {
     const double u = unit_roundoff(f), ua = accumulate_roundoff(f);
