@@ -258,7 +258,8 @@ struct worst_case_scales {
         const double a = (1 + safe_gamma(n_keys + 3, u_acc)) * (1 + safe_gamma(n_keys, u_acc)) * (1 + safe_gamma(n_extra, u_acc)) *
                              (1 + u) * (1 + u) * (1 + u) * (1 + u) * (1 + u) - 1;
         const double l_max = row_L.empty() ? 0.0 : row_L[e / row_length];
-        const double x = 2 * gd * l_max, g = x > 0 ? std::expm1(x) / x : 1.0;  // +inf when e^x overflows
+        const double x = 2 * gd * l_max;  // NaN (inf·0) and 0 leave g = 1; +inf when e^x overflows
+        const double g = x > 0 ? (x < std::numeric_limits<double>::infinity() ? std::expm1(x) / x : x) : 1.0;
         const double weights = t1[e] == 0 ? 0.0 : (1 + a) * g * 2 * gd * t1[e];  // (0·inf would be NaN)
         const double rest = t0[e] == 0 ? 0.0 : a * t0[e];
         return (weights + rest) * (1 + 0x1p-40);  // (1 + 2⁻⁴⁰): this evaluation's own rounding, upward
