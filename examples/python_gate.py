@@ -3,7 +3,9 @@
 
 Loads a golden case with numpy only, computes multi-head attention its own way (float32, numpy's
 matmul summation order), writes the output as .npy and runs `attnref check` on it. Exit status is
-attnref's: 0 pass, 1 fail/untrustworthy, 2 usage or data error.
+attnref's: 0 PASS, 1 FAIL or INCONCLUSIVE (a bound too wide to prove anything, or an untrustworthy
+output: never a pass), 2 usage or data error. The JUnit report marks every tensor that did not pass
+as a <failure> whose type is FAIL or INCONCLUSIVE.
 
     python3 examples/python_gate.py ATTNREF_BINARY [CASE_DIR] [OUT_DIR]
 """

@@ -1,1 +1,47 @@
 # CTest registrations owned by the checker work (issue 9/10); included from tests/CMakeLists.txt.
+if(TARGET attnref_verify)
+  # The bug catalog (tests/runtime/bug_catalog.test.cpp) judges wrong implementations with the
+  # checker's library code: one CTest test per candidate format, so that they run in parallel.
+  target_link_libraries(bug_catalog.test PRIVATE attnref_verify)
+  set_tests_properties(bug_catalog PROPERTIES DISABLED ON)  # the four below run the same test cases
+  foreach(_f float64 float32 bfloat16 float16)
+    add_test(NAME bug_catalog_${_f} COMMAND bug_catalog.test --run_test=${_f}_candidates --log_level=message --report_level=short)
+  endforeach()
+
+  set(_g ${PROJECT_SOURCE_DIR}/golden/sdpa_basic)
+  set(_t ${CMAKE_CURRENT_BINARY_DIR}/checker_cli)
+  # The bound cache is gone: its flags are usage errors (exit 2), and a file where the cache used to
+  # be has no effect (bounds are recomputed every run; check.test shows a forged bound cannot pass).
+  add_test(NAME checker_cli_prepare COMMAND /usr/bin/python3 -c
+    "import numpy as n,os;d='${_t}';os.makedirs(d,exist_ok=True);o=n.load('${_g}/output.npy');n.save(d+'/ok.npy',o.astype(n.float32));n.save(d+'/off.npy',(o+0.05).astype(n.float32));w=n.load('${_g}/weights.npy');n.save(d+'/w.npy',w.astype(n.float32));n.save(d+'/offset.npy',n.load('${PROJECT_SOURCE_DIR}/golden/sdpa_adv_logit_offset_1000/output.npy').astype(n.float32))")
+  set_tests_properties(checker_cli_prepare PROPERTIES FIXTURES_SETUP checker_cli)
+  foreach(_pair "no_cache:--no-cache" "cache_dir:--cache-dir ${_t}/cache" "verbose:--verbose")
+    string(FIND "${_pair}" ":" _at)
+    string(SUBSTRING "${_pair}" 0 ${_at} _id)
+    math(EXPR _at "${_at} + 1")
+    string(SUBSTRING "${_pair}" ${_at} -1 _args)
+    add_test(NAME checker_cli_removed_${_id} COMMAND sh -c "$<TARGET_FILE:attnref_cli> check --golden ${_g} --output ${_t}/ok.npy ${_args}; test $? -eq 2")
+    set_tests_properties(checker_cli_removed_${_id} PROPERTIES FIXTURES_REQUIRED checker_cli)
+  endforeach()
+  # A forged entry in the old cache location, keyed exactly as the removed cache keyed it (bounds
+  # 1e300 for this case, float32, data-aware: the old code read it and passed), does not make a
+  # candidate off by 0.05 everywhere pass.
+  add_test(NAME checker_cli_forged_cache_ignored COMMAND sh -c
+    "/usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/checker_forge_cache.py ${_t}/xdg ${PROJECT_SOURCE_DIR}/include/attnref/tolerance.hpp ${_g} 256 1e300 && XDG_CACHE_HOME=${_t}/xdg $<TARGET_FILE:attnref_cli> check --golden ${_g} --output ${_t}/off.npy; test $? -eq 1")
+  set_tests_properties(checker_cli_forged_cache_ignored PROPERTIES FIXTURES_REQUIRED checker_cli)
+  # JSON and JUnit carry the verdict: PASS for a float32 copy of the reference.
+  add_test(NAME checker_cli_verdict_reports COMMAND sh -c
+    "$<TARGET_FILE:attnref_cli> check --golden ${_g} --output ${_t}/ok.npy --json ${_t}/ok.json --junit ${_t}/ok.xml && grep -q '\"verdict\": \"PASS\"' ${_t}/ok.json && grep -q 'name=\"verdict\" value=\"PASS\"' ${_t}/ok.xml")
+  set_tests_properties(checker_cli_verdict_reports PROPERTIES FIXTURES_REQUIRED checker_cli)
+  # INCONCLUSIVE (exit 1, in the table, JSON and JUnit): a bfloat16 candidate on a case whose
+  # logits sit near 1000 (bf16 cannot resolve them: the bound is larger than the outputs).
+  add_test(NAME checker_cli_inconclusive COMMAND sh -c
+    "$<TARGET_FILE:attnref_cli> check --golden ${PROJECT_SOURCE_DIR}/golden/sdpa_adv_logit_offset_1000 --output ${_t}/offset.npy --dtype bfloat16 --json ${_t}/inc.json --junit ${_t}/inc.xml > ${_t}/inc.txt; test $? -eq 1 && grep -q '^INCONCLUSIVE: ' ${_t}/inc.txt && grep -q '\"verdict\": \"INCONCLUSIVE\"' ${_t}/inc.json && grep -q 'type=\"INCONCLUSIVE\"' ${_t}/inc.xml")
+  set_tests_properties(checker_cli_inconclusive PROPERTIES FIXTURES_REQUIRED checker_cli)
+  # --empty-row-lse: a FlashAttention 2/3 candidate (lse = +inf on fully masked rows) passes with
+  # +inf (and any), fails with the default -inf; attnref's own candidate (-inf) fails with +inf.
+  set(_e ${PROJECT_SOURCE_DIR}/golden/sdpa_empty_rows_zero)
+  add_test(NAME checker_cli_empty_row_lse COMMAND sh -c
+    "/usr/bin/python3 -c \"import numpy as n;d='${_e}/';l=n.load(d+'lse.npy');n.save('${_t}/fa_lse.npy',n.where(n.isneginf(l),n.inf,l).astype(n.float32));n.save('${_t}/e_out.npy',n.load(d+'output.npy').astype(n.float32));n.save('${_t}/e_w.npy',n.load(d+'weights.npy').astype(n.float32));n.save('${_t}/e_lse.npy',l.astype(n.float32))\" && c='$<TARGET_FILE:attnref_cli> check --golden ${_e} --output ${_t}/e_out.npy --weights ${_t}/e_w.npy' && $c --lse ${_t}/fa_lse.npy --empty-row-lse +inf && $c --lse ${_t}/fa_lse.npy --empty-row-lse any && $c --lse ${_t}/e_lse.npy && { $c --lse ${_t}/fa_lse.npy; test $? -eq 1; } && { $c --lse ${_t}/e_lse.npy --empty-row-lse +inf; test $? -eq 1; }")
+  set_tests_properties(checker_cli_empty_row_lse PROPERTIES FIXTURES_REQUIRED checker_cli)
+endif()

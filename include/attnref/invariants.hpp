@@ -5,19 +5,31 @@
 /// (tests, static_assert). Each returns an invariant_report: ok, how many elements were checked and
 /// violated, the worst value found (in the invariant's own unit) against its bound, and where.
 ///
-/// Tolerances are a-priori rounding-error bounds in terms of the unit roundoff u of the arithmetic
-/// that produced the values (pass 0 for exact or interval-midpoint checks):
-/// - rows of P sum to 1:  |Σ_j p̂_j − 1| ≤ (n + 3)u + γ_n(u)  (n = keys). Each p̂_j = p_j(1 + θ_j) with
-///   |θ_j| ≤ (n + 3)u for the shifted softmax (Blanchard, Higham & Higham 2021), so
-///   |Σ p̂_j − 1| ≤ Σ p_j|θ_j| ≤ (n + 3)u; the check's own sum, in the same arithmetic, adds ≤ γ_n.
-/// - P = exp(S − lse):   |p̂ − exp(s − l̂)| ≤ [(n + 3)u + 2u(|s| + |l̂| + 1)]·exp(s − l̂) + u_min, where the
-///   2u(|s| + |l̂|) term is the absolute error of s − l̂ that exp turns into relative error.
+/// Tolerances are a-priori rounding-error bounds in terms of the unit roundoff of the arithmetic
+/// that produced the values (pass 0 for exact or interval-midpoint checks). A report whose bound is
+/// vacuous (infinite, NaN, or as large as the quantity it bounds) says so (`vacuous`): its pass
+/// proves nothing, and the checker reports it INCONCLUSIVE instead of PASS.
+/// - rows of P sum to 1: with u_acc the unit roundoff of the softmax's arithmetic and u_s that of the
+///   format P is stored in, |Σ_j p̂_j − 1| ≤ (1 + γ_{n+3}(u_acc))(1 + u_s) − 1 + n·η_s + γ_n(u_sum)·(…)
+///   (n = keys). The exact softmax of the computed logits sums to exactly 1 whatever the logits'
+///   errors, so only the softmax's own evaluation counts: each weight is p_j(1 + θ_j) with
+///   |θ_j| ≤ γ_{n+3}(u_acc) for the shifted softmax (Blanchard, Higham & Higham 2021, (n + 3)u to
+///   first order), then stored: p̂_j = p_j(1 + θ_j)(1 + η_j), |η_j| ≤ u_s, or an absolute error ≤ η_s
+///   (half the smallest subnormal spacing of the storage and accumulation formats) where the weight
+///   is subnormal, so |Σ p̂_j − 1| ≤ Σ_j p_j·[(1 + γ_{n+3}(u_acc))(1 + u_s) − 1] + n·η_s; the check's
+///   own sum (in double, or in T where T is wider) adds γ_n(u_sum)·Σ p̂_j. Never negative; infinite
+///   (vacuous) only when n·u_acc ≥ 1, and vacuous when it reaches 1.
+/// - P = exp(S − lse):   |p̂ − exp(s − l̂)| ≤ [(n + 3)u + 2u(|s| + |l̂| + 1)]·exp(s − l̂) + floor, where the
+///   2u(|s| + |l̂|) term is the absolute error of s − l̂ that exp turns into relative error and floor
+///   the absolute error of a weight that underflows in the producer's formats (e.g. float32's
+///   smallest normal 2^-126 for a float32 candidate, not float64's).
 /// - head outputs in the range of V: o = Σ p_j v_j is a convex combination; rounding can leave the
 ///   range by at most (2n + 4)u·max_j |v_j| (γ_n for the sum plus (n + 3)u for the weights).
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -36,6 +48,9 @@ struct invariant_report {
     double worst = 0;  ///< largest |deviation| found (or the offending value)
     double bound = 0;  ///< the bound at the worst element
     std::array<std::size_t, 4> index{};
+    /// The bound was vacuous somewhere (infinite, NaN, or as large as the quantity it bounds): a
+    /// pass proves nothing there. The checker reports such an invariant INCONCLUSIVE.
+    bool vacuous = false;
 
     constexpr void record(bool pass, double deviation, double bound_here, std::array<std::size_t, 4> where) {
         ++checked;
@@ -58,12 +73,32 @@ constexpr double gamma(std::size_t n, double u) {
     return nu / (1 - nu);
 }
 
-/// What the checks need to know about the call that produced the outputs: its masks and its
-/// empty-row policy. Rows where every key is structurally masked are "empty".
+/// The lse a producer writes for an empty row (every key structurally masked). attnref, PyTorch
+/// and FlashAttention's split-KV path write −inf (log 0); FlashAttention 2 and 3 write +inf on
+/// their normal path (flash-attention csrc/flash_attn/src/softmax.h normalize_softmax_lse and
+/// hopper/softmax.h: `(sum == 0.f || sum != sum) ? (Split ? -INFINITY : INFINITY) : …`);
+/// `any` accepts every value there (the row's output and weights are still checked).
+enum class empty_row_lse { minus_inf, plus_inf, any };
+
+/// What the checks need to know about the call that produced the outputs: its masks, its
+/// empty-row policy and its lse convention for empty rows. Rows where every key is structurally
+/// masked are "empty".
 struct invariant_context {
     mask_options mask{};
     empty_row_policy empty_rows = empty_row_policy::zero;
+    empty_row_lse empty_lse = empty_row_lse::minus_inf;
 };
+
+/// Whether lse value l of an empty row follows convention c.
+constexpr bool empty_row_lse_ok(empty_row_lse c, double l) {
+    const bool infinite = l * 0.5 == l && l != 0;  // ±inf (NaN and 0 compare unequal or are excluded)
+    switch (c) {
+        case empty_row_lse::minus_inf: return infinite && l < 0;
+        case empty_row_lse::plus_inf: return infinite && l > 0;
+        case empty_row_lse::any: return true;
+    }
+    return false;
+}
 
 namespace detail {
 constexpr double abs_value(double x) { return x < 0 ? -x : x; }
@@ -78,14 +113,36 @@ constexpr bool row_is_empty(const mask_options& m, std::size_t b, std::size_t h,
 }
 }  // namespace detail
 
-/// Rows of P (B, H, Sq, Sk) sum to 1 within (n + 3)u + γ_n(max(u, u_T)), summed in T; empty rows sum to 0 (zero policy),
-/// 1 (uniform) or are all NaN (nan policy).
+/// Half the smallest subnormal spacing of a format with p significand bits and minimum normal
+/// exponent e_min (2^(e_min − p)): the largest absolute error of rounding a subnormal to it.
+constexpr double half_subnormal_spacing(double u, double smallest_normal) { return smallest_normal * u; }
+
+/// Bound on |Σ_j p̂_j − 1| for a row of n weights computed in an arithmetic of unit roundoff u_acc
+/// and stored in a format of unit roundoff u_s (see the file comment); `eta` the absolute error of
+/// a weight rounded in the subnormal range (half_subnormal_spacing), u_sum the check's own sum's.
+/// +inf when n·u_acc ≥ 1 (γ undefined): the caller must treat that as vacuous.
+constexpr double row_sum_bound(std::size_t n, double u_acc, double u_s, double eta, double u_sum) {
+    const double nd = static_cast<double>(n);
+    const double acc = (nd + 3) * u_acc, sum = nd * u_sum;
+    if (!(acc < 1) || !(sum < 1)) return __builtin_inf();
+    const double weights = (1 + acc / (1 - acc)) * (1 + u_s) - 1 + nd * eta;
+    return (weights + (sum / (1 - sum)) * (1 + weights)) * (1 + 0x1p-50);  // (1 + 2^-50): this evaluation's rounding
+}
+
+/// Rows of P (B, H, Sq, Sk) sum to 1 within row_sum_bound(n, u_acc, u_s, …); empty rows sum to 0
+/// (zero policy), 1 (uniform) or are all NaN (nan policy). u_acc: the softmax arithmetic's unit
+/// roundoff; u_s: that of the format P is stored in; eta: the absolute error of a subnormal weight
+/// (0 for formats without underflow in the range of P). The sum runs in double, or in T where T
+/// has more than 53 bits. The report is `vacuous` when the bound is not below 1.
 template <class T>
-constexpr invariant_report rows_sum_to_one(tensor_view<const T, 4> p, const invariant_context& ctx, double u) {
+constexpr invariant_report rows_sum_to_one(tensor_view<const T, 4> p, const invariant_context& ctx, double u_acc, double u_s,
+                                           double eta) {
     invariant_report r{"rows of P sum to 1"};
     const auto [batch, heads, sq, sk] = p.extents;
-    const double u_sum = static_cast<double>(unit_roundoff<T>());
-    const double bound = static_cast<double>(sk + 3) * u + gamma(sk, u > u_sum ? u : u_sum);
+    constexpr bool wide = scalar_traits<T>::digits > 53;
+    const double u_sum = wide ? static_cast<double>(unit_roundoff<T>()) : 0x1p-53;
+    const double bound = row_sum_bound(sk, u_acc, u_s, eta, u_sum);
+    r.vacuous = !(bound < 1);
     for (std::size_t b = 0; b < batch; ++b)
         for (std::size_t h = 0; h < heads; ++h)
             for (std::size_t i = 0; i < sq; ++i) {
@@ -96,13 +153,28 @@ constexpr invariant_report rows_sum_to_one(tensor_view<const T, 4> p, const inva
                     r.record(all_nan, all_nan ? 0 : 1, 0, {b, h, i, 0});
                     continue;
                 }
-                T sum = T(0);  // summed in T itself: the check adds at most γ_n(u_T)
-                for (std::size_t j = 0; j < sk; ++j) sum = sum + p(b, h, i, j);
                 const double target = empty && ctx.empty_rows == empty_row_policy::zero ? 0.0 : 1.0;
-                const double deviation = detail::abs_value(detail::to_double(sum - T(target)));
+                double deviation = 0;
+                if constexpr (wide) {
+                    T sum = T(0);
+                    for (std::size_t j = 0; j < sk; ++j) sum = sum + p(b, h, i, j);
+                    deviation = detail::abs_value(detail::to_double(sum - T(target)));
+                } else {
+                    double sum = 0;  // every value of a format of ≤ 53 bits is exact in double
+                    for (std::size_t j = 0; j < sk; ++j) sum = sum + detail::to_double(p(b, h, i, j));
+                    deviation = detail::abs_value(sum - target);
+                }
                 r.record(deviation <= bound, deviation, bound, {b, h, i, 0});  // NaN fails: NaN <= x is false
             }
     return r;
+}
+/// The same for weights computed and stored in one arithmetic of unit roundoff u (subnormal
+/// weights: T's own half subnormal spacing where T is a builtin type).
+template <class T>
+constexpr invariant_report rows_sum_to_one(tensor_view<const T, 4> p, const invariant_context& ctx, double u) {
+    double eta = 0;
+    if constexpr (BuiltinFloatingPoint<T>) eta = static_cast<double>(std::numeric_limits<T>::denorm_min()) / 2;
+    return rows_sum_to_one(p, ctx, u, u, eta);
 }
 
 /// P is exactly 0 wherever a key is structurally masked (in non-empty rows).
@@ -146,11 +218,17 @@ constexpr invariant_report weights_in_unit_interval(tensor_view<const T, 4> p, c
 /// The check computes exp in double with attnref's own exp. `logit_error` (optional, one per row
 /// (b, h, i)) bounds how far the producer's own logits may be from `logits` (e.g. through
 /// projections, see tolerance::data_aware_scales): p and lse then both move with them, and the
-/// relative bound widens by e^{2·logit_error} − 1.
+/// relative bound widens by e^{2·logit_error} − 1. `floor`: the absolute error of a weight that
+/// underflows in the producer's formats (the smallest normal of the format P was computed or
+/// stored in, e.g. 2^-126 for float32). `u_weights`, `u_lse`: unit roundoffs of the formats P and
+/// lse are stored in when narrower than the arithmetic u (P's rounding adds u_weights, lse's
+/// u_lse·|lse|, to the relative bound). Empty rows must carry the lse of ctx.empty_lse. The report
+/// is `vacuous` where the relative bound reaches 1 (or is not finite).
 template <class T, class S, class L>
 constexpr invariant_report weights_match_lse(tensor_view<const T, 4> p, tensor_view<const S, 4> logits,
                                              tensor_view<const L, 3> lse, const invariant_context& ctx, double u,
-                                             std::span<const double> logit_error = {}) {
+                                             std::span<const double> logit_error = {}, double floor = 0x1p-1022,
+                                             double u_weights = 0, double u_lse = 0) {
     invariant_report r{"P = exp(S - lse)"};
     const auto [batch, heads, sq, sk] = p.extents;
     for (std::size_t b = 0; b < batch; ++b)
@@ -158,7 +236,7 @@ constexpr invariant_report weights_match_lse(tensor_view<const T, 4> p, tensor_v
             for (std::size_t i = 0; i < sq; ++i) {
                 const double l = detail::to_double(lse(b, h, i));
                 if (detail::row_is_empty(ctx.mask, b, h, i, sq, sk)) {
-                    r.record(l < 0 && l * 0.5 == l, 0, 0, {b, h, i, 0});  // lse = −inf on empty rows
+                    r.record(empty_row_lse_ok(ctx.empty_lse, l), 0, 0, {b, h, i, 0});
                     continue;
                 }
                 for (std::size_t j = 0; j < sk; ++j) {
@@ -166,8 +244,10 @@ constexpr invariant_report weights_match_lse(tensor_view<const T, 4> p, tensor_v
                     const double s = detail::to_double(logits(b, h, i, j));
                     const double expected = math::exp(s - l);
                     double rel = static_cast<double>(sk + 3) * u + 2 * (u + 0x1p-53) * (detail::abs_value(s) + detail::abs_value(l) + 1);
+                    rel += u_weights + u_lse * detail::abs_value(l);
                     if (!logit_error.empty()) rel += math::expm1(2 * logit_error[(b * heads + h) * sq + i]);
-                    const double bound = rel * expected + 0x1p-1022;
+                    if (!(rel < 1)) r.vacuous = true;  // p̂ could be 0 or twice p: nothing is pinned
+                    const double bound = rel * expected + floor;
                     const double deviation = detail::abs_value(detail::to_double(p(b, h, i, j)) - expected);
                     r.record(deviation <= bound, deviation, bound, {b, h, i, j});
                 }

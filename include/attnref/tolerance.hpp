@@ -56,7 +56,8 @@
 /// weights under logit perturbations ≤ ε move by at most p_j(e^{2ε} − 1), not 2ε·p_j (g → ∞ makes
 /// the bound vacuous, and reported so, when logit errors approach 1). Where the rigorous bound below
 /// is smaller (short sums, small d) it is used instead: both are upper bounds (the first with
-/// probability ≥ 1 − 2.5e-14 under the model), so the minimum is one too. Known limits: the model
+/// probability ≥ 1 − 2.5e-14 under the model, the second to every order: its second-order safeguard
+/// is the same g), so the minimum is one too. Known limits: the model
 /// assumes rounding errors behave as independent — the roundings that can correlate through equal
 /// operands are kept linear, but an adversary summing identical values in low precision can exceed
 /// it; the tests run every committed case in float, double, long double, binary128, bf16 and fp16
@@ -89,12 +90,18 @@
 ///    |Δy_l| ≤ Σ_m β_m|W_o,ml| + (γ_{H·dv+2} + u)·Σ_m σ_m|W_o,ml|,
 /// β_m the head bound above. Everything reduces to two precomputed per-element magnitudes
 ///    t0 = σ (or Σ_m σ_m|W_o,ml|),  t1 = L·σ (or Σ_m L_m σ_m|W_o,ml|),
-/// and bound = 2[γ_{n_dot}(u_acc) + γ_8(u)]·t1 + [(n + 3)u_acc + γ_n(u_acc) + γ_{n_extra}(u_acc) + 5u]·t0,
-/// where u_acc is the accumulation's unit roundoff (fp32 for 16-bit candidates, see
-/// accumulate_roundoff) and u the storage format's: γ_8(u) pays for rounding q and k (or Q, K) to
-/// storage, 5u for rounding V, P, head outputs, the output, and the floor. For fp32/fp64 candidates
-/// u_acc = u. The magnitudes are computed once from the golden inputs and weights; evaluating the
-/// bound is a multiply-add. When n·u ≥ 1 a γ is +inf and the bound is vacuous (reported, not hidden).
+/// and, to first order, bound ≈ 2[γ_{n_dot}(u_acc) + γ_8(u)]·t1 + [(n + 3)u_acc + γ_n(u_acc) +
+/// γ_{n_extra}(u_acc) + 5u]·t0, where u_acc is the accumulation's unit roundoff (fp32 for 16-bit
+/// candidates, see accumulate_roundoff) and u the storage format's: γ_8(u) pays for rounding q and k
+/// (or Q, K) to storage, 5u for rounding V, P, head outputs, the output, and the floor. For fp32/fp64
+/// candidates u_acc = u. The first-order form is not an upper bound where 2γL is not small (a logit
+/// perturbation δ moves a weight by up to p_j(e^{2δ} − 1), not 2δ·p_j), so what is evaluated is
+/// its version valid to every order: with γ = γ_{n_dot}(u_acc) + γ_8(u), g = (e^{2γL_max} − 1)/(2γL_max)
+/// (L_max the largest L of the row's heads) and 1 + A = (1 + γ_{n+3}(u_acc))(1 + γ_n(u_acc))(1 +
+/// γ_{n_extra}(u_acc))(1 + u)⁵ (relative roundings compose as a product),
+///    bound = (1 + A)·g·2γ·t1 + A·t0
+/// (worst_case_scales::bound). The magnitudes are computed once from the golden inputs and weights.
+/// When n·u ≥ 1 a γ is +inf and the bound is vacuous (reported INCONCLUSIVE, never a pass).
 
 #include <algorithm>
 #include <bit>
@@ -201,13 +208,14 @@ inline double round_to(candidate_format f, double x) {
 }
 
 namespace detail {
-/// Maps the bits of a sign-magnitude encoding onto a monotone integer line (−0 and +0 coincide).
-inline std::int64_t ordered(std::uint64_t bits, int total_bits) {
+/// Maps the bits of a sign-magnitude encoding onto a monotone unsigned line (−0 and +0 coincide):
+/// magnitude m ↦ 2^63 + m, −m ↦ 2^63 − m. Every value of ≤ 64 bits fits without overflow.
+inline std::uint64_t ordered(std::uint64_t bits, int total_bits) {
     const std::uint64_t sign = std::uint64_t{1} << (total_bits - 1);
-    const std::int64_t magnitude = static_cast<std::int64_t>(bits & (sign - 1));
-    return (bits & sign) ? -magnitude : magnitude;
+    const std::uint64_t magnitude = bits & (sign - 1), middle = std::uint64_t{1} << 63;
+    return (bits & sign) ? middle - magnitude : middle + magnitude;
 }
-inline std::int64_t ordered_in(candidate_format f, double x) {
+inline std::uint64_t ordered_in(candidate_format f, double x) {
     switch (f) {
         case candidate_format::float64: return ordered(std::bit_cast<std::uint64_t>(x), 64);
         case candidate_format::float32: return ordered(std::bit_cast<std::uint32_t>(static_cast<float>(x)), 32);
@@ -218,12 +226,13 @@ inline std::int64_t ordered_in(candidate_format f, double x) {
 }
 }  // namespace detail
 
-/// Distance in ULPs of the format between a (a value of the format) and e rounded to the format.
-/// Both must be finite; the result saturates at 2^62.
+/// Distance in ULPs of the format between a (a value of the format) and e rounded to the format:
+/// the number of representable values between them, counted exactly in 64-bit unsigned integers
+/// (values of opposite signs included: the distance is the sum of both magnitudes' counts, up to
+/// 2^64 − 2^53 for float64) and then rounded to double. Both must be finite.
 inline double ulp_distance(candidate_format f, double a, double e) {
-    const std::int64_t x = detail::ordered_in(f, a), y = detail::ordered_in(f, e);
-    const double d = static_cast<double>(x > y ? x - y : y - x);
-    return d;
+    const std::uint64_t x = detail::ordered_in(f, a), y = detail::ordered_in(f, e);
+    return static_cast<double>(x > y ? x - y : y - x);
 }
 
 /// Per-element magnitudes of the worst-case bound (see the file comment) and the counts that pick
@@ -231,14 +240,29 @@ inline double ulp_distance(candidate_format f, double a, double e) {
 struct worst_case_scales {
     std::vector<double> t0;  ///< σ, or σ propagated through |W_o|
     std::vector<double> t1;  ///< L·σ, or L·σ propagated through |W_o|
+    /// Per output row (row_length elements): the largest L of the row's heads (the second-order
+    /// factor g of the file comment; empty: rows of L = 0).
+    std::vector<double> row_L;
+    std::size_t row_length = 1;
     std::size_t n_keys = 0, n_dot = 0, n_extra = 0;
 
     /// u: the candidate format's unit roundoff (storage: inputs, Q/K/V, P, head outputs, output);
     /// u_acc: that of its accumulation (see accumulate_roundoff). Vacuous (+inf) when n·u ≥ 1.
+    /// Rigorous to every order (given the ingredients' bounds): logit perturbations ≤ δ = γ·L move
+    /// each weight by a factor within [e^{−2δ}, e^{2δ}], so the weights' part is
+    /// (e^{2δ} − 1)·σ = g·2γ·L·σ with g = (e^{2γ·L_max} − 1)/(2γ·L_max) ≥ 1 (expm1(x)/x increases with x,
+    /// so L_max, the row's largest L, bounds every head's factor); the relative roundings of the
+    /// softmax, P·V, W_o and the storage compose as a product (1 + A) = Π(1 + ε_i) instead of a sum.
     double bound(std::size_t e, double u, double u_acc) const {
-        const double n = static_cast<double>(n_keys);
-        return 2 * (safe_gamma(n_dot, u_acc) + safe_gamma(8, u)) * t1[e] +
-               ((n + 3) * u_acc + safe_gamma(n_keys, u_acc) + safe_gamma(n_extra, u_acc) + 5 * u) * t0[e];
+        const double gd = safe_gamma(n_dot, u_acc) + safe_gamma(8, u);  // logit perturbation per unit of L
+        const double a = (1 + safe_gamma(n_keys + 3, u_acc)) * (1 + safe_gamma(n_keys, u_acc)) * (1 + safe_gamma(n_extra, u_acc)) *
+                             (1 + u) * (1 + u) * (1 + u) * (1 + u) * (1 + u) - 1;
+        const double l_max = row_L.empty() ? 0.0 : row_L[e / row_length];
+        const double x = 2 * gd * l_max;  // NaN (inf·0) and 0 leave g = 1; +inf when e^x overflows
+        const double g = x > 0 ? (x < std::numeric_limits<double>::infinity() ? std::expm1(x) / x : x) : 1.0;
+        const double weights = t1[e] == 0 ? 0.0 : (1 + a) * g * 2 * gd * t1[e];  // (0·inf would be NaN)
+        const double rest = t0[e] == 0 ? 0.0 : a * t0[e];
+        return (weights + rest) * (1 + 0x1p-40);  // (1 + 2⁻⁴⁰): this evaluation's own rounding, upward
     }
     double bound(std::size_t e, double u) const { return bound(e, u, u); }
     std::size_t size() const { return t0.size(); }
@@ -305,6 +329,8 @@ inline worst_case_scales sdpa_worst_case_scales(tensor_view<const double, 4> q, 
     r.t0 = sigma;
     r.t1.resize(sigma.size());
     for (std::size_t e = 0; e < sigma.size(); ++e) r.t1[e] = L[e / dv] * sigma[e];
+    r.row_L = std::move(L);
+    r.row_length = dv;
     return r;
 }
 inline worst_case_scales sdpa_worst_case_scales(tensor_view<const double, 4> q, tensor_view<const double, 4> k,
@@ -343,10 +369,13 @@ inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q,
     worst_case_scales r;
     r.t0.assign(d.batch * sq * eo, 0.0);
     r.t1.assign(d.batch * sq * eo, 0.0);
+    r.row_L.assign(d.batch * sq, 0.0);
+    r.row_length = eo;
     for (std::size_t b = 0; b < d.batch; ++b)
         for (std::size_t i = 0; i < sq; ++i)
             for (std::size_t h = 0; h < H; ++h) {
                 const double l_row = L[(b * H + h) * sq + i];
+                r.row_L[b * sq + i] = std::max(r.row_L[b * sq + i], l_row);
                 for (std::size_t c = 0; c < dv; ++c) {
                     const double s = sigma[((b * H + h) * sq + i) * dv + c];
                     if (s == 0) continue;
@@ -428,10 +457,16 @@ struct data_aware_scales {
         const double ua2 = u_acc * u_acc, us2 = u * u;
         const double eps = logit_epsilon(logit_var[e], logit_linear[e], u, u_acc);
         const double g = eps > 0 ? std::expm1(2 * eps) / (2 * eps) : 1.0;  // (e^{2ε} − 1)/(2ε) ≥ 1
-        const double var = g * g * (coupled[e].acc * ua2 + coupled[e].store * us2) + independent[e].acc * ua2 +
+        // g·x with g = +inf (ε beyond exp's range) and x = 0 is 0 here, not NaN.
+        const auto times = [](double a, double x) { return x == 0 ? 0.0 : a * x; };
+        const double var = times(g * g, coupled[e].acc * ua2 + coupled[e].store * us2) + independent[e].acc * ua2 +
                            independent[e].store * us2;
-        const double b = (lambda * std::sqrt(var) + g * (linear[e].acc * u_acc + linear[e].store * u)) * (1 + 0x1p-40);
-        return worst_case.size() == size() ? std::min(b, worst_case.bound(e, u, u_acc)) : b;  // (1 + 2⁻⁴⁰): own rounding
+        const double b = (lambda * std::sqrt(var) + times(g, linear[e].acc * u_acc + linear[e].store * u)) * (1 + 0x1p-40);
+        if (worst_case.size() != size()) return b;  // (1 + 2⁻⁴⁰): this evaluation's own rounding
+        // Both are upper bounds (the worst-case one rigorous to every order, see worst_case_scales::
+        // bound), so the smaller is one too; a NaN b stays NaN (reported as vacuous, never a pass).
+        const double w = worst_case.bound(e, u, u_acc);
+        return w < b ? w : b;
     }
     double bound(std::size_t e, double u) const { return bound(e, u, u); }
 };
@@ -874,7 +909,7 @@ inline comparison compare_ulp(std::span<const double> a, std::span<const double>
     return compare(a, e, f, [](std::size_t) { return 0.0; }, limit);
 }
 /// Evaluates a data-aware or worst-case bound for every element, for candidates in format f: the
-/// per-element bounds compare() and the checker's cache take.
+/// per-element bounds compare() and the checker's judge_output take.
 template <class Scales>
 std::vector<double> element_bounds(const Scales& s, candidate_format f) {
     const double u = unit_roundoff(f), ua = accumulate_roundoff(f);
@@ -912,12 +947,16 @@ inline double weights_bound(const data_aware_scales& s, std::size_t row, double 
     const double rel = std::expm1(2 * eps) + s.lambda * std::sqrt(2 * static_cast<double>(s.n_keys)) * u_acc + 6 * u_acc + u_w;
     return (detail::abs_d(p) * rel + floor) * (1 + 0x1p-40);
 }
+/// Element e's weights_bound for weights stored in format w of a candidate computing in format f.
+inline auto weights_bound_at(std::span<const double> p, candidate_format f, candidate_format w, const data_aware_scales& s) {
+    const double u = unit_roundoff(f), ua = accumulate_roundoff(f), uw = unit_roundoff(w), fl = std::max(weights_floor(f), weights_floor(w));
+    const std::size_t n = std::max<std::size_t>(s.n_keys, 1);
+    return [=, &s](std::size_t e) { return weights_bound(s, e / n, p[e], u, ua, uw, fl); };
+}
 /// Compares weights a (stored in format w) of a candidate computing in format f with the golden p.
 inline comparison compare_weights(std::span<const double> a, std::span<const double> p, candidate_format f, candidate_format w,
                                   const data_aware_scales& s) {
-    const double u = unit_roundoff(f), ua = accumulate_roundoff(f), uw = unit_roundoff(w), fl = std::max(weights_floor(f), weights_floor(w));
-    const std::size_t n = s.n_keys;
-    return compare(a, p, w, [&](std::size_t e) { return weights_bound(s, e / n, p[e], u, ua, uw, fl); });
+    return compare(a, p, w, weights_bound_at(p, f, w, s));
 }
 inline comparison compare_weights(std::span<const double> a, std::span<const double> p, candidate_format f, const data_aware_scales& s) {
     return compare_weights(a, p, f, f, s);
@@ -931,11 +970,15 @@ inline double lse_bound(const data_aware_scales& s, std::size_t row, double lse,
     const double eps = s.logit_epsilon(s.row_logit_var[row], s.row_logit_linear[row], u, u_acc);
     return (eps + s.lambda * std::sqrt(2 * static_cast<double>(s.n_keys)) * u_acc + 6 * u_acc + u_l * detail::abs_d(lse)) * (1 + 0x1p-40);
 }
+/// Element e's lse_bound for an lse stored in format l of a candidate computing in format f.
+inline auto lse_bound_at(std::span<const double> lse, candidate_format f, candidate_format l, const data_aware_scales& s) {
+    const double u = unit_roundoff(f), ua = accumulate_roundoff(f), ul = unit_roundoff(l);
+    return [=, &s](std::size_t e) { return lse_bound(s, e, lse[e], u, ua, ul); };
+}
 /// Compares lse a (stored in format l) of a candidate computing in format f with the golden lse.
 inline comparison compare_lse(std::span<const double> a, std::span<const double> lse, candidate_format f, candidate_format l,
                               const data_aware_scales& s) {
-    const double u = unit_roundoff(f), ua = accumulate_roundoff(f), ul = unit_roundoff(l);
-    return compare(a, lse, l, [&](std::size_t e) { return lse_bound(s, e, lse[e], u, ua, ul); });
+    return compare(a, lse, l, lse_bound_at(lse, f, l, s));
 }
 inline comparison compare_lse(std::span<const double> a, std::span<const double> lse, candidate_format f, const data_aware_scales& s) {
     return compare_lse(a, lse, f, f, s);
@@ -944,6 +987,57 @@ inline comparison compare_baseline(std::span<const double> a, std::span<const do
                                    candidate_format f) {
     const double b = baseline_bound(e, naive, f);
     return compare(a, e, f, [&](std::size_t) { return b; });
+}
+
+/// Where a tensor's bounds cannot support a pass (see find_vacuous).
+struct vacuity {
+    std::size_t elements = 0;  ///< elements whose bound is vacuous
+    std::size_t index = 0;     ///< the first of them
+    double bound = 0, scale = 0;  ///< its bound and the scale that bound reached
+    bool any() const { return elements > 0; }
+};
+
+/// The scale an lse bound is measured against: an error of ln 2 in lse is an error of a factor 2
+/// in the normaliser e^lse, as large as the normaliser itself (lse has no scale of its own: it
+/// shifts with the logits).
+inline constexpr double lse_vacuity_scale = 0.6931471805599453;
+
+/// The vacuity criterion. A bound b for an element whose reference is finite (non-finite ones
+/// must match exactly) is *vacuous* when
+///   - it is not a finite number ≥ 0 (NaN, +inf, negative), or
+///   - it is as large as the quantity it bounds: b > 0 and b ≥ R, where R is `fixed_scale` when
+///     given (> 0), else the largest finite |reference| value of the element's row (the last axis,
+///     `row_length` elements: an output row, a row of weights over the keys).
+/// Then every candidate value within b of the reference carries no information about it — a 0,
+/// the row's values in any order, the mean of V and the output of an unscaled softmax are all
+/// "within the bound" once b ≥ R — so a comparison that finds no violation proves nothing.
+/// Rows whose finite reference values are all exactly 0 (empty rows, outputs that are 0 by
+/// construction) have no scale: only non-finite bounds are vacuous there (zero-trust covers them).
+template <class BoundAt>
+vacuity find_vacuous(std::span<const double> reference, std::size_t row_length, BoundAt&& bound_at, double fixed_scale = 0) {
+    vacuity v;
+    const std::size_t n = reference.size();
+    const std::size_t row = row_length > 0 && n % row_length == 0 ? row_length : std::max<std::size_t>(n, 1);
+    for (std::size_t begin = 0; begin < n; begin += row) {
+        double scale = fixed_scale;
+        if (!(fixed_scale > 0)) {
+            scale = 0;
+            for (std::size_t e = begin; e < begin + row; ++e)
+                if (std::isfinite(reference[e])) scale = std::max(scale, detail::abs_d(reference[e]));
+        }
+        for (std::size_t e = begin; e < begin + row; ++e) {
+            if (!std::isfinite(reference[e])) continue;
+            const double b = bound_at(e);
+            const bool usable = b >= 0 && b < std::numeric_limits<double>::infinity();  // false for NaN
+            if (usable && !(b > 0 && scale > 0 && b >= scale)) continue;
+            if (v.elements++ == 0) v.index = e, v.bound = b, v.scale = scale;
+        }
+    }
+    return v;
+}
+/// find_vacuous for per-element bounds given as a vector.
+inline vacuity find_vacuous(std::span<const double> reference, std::size_t row_length, std::span<const double> bounds) {
+    return find_vacuous(reference, row_length, [&](std::size_t e) { return bounds[e]; });
 }
 
 /// Zero-trust (benchdnn): outputs with more than 30% exact zeros, or whose rows (last axis) are all

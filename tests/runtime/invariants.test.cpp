@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "attnref/formats.hpp"
 #include "test_support.hpp"
 
 using namespace attnref;
@@ -109,4 +110,63 @@ BOOST_AUTO_TEST_CASE(empty_rows_follow_the_policy) {
         const invariant_context wrong{o.mask, policy == empty_row_policy::zero ? empty_row_policy::uniform : empty_row_policy::zero};
         BOOST_TEST(!rows_sum_to_one<double>(r.weights.view(), wrong, 0x1p-53).ok);
     }
+}
+
+// Rows of P sum to 1 for weights computed with fp32 accumulation and stored in bf16 or fp16 (the
+// bf16_fp32acc / fp16_fp32acc policies): the bound is the softmax's accumulation error plus the
+// storage rounding of each weight, (1 + γ_{n+3}(2^-24))(1 + u_s) − 1 + n·η — never negative (γ_n(2^-8)
+// was, for n = 300) or infinite (n = 256) — and a row that sums to 1.01 fails.
+template <class Storage>
+void row_sums_with_storage(double u_s, double smallest_normal) {
+    using policy = precision_policy<Storage, float, Storage, Storage>;
+    for (const std::size_t sk : {256u, 300u, 512u}) {
+        BOOST_TEST_CONTEXT("Sk = " << sk << ", u_s = " << u_s) {
+            const auto q = to_tensor<Storage>(random_tensor<double, 4>({1, 2, 3, 16}, 11).view());
+            const auto k = to_tensor<Storage>(random_tensor<double, 4>({1, 2, sk, 16}, 12).view());
+            const auto v = to_tensor<Storage>(random_tensor<double, 4>({1, 2, sk, 8}, 13).view());
+            attention_options o;
+            o.scale = 4.0;  // logits up to ~16: weights over many binades, some far below 1/n
+            const auto r = scaled_dot_product_attention<policy, Storage, Storage, Storage>(q.view(), k.view(), v.view(), o);
+            const auto p = to_tensor<double>(r.weights.view());
+            const double eta = half_subnormal_spacing(0x1p-24, 0x1p-126) + half_subnormal_spacing(u_s, smallest_normal);
+            const invariant_context ctx{o.mask};
+            const invariant_report good = rows_sum_to_one<double>(p.view(), ctx, 0x1p-24, u_s, eta);
+            BOOST_TEST(good.ok, "worst " << good.worst << " bound " << good.bound);
+            BOOST_TEST(!good.vacuous);
+            BOOST_TEST(good.bound > 0);
+            BOOST_TEST(good.bound < 1.01 * u_s + 1e-4);  // the storage rounding dominates: u_s, not n·u_s
+            auto bad = p;
+            for (std::size_t j = 0; j < sk; ++j) bad(0, 1, 2, j) = static_cast<double>(Storage(bad(0, 1, 2, j) * 1.01));
+            const invariant_report wrong = rows_sum_to_one<double>(bad.view(), ctx, 0x1p-24, u_s, eta);
+            BOOST_TEST(!wrong.ok);
+            BOOST_TEST(wrong.index[1] == 1u);
+            BOOST_TEST(wrong.index[2] == 2u);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(row_sums_of_bf16_and_fp16_weights) {
+    row_sums_with_storage<formats::bfloat16>(0x1p-8, 0x1p-126);
+    row_sums_with_storage<formats::float16>(0x1p-11, 0x1p-14);
+    // The bound is vacuous, and reported so, when it reaches 1 or γ is undefined (n·u_acc ≥ 1).
+    const tensor<double, 4> p({1, 1, 1, 4});
+    BOOST_TEST(rows_sum_to_one<double>(p.view(), {}, 0.3, 0.0, 0.0).vacuous);
+    BOOST_TEST(rows_sum_to_one<double>(p.view(), {}, 0x1p-24, 1.0, 0.0).vacuous);
+    BOOST_TEST(!rows_sum_to_one<double>(p.view(), {}, 0x1p-24, 0x1p-8, 0.0).vacuous);
+}
+
+// P = exp(S − lse) takes the producer's underflow floor: a float32 weight flushed to 0 (its exact
+// value 1e-40 is below float32's smallest normal) is within 2^-126, not within float64's 2^-1022.
+BOOST_AUTO_TEST_CASE(lse_consistency_uses_the_weights_floor) {
+    tensor<double, 4> p({1, 1, 1, 2}), s({1, 1, 1, 2});
+    tensor<double, 3> lse({1, 1, 1});
+    s(0, 0, 0, 0) = 0, s(0, 0, 0, 1) = -92;  // exp(−92) ≈ 1.1e-40
+    lse(0, 0, 0) = math::log1p(math::exp(-92.0));
+    p(0, 0, 0, 0) = 1, p(0, 0, 0, 1) = 0;  // flushed
+    const invariant_context ctx{};
+    auto check = [&](double floor) {
+        return weights_match_lse<double, double, double>(p.view(), s.view(), lse.view(), ctx, 0x1p-24, {}, floor).ok;
+    };
+    BOOST_TEST(!check(0x1p-1022));
+    BOOST_TEST(check(0x1p-126));
 }
