@@ -35,8 +35,10 @@
 /// Example:
 ///     if (auto problems = attnref::check_fp_environment(); !problems.empty()) std::puts(problems.c_str());
 
+#include <bit>
 #include <cfenv>
 #include <cfloat>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -79,7 +81,8 @@ inline std::string check_fp_environment() {
     const float s = subnormal;
     volatile float two = 2.0f;
     const float back = subnormal * two;  // 2^-126 unless the subnormal operand reads as 0 (DAZ)
-    if (s == 0.0f)
+    // FTZ is read off the stored bits: comparing s with 0 would itself treat s as 0 under DAZ.
+    if (std::bit_cast<std::uint32_t>(s) == 0)
         add("subnormal results are flushed to zero (FTZ, e.g. MXCSR set by -ffast-math/-Ofast): clear flush-to-zero");
     else if (back != FLT_MIN)
         add("subnormal operands are treated as zero (DAZ, e.g. MXCSR set by -ffast-math/-Ofast): clear denormals-are-zero");

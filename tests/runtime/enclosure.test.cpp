@@ -96,13 +96,31 @@ std::vector<mpfr_interval<D>> inputs_around(const std::vector<double>& points, b
     return r;
 }
 
-/// Ends and midpoint of x, as high-precision values (exact: the ends are D-digit numbers).
+/// (lo + hi)/2 of x into m (exact at m's precision, which exceeds x's by more than one bit); the
+/// finite end if the other is infinite.
 template <unsigned D>
-std::vector<mpfr_real<D>> probe_points(const mpfr_interval<D>& x) {
-    const mpfr_real<D> lo = lower_end(x), hi = upper_end(x);
-    std::vector<mpfr_real<D>> r{lo, hi};
-    if (mpfr_number_p(lo.backend().data()) && mpfr_number_p(hi.backend().data())) r.push_back(median(x));
+void midpoint(mpfr_ptr m, const mpfr_interval<D>& x) {
+    mpfr_srcptr lo = &x.backend().data()[0].left, hi = &x.backend().data()[0].right;
+    if (!mpfr_number_p(lo)) mpfr_set(m, hi, MPFR_RNDN);
+    else if (!mpfr_number_p(hi)) mpfr_set(m, lo, MPFR_RNDN);
+    else {
+        mpfr_add(m, lo, hi, MPFR_RNDN);
+        mpfr_div_2ui(m, m, 1, MPFR_RNDN);
+    }
+}
+
+/// Ends and midpoint of x, as high-precision values (exact).
+template <unsigned D>
+std::vector<hp*> probe_points(const mpfr_interval<D>& x, mpfr_prec_t bits) {
+    std::vector<hp*> r{new hp(bits), new hp(bits), new hp(bits)};
+    mpfr_set(r[0]->v, &x.backend().data()[0].left, MPFR_RNDN);
+    mpfr_set(r[1]->v, &x.backend().data()[0].right, MPFR_RNDN);
+    midpoint<D>(r[2]->v, x);
     return r;
+}
+void release(std::vector<hp*>& v) {
+    for (hp* p : v) delete p;
+    v.clear();
 }
 
 /// Counts the probes whose high-precision value (bits) the operation's result fails to contain.
@@ -117,21 +135,23 @@ int unary_misses(const std::string& name, const std::function<mpfr_interval<D>(c
         mpfr_real<D> point;
         {
             hp mid(bits);
-            mpfr_set(mid.v, median(x).backend().data(), MPFR_RNDN);
+            midpoint<D>(mid.v, x);
             reference(y.v, mid.v);
             mpfr_set(point.backend().data(), y.v, MPFR_RNDN);
         }
         const mpfr_interval<D> r = apply<D>(s, genuine, point);
-        for (const mpfr_real<D>& p : probe_points(x)) {
-            mpfr_set(xin.v, p.backend().data(), MPFR_RNDN);  // exact: bits ≥ D's precision
+        std::vector<hp*> probes = probe_points<D>(x, bits);
+        for (hp* p : probes) {
+            mpfr_set(xin.v, p->v, MPFR_RNDN);
             reference(y.v, xin.v);
             if (!contains(r, y.v)) {
                 ++misses;
                 if (report)
                     BOOST_ERROR(name << ": result [" << lower_end(r) << ", " << upper_end(r) << "] misses f("
-                                     << p << ") at " << bits << " bits");
+                                     << mpfr_get_d(p->v, MPFR_RNDN) << ") at " << bits << " bits");
             }
         }
+        release(probes);
     }
     return misses;
 }
@@ -145,26 +165,31 @@ int binary_misses(const std::string& name,
     hp a(bits), b(bits), y(bits);
     for (const mpfr_interval<D>& x : inputs)
         for (const mpfr_interval<D>& z : inputs) {
-            const mpfr_interval<D> genuine = f(x, z);
+            // Distinct objects: with one object, Boost's a * a is mpfi_sqr (the same exact value on
+            // both sides), which must not be probed at two independent points ("square" covers it).
+            const mpfr_interval<D> xa = x, za = z;
+            const mpfr_interval<D> genuine = f(xa, za);
             mpfr_real<D> point;
-            mpfr_set(a.v, median(x).backend().data(), MPFR_RNDN);
-            mpfr_set(b.v, median(z).backend().data(), MPFR_RNDN);
+            midpoint<D>(a.v, x);
+            midpoint<D>(b.v, z);
             reference(y.v, a.v, b.v);
             mpfr_set(point.backend().data(), y.v, MPFR_RNDN);
             const mpfr_interval<D> r = apply<D>(s, genuine, point);
-            for (const mpfr_real<D>& p : probe_points(x))
-                for (const mpfr_real<D>& q : probe_points(z)) {
-                    mpfr_set(a.v, p.backend().data(), MPFR_RNDN);
-                    mpfr_set(b.v, q.backend().data(), MPFR_RNDN);
-                    reference(y.v, a.v, b.v);
-                    if (mpfr_nan_p(y.v)) continue;  // 0·inf, inf − inf: no exact value to enclose
+            std::vector<hp*> px = probe_points<D>(x, bits), pz = probe_points<D>(z, bits);
+            for (hp* p : px)
+                for (hp* q : pz) {
+                    reference(y.v, p->v, q->v);
+                    if (mpfr_nan_p(y.v)) continue;  // 0·inf, inf − inf, x/0: no exact value to enclose
                     if (!contains(r, y.v)) {
                         ++misses;
                         if (report)
-                            BOOST_ERROR(name << ": result [" << lower_end(r) << ", " << upper_end(r) << "] misses f(" << p
-                                             << ", " << q << ") at " << bits << " bits");
+                            BOOST_ERROR(name << ": result [" << lower_end(r) << ", " << upper_end(r) << "] misses f("
+                                             << mpfr_get_d(p->v, MPFR_RNDN) << ", " << mpfr_get_d(q->v, MPFR_RNDN)
+                                             << ") at " << bits << " bits");
                     }
                 }
+            release(px);
+            release(pz);
         }
     return misses;
 }
