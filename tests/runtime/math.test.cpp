@@ -331,15 +331,17 @@ std::string show(T x) {
 }
 
 /// The maximum error each function documents in math.hpp (per type), asserted by the sampled sweep
-/// below (and, for float, by the exhaustive sweep over all 2^32 inputs).
+/// below in the default run and in `math_full` (10^6 points for every type), and for float by the
+/// exhaustive sweep over all 2^32 inputs (`math_exhaustive_float`). Each is the largest of those
+/// measurements, rounded up to the next 10^-4.
 template <class T>
 double documented_max(fn f) {
     // Columns: exp, log, log1p, expm1, sqrt, tanh.
     std::array<double, 6> m{};
-    if constexpr (std::is_same_v<T, float>) m = {1.0, 1.0, 1.0, 1.0, 1.0, 1.0};
-    else if constexpr (std::is_same_v<T, double>) m = {1.0, 1.0, 1.0, 1.0, 1.0, 1.0};
-    else if constexpr (std::is_same_v<T, long double>) m = {1.0, 1.0, 1.0, 1.0, 1.0, 1.0};
-    else m = {1.0, 1.0, 1.0, 1.0, 1.0, 1.0};
+    if constexpr (std::is_same_v<T, float>) m = {0.5066, 0.5322, 0.5327, 0.5051, 0.5000, 0.5024};
+    else if constexpr (std::is_same_v<T, double>) m = {0.5053, 0.5190, 0.5283, 0.5014, 0.5000, 0.5021};
+    else if constexpr (std::is_same_v<T, long double>) m = {0.5051, 0.5225, 0.5257, 0.5006, 0.5000, 0.5011};
+    else m = {0.5056, 0.5228, 0.5219, 0.5003, 0.5000, 0.5006};
     return m[static_cast<std::size_t>(f)];
 }
 
@@ -665,7 +667,11 @@ BOOST_AUTO_TEST_CASE(speed) {
 // measured error by at most 2·2^-29 ≈ 3.7e-9 float ulps, far below 1e-6. The test does not take that
 // on trust: it re-measures the worst points against MPFR at 256 bits (asserting the same maximum to
 // 1e-6) and measures |glibc − MPFR| on 2^20 random floats per function (asserting < 1e-6 float ulp).
-// Both cores, a strided split of the bit patterns. Disabled in the default run (a few minutes).
+// Both cores, a strided split of the bit patterns. Disabled in the default run. Run time: all six
+// functions took 254 (exp), 294 (log), 287 (log1p), 140 (expm1), 194 (sqrt), 259 s (tanh) on 2
+// threads of this (heavily shared) 2-core machine, so the ctest job covers the two functions where
+// the documented maximum matters most, log and log1p (the largest errors, and where 0.528 ulp was
+// wrong); ATTNREF_MATH_EXHAUSTIVE=all runs all six.
 
 namespace {
 
@@ -707,7 +713,10 @@ double documented_float_max(fn f) { return documented_max<float>(f); }
 
 BOOST_AUTO_TEST_CASE(exhaustive_float, *boost::unit_test::disabled()) {
     const unsigned threads = 2;
+    const char* which = std::getenv("ATTNREF_MATH_EXHAUSTIVE");
+    const bool all = which && std::string(which) == "all";
     for (fn f : all_functions) {
+        if (!all && f != fn::log && f != fn::log1p) continue;
         const auto t0 = std::chrono::steady_clock::now();
         std::vector<exhaustive_worst> worst(threads);
         std::vector<std::thread> pool;
@@ -738,8 +747,9 @@ BOOST_AUTO_TEST_CASE(exhaustive_float, *boost::unit_test::disabled()) {
         BOOST_TEST_MESSAGE("exhaustive float " << fn_name(f) << ": max " << w.ulps << " ulp (MPFR: " << mpfr_ulps
                                                << ") at x = " << show(x) << ", " << seconds << " s on " << threads << " threads");
         BOOST_TEST(std::fabs(mpfr_ulps - w.ulps) <= 1e-6, fn_name(f) << ": glibc and MPFR disagree at the worst point");
-        BOOST_TEST(w.ulps <= documented_float_max(f), fn_name(f) << "<float>: exhaustive max " << w.ulps
-                                                                  << " ulp above the documented " << documented_float_max(f));
+        // + 4e-9: the reference's own error (≤ 2 double ulps = 3.7e-9 float ulps, see above).
+        BOOST_TEST(w.ulps <= documented_float_max(f) + 4e-9, fn_name(f) << "<float>: exhaustive max " << w.ulps
+                                                                          << " ulp above the documented " << documented_float_max(f));
         // The reference's own error, on 2^20 random floats: glibc double vs MPFR, in float ulps.
         std::mt19937_64 g(99 + static_cast<std::uint64_t>(f));
         double reference_error = 0;
