@@ -1,1 +1,24 @@
 # CTest registrations owned by the core work (issue 9/10); included from tests/CMakeLists.txt.
+
+# Floating-point environment (issue 9 §4): a consumer built with the headers directly and
+# -march=x86-64-v3 -ffp-contract=fast must refuse (naming -ffp-contract=off) or compute the
+# reference bits; under FE_UPWARD it must refuse.
+add_test(NAME fp_environment_consumer
+  COMMAND ${CMAKE_COMMAND} -DSOURCE_DIR=${PROJECT_SOURCE_DIR} -DBINARY_DIR=${CMAKE_CURRENT_BINARY_DIR}
+          -DCXX=${CMAKE_CXX_COMPILER} -P ${CMAKE_CURRENT_SOURCE_DIR}/fp_environment_consumer.cmake)
+
+# attnref::math exhaustively over all 2^32 floats, both cores (issue 9 §3); label slow.
+add_test(NAME math_exhaustive_float COMMAND math.test --run_test=exhaustive_float --log_level=message)
+set_tests_properties(math_exhaustive_float PROPERTIES LABELS slow)
+
+# An element that cannot be certified by narrowing ends `attnref generate` with exit 1 (golden/README.md:
+# "an element could not be certified") and one line naming the case, tensor and index. The ad-hoc case:
+# key length 0 valid keys (the row is empty) under the uniform policy, so every weight is exactly 1/3
+# (computed as an interval of width ~2^-134), and output element c is exactly (v_0c + v_1c + v_2c)/3
+# of float16 values; for seed 2, c = 6 is exactly halfway between two float16 numbers (found with
+# Python's exact fractions from golden/README.md's splitmix64-v1 recipe, independently of attnref),
+# so its float16 copy stays undecided at every rung. Before issue 9 this exited 2.
+if(TARGET attnref_cli)
+  add_test(NAME generate_uncertifiable_exits_1 COMMAND sh -c
+    "$<TARGET_FILE:attnref_cli> generate --name uncertifiable_midpoint --kind sdpa --batch 1 --heads 1 --sq 1 --sk 3 --dk 1 --dv 8 --key-lengths 0 --empty-rows uniform --input-format float16 --targets float16 --seed 2 --quiet --out ${CMAKE_CURRENT_BINARY_DIR}/uncertifiable 2> ${CMAKE_CURRENT_BINARY_DIR}/uncertifiable.err; rc=$?; cat ${CMAKE_CURRENT_BINARY_DIR}/uncertifiable.err; test $rc -eq 1 && grep -q \"case 'uncertifiable_midpoint'.*tensor 'output' element (0, 0, 0, 6) target float16\" ${CMAKE_CURRENT_BINARY_DIR}/uncertifiable.err && test ! -e ${CMAKE_CURRENT_BINARY_DIR}/uncertifiable/uncertifiable_midpoint/manifest.json")
+endif()

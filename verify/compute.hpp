@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "attnref/attention.hpp"
@@ -81,14 +82,34 @@ inline attention_options options_for(const case_spec& spec, const case_data& dat
     return o;
 }
 
+/// Flags (B, H, Sq): 1 where query row i of head h in batch b has no attendable key. Decided from
+/// the mask data alone (causal/window/padding indices, the boolean mask, −inf entries of the
+/// additive mask: integers and doubles, never a computed value), so it is exact.
+inline std::vector<std::uint8_t> empty_rows_of(const case_spec& spec, const case_data& data) {
+    const case_shapes& d = spec.shapes;
+    const attention_options o = options_for(spec, data, 1, softmax_algorithm::shifted_division, 64);
+    std::vector<std::uint8_t> empty(d.batch * d.heads * d.query_length, 0);
+    for (std::size_t b = 0; b < d.batch; ++b)
+        for (std::size_t h = 0; h < d.heads; ++h)
+            for (std::size_t i = 0; i < d.query_length; ++i) {
+                bool any = false;
+                for (std::size_t j = 0; j < d.key_length && !any; ++j)
+                    any = !structurally_masked(o.mask, b, h, i, j, d.query_length, d.key_length);
+                empty[(b * d.heads + h) * d.query_length + i] = any ? 0 : 1;
+            }
+    return empty;
+}
+
 /// Runs the case through attnref's templates under Policy. Inputs are first converted (rounded) to
 /// Input, which is double for the reference and the policy's storage type for `attnref run`.
+/// `rows` (B, H, Sq flags, empty = all): only those query rows are computed (attention_options::rows).
 template <PrecisionPolicy Policy, class Input = typename Policy::storage_type>
 case_outputs_of<Policy> compute_case(const case_spec& spec, const case_data& data, std::size_t threads,
                                      softmax_algorithm algorithm = softmax_algorithm::shifted_division,
-                                     std::size_t block = 64) {
+                                     std::size_t block = 64, std::span<const std::uint8_t> rows = {}) {
     const case_shapes& d = spec.shapes;
-    const attention_options o = options_for(spec, data, threads, algorithm, block);
+    attention_options o = options_for(spec, data, threads, algorithm, block);
+    o.rows = rows;
     auto as_input = [](const std::vector<double>& v) {
         std::vector<Input> r;
         r.reserve(v.size());

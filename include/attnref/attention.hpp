@@ -30,8 +30,10 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "attnref/fp_environment.hpp"
 #include "attnref/mask.hpp"
 #include "attnref/math.hpp"
 #include "attnref/parallel.hpp"
@@ -58,6 +60,11 @@ struct attention_options {
     mask_options mask{};
     softmax_options softmax{};  ///< algorithm, online block size, empty-row policy
     std::size_t threads = 0;    ///< 0 = all hardware threads; results do not depend on it
+    /// Query rows to compute: flags (B, H, Sq) in C order, or empty for all rows. A row that is not
+    /// selected is not written (its output, weights and lse keep what the caller's views hold); the
+    /// rows that are computed get exactly the values of a full call (each row is independent).
+    /// Certification uses it to recompute only the rows holding undecided elements.
+    std::span<const std::uint8_t> rows{};
 };
 
 /// Sizes of one attention call, read off the views and checked.
@@ -177,7 +184,8 @@ constexpr void convert_head_inputs(const attention_options& options, const A& sc
 /// Scaled dot-product attention into caller-provided views (any element types; values are converted
 /// with static_cast). `weights` (B, H, Sq, Sk) and `lse` (B, H, Sq) may be empty views.
 /// Shapes: q (B, H, Sq, dk), k (B, Hkv, Sk, dk), v (B, Hkv, Sk, dv), out (B, H, Sq, dv).
-/// Throws shape_error naming the offending dimension.
+/// Throws shape_error naming the offending dimension, and (at run time) fp_environment_error when the
+/// floating-point environment is not the reference one (fp_environment.hpp).
 template <PrecisionPolicy Policy, class Q, class K, class V, class O, class W, class L>
 constexpr void scaled_dot_product_attention_into(tensor_view<const Q, 4> q, tensor_view<const K, 4> k,
                                                  tensor_view<const V, 4> v, const attention_options& options,
@@ -187,6 +195,9 @@ constexpr void scaled_dot_product_attention_into(tensor_view<const Q, 4> q, tens
     using A = softmax_type_t<Policy>;   // the softmax
     using Vt = values_type_t<Policy>;   // P·V
     using P = typename Policy::weights_type;
+    // Run time only: refuse an environment (FP contraction, rounding mode, FTZ/DAZ, excess precision)
+    // in which the builtin types would not compute attnref's reference semantics (fp_environment.hpp).
+    if (!std::is_constant_evaluated()) require_reference_fp_environment();
     const attention_dims d = detail::attention_dims_of(q, k, v);
     require_extent("output axis 0 (batch)", out.extents[0], d.batch);
     require_extent("output axis 1 (heads)", out.extents[1], d.heads);
@@ -207,6 +218,7 @@ constexpr void scaled_dot_product_attention_into(tensor_view<const Q, 4> q, tens
     if (options.softmax.algorithm == softmax_algorithm::online && options.softmax.block_size == 0)
         throw shape_error("softmax block_size: expected at least 1, got 0");
     detail::validate_masks(options.mask, d.batch, d.heads, d.query_length, d.key_length);
+    if (!options.rows.empty()) require_extent("rows size (batch·heads·query length)", options.rows.size(), d.batch * d.heads * d.query_length);
 
     const std::size_t group = d.heads / d.kv_heads;
     const std::size_t sq = d.query_length, sk = d.key_length, dk = d.head_dim_qk, dv = d.head_dim_v;
@@ -224,6 +236,7 @@ constexpr void scaled_dot_product_attention_into(tensor_view<const Q, 4> q, tens
         std::vector<Vt> o(dv, Vt(0));
         std::vector<std::uint8_t> allowed(sk, 0);
         for (std::size_t i = 0; i < sq; ++i) {
+            if (!options.rows.empty() && !options.rows[task * sq + i]) continue;
             detail::logits_row<Lg>(ctx, b, h, i, std::span<const Lg>(qh).subspan(i * dk, dk), kh, raw_logits, allowed);
             for (std::size_t j = 0; j < sk; ++j) logits[j] = convert<A>(raw_logits[j]);
             for (std::size_t c = 0; c < dv; ++c) o[c] = Vt(0);

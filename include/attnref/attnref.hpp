@@ -4,6 +4,7 @@
 /// attnref/multiprecision.hpp, the emulated formats in attnref/formats.hpp.
 #include "attnref/attention.hpp"
 #include "attnref/fixed_shape.hpp"
+#include "attnref/fp_environment.hpp"
 #include "attnref/invariants.hpp"
 #include "attnref/mask.hpp"
 #include "attnref/math.hpp"

@@ -17,7 +17,11 @@
 /// materialises them.
 
 #include <cstddef>
+#include <cstdint>
+#include <span>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "attnref/attention.hpp"
 #include "attnref/parallel.hpp"
@@ -70,14 +74,17 @@ constexpr tensor<T, 3> merge_heads(tensor_view<const T, 4> x) {
 /// y (B, S, N) = x (B, S, M) · W (M, N) + bias (N): sums over M ascending from +0 in the policy's
 /// projection type (default: its accumulate type), then adds the bias, then rounds to Y. Rows run in
 /// parallel.
+/// `row_filter` (B·S flags, or empty for all): rows not selected are not written.
 template <PrecisionPolicy Policy, class X, class E, class Y>
 constexpr void linear_into(tensor_view<const X, 3> x, tensor_view<const E, 2> w, tensor_view<const E, 1> bias,
-                           tensor_view<Y, 3> y, std::size_t threads, const char* name) {
+                           tensor_view<Y, 3> y, std::size_t threads, const char* name,
+                           std::span<const std::uint8_t> row_filter = {}) {
     using A = projection_type_t<Policy>;
     const std::size_t rows = x.extents[0] * x.extents[1], m = x.extents[2], n = w.extents[1];
     require_extent("weight axis 0 (input features)", w.extents[0], m, name);
     if (!bias.empty()) require_extent("bias size (output features)", bias.extents[0], n, name);
     auto row = [&](std::size_t r) {
+        if (!row_filter.empty() && !row_filter[r]) return;
         std::vector<A> acc(n, A(0)), xr(m, A(0));
         for (std::size_t k = 0; k < m; ++k) xr[k] = convert<A>(x[r * m + k]);
         for (std::size_t k = 0; k < m; ++k)  // i-k-j order: W's rows are contiguous; each acc[j] still sums k ascending
@@ -129,24 +136,43 @@ constexpr void multi_head_attention_into(tensor_view<const X, 3> x_q, tensor_vie
                                          const mha_options& o, tensor_view<O, 3> out, tensor_view<W, 4> weights,
                                          tensor_view<L, 3> lse, tensor_view<HO, 4> head_outputs) {
     using S = typename Policy::storage_type;
+    if (!std::is_constant_evaluated()) require_reference_fp_environment();  // see fp_environment.hpp
     const mha_dims d = mha_dims_of(x_q, x_k, x_v, p, o);
     require_extent("output axis 0 (batch)", out.extents[0], d.batch);
     require_extent("output axis 1 (query length)", out.extents[1], d.query_length);
     require_extent("output axis 2 (output features)", out.extents[2], d.output_dim);
     const std::size_t threads = o.attention.threads;
+    // o.attention.rows (B, H, Sq), if given: output row (b, i) needs every head of query row i, so a
+    // query row is computed (all heads, its Q and W_o projections) when any of its heads is selected.
+    std::vector<std::uint8_t> query_rows, head_rows;
+    attention_options ao = o.attention;
+    if (!o.attention.rows.empty()) {
+        require_extent("rows size (batch·heads·query length)", o.attention.rows.size(), d.batch * d.heads * d.query_length);
+        query_rows.assign(d.batch * d.query_length, 0);
+        for (std::size_t b = 0; b < d.batch; ++b)
+            for (std::size_t h = 0; h < d.heads; ++h)
+                for (std::size_t i = 0; i < d.query_length; ++i)
+                    if (o.attention.rows[(b * d.heads + h) * d.query_length + i]) query_rows[b * d.query_length + i] = 1;
+        head_rows.assign(o.attention.rows.size(), 0);
+        for (std::size_t b = 0; b < d.batch; ++b)
+            for (std::size_t h = 0; h < d.heads; ++h)
+                for (std::size_t i = 0; i < d.query_length; ++i)
+                    head_rows[(b * d.heads + h) * d.query_length + i] = query_rows[b * d.query_length + i];
+        ao.rows = head_rows;
+    }
     tensor<S, 3> q({d.batch, d.query_length, d.heads * d.head_dim_qk}), k({d.batch, d.key_length, d.kv_heads * d.head_dim_qk}),
         v({d.batch, d.key_length, d.kv_heads * d.head_dim_v});
-    linear_into<Policy>(x_q, p.w_q, p.b_q, q.view(), threads, "w_q");
+    linear_into<Policy>(x_q, p.w_q, p.b_q, q.view(), threads, "w_q", query_rows);
     linear_into<Policy>(x_k, p.w_k, p.b_k, k.view(), threads, "w_k");
     linear_into<Policy>(x_v, p.w_v, p.b_v, v.view(), threads, "w_v");
     const tensor<S, 4> qh = split_heads<S>(q.view(), d.heads), kh = split_heads<S>(k.view(), d.kv_heads),
                        vh = split_heads<S>(v.view(), d.kv_heads);
     tensor<S, 4> heads_out({d.batch, d.heads, d.query_length, d.head_dim_v});
-    scaled_dot_product_attention_into<Policy>(qh.view(), kh.view(), vh.view(), o.attention, heads_out.view(), weights, lse);
+    scaled_dot_product_attention_into<Policy>(qh.view(), kh.view(), vh.view(), ao, heads_out.view(), weights, lse);
     if (!head_outputs.empty())
         for (std::size_t n = 0; n < heads_out.size(); ++n) head_outputs[n] = convert<HO>(heads_out[n]);
     const tensor<S, 3> merged = merge_heads<S>(heads_out.view());
-    linear_into<Policy>(merged.view(), p.w_o, p.b_o, out, threads, "w_o");
+    linear_into<Policy>(merged.view(), p.w_o, p.b_o, out, threads, "w_o", query_rows);
 }
 
 /// The logits S (B, H, Sq, Sk) multi-head attention feeds its softmax: the query and key

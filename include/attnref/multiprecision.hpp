@@ -73,6 +73,15 @@ struct scalar_traits<float128> {
 };
 #endif
 
+/// Softmax shift order for intervals: by upper end (mpfr_greater_p: total on non-NaN ends, false
+/// with a NaN, never throws). Boost's own operator> throws on overlapping intervals; see scalar.hpp.
+template <unsigned D>
+struct shift_order<mpfr_interval<D>> {
+    static bool greater(const mpfr_interval<D>& a, const mpfr_interval<D>& b) {
+        return mpfr_greater_p(&a.backend().data()[0].right, &b.backend().data()[0].right) != 0;
+    }
+};
+
 /// MPFR caches constants (log 2, π, …) per thread; free them when a worker thread ends.
 template <unsigned D>
 struct thread_cleanup<mpfr_real<D>> {

@@ -6,10 +6,11 @@
 /// std::floating_point: Boost.Multiprecision numbers (float128, cpp_bin_float, mpfr_float, mpfi_float)
 /// and the emulated storage formats (bfloat16, float16, fp8) are class types. What the algorithms
 /// need from T is exactly what Scalar asks for: field arithmetic, ordering (used only to pick the
-/// max shift, never to decide which keys are masked), construction from small integers and from
-/// double, and explicit conversion back to double for reporting. Interval types satisfy it too:
-/// every operation encloses, and no branch of the algorithms depends on an interval comparison for
-/// correctness (the max shift may be any value; softmax is shift-invariant in exact arithmetic).
+/// max shift, through shift_order, never to decide which keys are masked), construction from small
+/// integers and from double, and explicit conversion back to double for reporting. Interval types
+/// satisfy it too: every operation encloses, and no branch of the algorithms depends on an interval
+/// comparison for correctness (the max shift may be any value; softmax is shift-invariant in exact
+/// arithmetic; shift_order<interval> compares upper ends, so it never meets an ambiguous comparison).
 
 #include <concepts>
 #include <cstdint>
@@ -123,6 +124,18 @@ constexpr T quiet_NaN() {
     if constexpr (requires { scalar_traits<T>::quiet_NaN(); }) return scalar_traits<T>::quiet_NaN();
     else return std::numeric_limits<T>::quiet_NaN();
 }
+/// The order the softmax uses to choose its shift m (the max logit). Softmax and lse are
+/// shift-invariant in exact arithmetic, so any choice of m gives the same exact result; the order only
+/// has to be total and never throw. For point types it is `a > b` (the first argmax, as before). An
+/// interval type specialises it: comparing two overlapping intervals is ambiguous (Boost 1.74's MPFI
+/// backend throws interval_error from a noexcept compare, i.e. calls std::terminate), so it compares
+/// the upper ends instead (multiprecision.hpp), which is total and exception-free. Nothing else in
+/// the forward pass compares values of T: masks are decided from integer and double data only.
+template <class T>
+struct shift_order {
+    static constexpr bool greater(const T& a, const T& b) { return a > b; }
+};
+
 /// NaN test that needs only operator== (x ≠ x exactly for NaN); intervals with NaN ends included.
 template <class T>
 constexpr bool is_nan(const T& x) { return !(x == x); }

@@ -16,6 +16,11 @@
 ///                     per block m' = max(m, block max);  S = S·exp(m − m') + Σ_block exp(x_j − m');
 ///                     at the end lse = m + log(S);  p_j = exp(x_j − m) / S.
 ///
+/// The shift m is chosen by shift_order<T> (scalar.hpp): `>` for point types, upper ends for
+/// intervals; any m is exact in exact arithmetic (p_j = e^(x_j − m) / Σ e^(x_k − m), lse = m +
+/// log Σ e^(x_k − m) for every m), so an interval computation stays an enclosure whichever m it picks,
+/// and e_{j*} = 1 is exact for the key j* whose logit is m.
+///
 /// Masked keys get weight exactly 0. A row with no attendable key is "empty"; its weights follow the
 /// empty_row_policy and its lse is −inf.
 
@@ -54,7 +59,7 @@ struct online_softmax {
         for (std::size_t j = begin; j < end; ++j) {
             terms[j] = T(0);
             if (!allowed[j]) continue;
-            if (!any || logits[j] > block_max) block_max = logits[j];
+            if (!any || shift_order<T>::greater(logits[j], block_max)) block_max = logits[j];
             any = true;
         }
         if (!any) return T(1);
@@ -62,7 +67,7 @@ struct online_softmax {
         if (!started) {
             max = block_max;
             started = true;
-        } else if (block_max > max) {
+        } else if (shift_order<T>::greater(block_max, max)) {
             const T delta = max - block_max;
             factor = math::exp(delta);
             max = block_max;
@@ -143,7 +148,7 @@ constexpr T softmax_row(const softmax_options& options, std::span<const T> logit
         case softmax_algorithm::division_free: {
             std::size_t argmax = n;
             for (std::size_t j = 0; j < n; ++j)
-                if (allowed[j] && (argmax == n || logits[j] > logits[argmax])) argmax = j;
+                if (allowed[j] && (argmax == n || shift_order<T>::greater(logits[j], logits[argmax]))) argmax = j;
             const T max = logits[argmax];
             T rest = T(0);  // S' = Σ_{j ≠ argmax} exp(x_j − m)
             for (std::size_t j = 0; j < n; ++j) {
