@@ -296,8 +296,7 @@ struct gradient_bounds {
     tensor<double, 4> q, k, v, logits_row_sum;  // logits_row_sum: bound on |Σ_j dŜ_ij|, shape (B, H, Sq, 1)
 };
 
-gradient_bounds first_order_bounds(const sdpa_case& c) {
-    const double u = 0x1p-53;
+gradient_bounds first_order_bounds(const sdpa_case& c, double u = 0x1p-53) {
     const std::size_t group = c.heads / c.kv_heads;
     const auto r = scaled_dot_product_attention(to<mp>(c.q), to<mp>(c.k), to<mp>(c.v), c.options);
     const double s = c.options.scale ? *c.options.scale : 1 / std::sqrt(static_cast<double>(c.dk));
@@ -379,15 +378,17 @@ double worst_ratio(const tensor<A, 4>& a, const tensor<B, 4>& b, const tensor<do
 //    ≤ Σ (γ + e_P)P_ij |dO_ic|;
 //  - Σ_j dŜ_ij (exactly 0): ≤ Σ_j ρ_i M_ij.
 // Second-order terms (products of two u's) are dropped: this is a first-order bound, asserted ≤ 1.
-BOOST_AUTO_TEST_CASE(float64_gradients_within_first_order_bound) {
+template <class T>
+void check_within_first_order_bound(double u) {
     double worst = 0;
     std::string worst_name;
     for (auto& c : all_cases()) {
-        const gradient_bounds b = first_order_bounds(*c);
+        const gradient_bounds b = first_order_bounds(*c, u);
         const auto exact = scaled_dot_product_attention_backward(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v),
                                                                  to<mp>(c->grad_output), c->options);
         for (backward_algorithm algorithm : {backward_algorithm::textbook, backward_algorithm::flash}) {
-            const auto d = scaled_dot_product_attention_backward(c->q, c->k, c->v, c->grad_output, c->options, {algorithm});
+            const auto d = scaled_dot_product_attention_backward(to<T>(c->q), to<T>(c->k), to<T>(c->v), to<T>(c->grad_output),
+                                                                 c->options, {algorithm});
             const double w = std::max({worst_ratio(d.grad_query, exact.grad_query, b.q), worst_ratio(d.grad_key, exact.grad_key, b.k),
                                        worst_ratio(d.grad_value, exact.grad_value, b.v)});
             BOOST_TEST_INFO(c->name << (algorithm == backward_algorithm::flash ? " flash" : " textbook"));
@@ -399,18 +400,52 @@ BOOST_AUTO_TEST_CASE(float64_gradients_within_first_order_bound) {
             // (c) Σ_j dŜ_ij = 0 within the bound; exactly (to 256 bits) in MPFR.
             for (std::size_t n = 0; n < b.logits_row_sum.size(); ++n) {
                 const std::size_t sk = c->sk;
-                double sum = 0;
+                T sum = 0;
                 hp exact_sum = 0;
                 for (std::size_t j = 0; j < sk; ++j) {
                     sum += d.grad_logits[n * sk + j];
                     exact_sum = exact_sum + hp(exact.grad_logits[n * sk + j]);
                 }
-                BOOST_TEST(std::fabs(sum) <= b.logits_row_sum[n]);
+                BOOST_TEST(std::fabs(static_cast<double>(sum)) <= b.logits_row_sum[n]);
                 BOOST_TEST(std::fabs(static_cast<double>(exact_sum)) <= 1e-70);
             }
         }
     }
-    BOOST_TEST_MESSAGE("float64 vs MPFR: worst |error| / first-order bound = " << worst << " (" << worst_name << ")");
+    BOOST_TEST_MESSAGE(scalar_traits<T>::name << " vs MPFR: worst |error| / first-order bound = " << worst << " ("
+                                              << worst_name << ")");
+}
+
+BOOST_AUTO_TEST_CASE(float64_gradients_within_first_order_bound) { check_within_first_order_bound<double>(0x1p-53); }
+// The same bound with u = 2^-24 (the inputs are exact in float).
+BOOST_AUTO_TEST_CASE(float32_gradients_within_first_order_bound) { check_within_first_order_bound<float>(0x1p-24); }
+
+// Interval arithmetic (MPFI, 130 bits): every operation encloses, so the computed gradient intervals
+// enclose the exact gradients (taken here from 256-bit MPFR, accurate to ~1e-75), for every case and
+// both algorithms — the same templated code path as for the floating-point types.
+BOOST_AUTO_TEST_CASE(mpfi_gradients_enclose_the_exact_ones) {
+    using I = mpfr_interval<40>;
+    double widest = 0;
+    for (auto& c : all_cases()) {
+        const auto exact = scaled_dot_product_attention_backward(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v),
+                                                                 to<mp>(c->grad_output), c->options);
+        for (backward_algorithm algorithm : {backward_algorithm::textbook, backward_algorithm::flash}) {
+            const auto g = scaled_dot_product_attention_backward(to<I>(c->q), to<I>(c->k), to<I>(c->v), to<I>(c->grad_output),
+                                                                 c->options, {algorithm});
+            bool ok = true;
+            auto check = [&](const tensor<I, 4>& enclosure, const tensor<mp, 4>& point) {
+                for (std::size_t n = 0; n < point.size(); ++n) {
+                    ok = ok && encloses(enclosure[n], point[n]);
+                    widest = std::max(widest, static_cast<double>(upper_end(enclosure[n]) - lower_end(enclosure[n])));
+                }
+            };
+            check(g.grad_query, exact.grad_query);
+            check(g.grad_key, exact.grad_key);
+            check(g.grad_value, exact.grad_value);
+            BOOST_TEST_INFO(c->name);
+            BOOST_TEST(ok);
+        }
+    }
+    BOOST_TEST_MESSAGE("MPFI: widest gradient enclosure " << widest);
 }
 
 // (c) dV = Pᵀ·dO: the textbook algorithm reuses the forward's P, so in float64 it equals the sum
