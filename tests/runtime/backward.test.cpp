@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "attnref/formats.hpp"
 #include "test_support.hpp"
 
 using namespace attnref;
@@ -446,6 +447,37 @@ BOOST_AUTO_TEST_CASE(mpfi_gradients_enclose_the_exact_ones) {
         }
     }
     BOOST_TEST_MESSAGE("MPFI: widest gradient enclosure " << widest);
+}
+
+// A mixed precision policy with an emulated format (FlashAttention-like: bf16 storage and P, float
+// accumulation, bf16 gradients): within the same first-order bound taken with bf16's u = 2^-8, which
+// over-covers every rounding of the pipeline (float's are smaller; rounding P and the gradients to
+// bf16 costs ≤ u relative, inside e_P's 10u and γ's 10u). Inputs rounded to bf16 first, so the exact
+// gradients are those of the same inputs.
+BOOST_AUTO_TEST_CASE(bfloat16_policy_within_first_order_bound) {
+    using policy = precision_policy<bfloat16, float, bfloat16, bfloat16>;
+    double worst = 0;
+    for (auto& c : all_cases()) {
+        for (tensor<double, 4>* t : {&c->q, &c->k, &c->v, &c->grad_output})
+            for (std::size_t n = 0; n < t->size(); ++n) (*t)[n] = static_cast<double>(bfloat16((*t)[n]));
+        const gradient_bounds b = first_order_bounds(*c, 0x1p-8);
+        const auto exact = scaled_dot_product_attention_backward(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v),
+                                                                 to<mp>(c->grad_output), c->options);
+        const auto q = to<bfloat16>(c->q), k = to<bfloat16>(c->k), v = to<bfloat16>(c->v), g = to<bfloat16>(c->grad_output);
+        for (backward_algorithm algorithm : {backward_algorithm::textbook, backward_algorithm::flash}) {
+            const auto d = scaled_dot_product_attention_backward<policy, bfloat16, bfloat16, bfloat16, bfloat16>(
+                q.view(), k.view(), v.view(), g.view(), c->options, {algorithm});
+            auto ratio = [](const tensor<bfloat16, 4>& x, const tensor<mp, 4>& y, const tensor<double, 4>& bound) {
+                return worst_ratio(to_tensor<double>(x.view()), y, bound);
+            };
+            const double w = std::max({ratio(d.grad_query, exact.grad_query, b.q), ratio(d.grad_key, exact.grad_key, b.k),
+                                       ratio(d.grad_value, exact.grad_value, b.v)});
+            BOOST_TEST_INFO(c->name);
+            BOOST_TEST(w <= 1.0);
+            worst = std::max(worst, w);
+        }
+    }
+    BOOST_TEST_MESSAGE("bf16 policy vs MPFR: worst |error| / first-order bound (u = 2^-8) = " << worst);
 }
 
 // (c) dV = Pᵀ·dO: the textbook algorithm reuses the forward's P, so in float64 it equals the sum
