@@ -420,4 +420,53 @@ constexpr fixed_sdpa_gradients<T, S> scaled_dot_product_attention_backward(
     return r;
 }
 
+template <class T, mha_shape S>
+    requires(S.valid())
+struct fixed_mha_gradients {
+    fixed_tensor<T, S.batch, S.query_length, S.model_dim> grad_x_q;
+    fixed_tensor<T, S.batch, S.key_length, S.model_dim> grad_x_k, grad_x_v;
+    fixed_tensor<T, S.model_dim, S.heads * S.head_dim_qk> grad_w_q;
+    fixed_tensor<T, S.model_dim, S.kv_heads * S.head_dim_qk> grad_w_k;
+    fixed_tensor<T, S.model_dim, S.kv_heads * S.head_dim_v> grad_w_v;
+    fixed_tensor<T, S.heads * S.head_dim_v, S.model_dim> grad_w_o;
+    fixed_tensor<T, S.heads * S.head_dim_qk> grad_b_q;
+    fixed_tensor<T, S.kv_heads * S.head_dim_qk> grad_b_k;
+    fixed_tensor<T, S.kv_heads * S.head_dim_v> grad_b_v;
+    fixed_tensor<T, S.model_dim> grad_b_o;
+};
+
+/// Gradients of the fixed-shape multi_head_attention (fixed_shape.hpp) given grad_output.
+template <class T, mha_shape S>
+    requires(S.valid())
+constexpr fixed_mha_gradients<T, S> multi_head_attention_backward(
+    const fixed_mha_inputs<T, S>& in, const fixed_tensor<T, S.batch, S.query_length, S.model_dim>& grad_output,
+    const attention_options& options = {}, const backward_options& backward = {}) {
+    mha_parameters<T> p{in.w_q.view(), in.w_k.view(), in.w_v.view(), in.w_o.view()};
+    if (in.has_bias) {
+        p.b_q = in.b_q.view();
+        p.b_k = in.b_k.view();
+        p.b_v = in.b_v.view();
+        p.b_o = in.b_o.view();
+    }
+    const mha_options o{S.heads, S.kv_heads, options};
+    const mha_gradients<uniform_precision<T>> g = multi_head_attention_backward<uniform_precision<T>, T, T, T>(
+        in.x_q.view(), in.x_k.view(), in.x_v.view(), p, o, grad_output.view(), backward);
+    fixed_mha_gradients<T, S> r{};
+    auto copy = [](const auto& from, auto& to) {
+        for (std::size_t n = 0; n < to.values.size(); ++n) to.values[n] = from[n];
+    };
+    copy(g.grad_x_q, r.grad_x_q);
+    copy(g.grad_x_k, r.grad_x_k);
+    copy(g.grad_x_v, r.grad_x_v);
+    copy(g.grad_w_q, r.grad_w_q);
+    copy(g.grad_w_k, r.grad_w_k);
+    copy(g.grad_w_v, r.grad_w_v);
+    copy(g.grad_w_o, r.grad_w_o);
+    copy(g.grad_b_q, r.grad_b_q);
+    copy(g.grad_b_k, r.grad_b_k);
+    copy(g.grad_b_v, r.grad_b_v);
+    copy(g.grad_b_o, r.grad_b_o);
+    return r;
+}
+
 }  // namespace attnref

@@ -74,4 +74,44 @@ static_assert(backward_invariants_hold<double>(backward_algorithm::textbook));
 static_assert(backward_invariants_hold<double>(backward_algorithm::flash));
 static_assert(backward_invariants_hold<long double>(backward_algorithm::flash));
 
+// Multi-head attention, constant-evaluated. A common shift b_k of every key adds s·q_i·b_k to a whole
+// row of logits, which softmax ignores: ∂L/∂b_k = 0 in exact arithmetic (no soft-cap here). The inputs
+// are O(1) multiples of 1/16 on tiny shapes, so the computed value is a few hundred ulps of O(1)
+// terms at most (measured: 5e-18); 2^-40 (9e-13) separates that from a wrong gradient (dropping the
+// D term of dS gives 0.06; grad_b_q, checked nonzero, is 3e-3). And ∂L/∂b_o = Σ_rows dOut, formed
+// here in the same order.
+constexpr mha_shape small_mha{.batch = 1, .query_length = 2, .key_length = 3, .model_dim = 3, .heads = 2, .kv_heads = 1,
+                              .head_dim_qk = 2, .head_dim_v = 2};
+
+constexpr bool mha_backward_invariants_hold() {
+    fixed_mha_inputs<double, small_mha> in{};
+    int n = 0;
+    auto fill = [&n](auto& t) {
+        for (auto& x : t.values) x = double((n++ * 37) % 17 - 8) / 16;
+    };
+    fill(in.x_q);
+    fill(in.x_k);
+    fill(in.x_v);
+    fill(in.w_q);
+    fill(in.w_k);
+    fill(in.w_v);
+    fill(in.w_o);
+    in.has_bias = true;
+    fill(in.b_q);
+    fill(in.b_k);
+    fill(in.b_v);
+    fill(in.b_o);
+    fixed_tensor<double, 1, 2, 3> grad_output{};
+    fill(grad_output);
+    attention_options o;
+    o.mask.causal = true;
+    o.mask.alignment = causal_alignment::bottom_right;
+    const auto g = multi_head_attention_backward<double, small_mha>(in, grad_output, o);
+    bool ok = true;
+    for (double x : g.grad_b_k.values) ok = ok && magnitude(x) <= 0x1p-40;
+    for (std::size_t c = 0; c < 3; ++c) ok = ok && g.grad_b_o(c) == (0.0 + grad_output(0, 0, c)) + grad_output(0, 1, c);
+    return ok && magnitude(g.grad_b_q(0)) > 1e-3 && magnitude(g.grad_w_k(1, 1)) > 0;
+}
+static_assert(mha_backward_invariants_hold());
+
 }  // namespace
