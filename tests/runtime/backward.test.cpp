@@ -81,6 +81,7 @@ std::vector<std::unique_ptr<sdpa_case>> all_cases() {
         sdpa_case& c = add("window_explicit_scale");
         c.options.mask.window = sliding_window{1, 1};
         c.options.scale = 0.7;
+        c.options.softmax.algorithm = softmax_algorithm::division_free;
         c.sq = 4;
     }
     {
@@ -95,6 +96,7 @@ std::vector<std::unique_ptr<sdpa_case>> all_cases() {
         c.boolean_mask(0, 0, 0, 1) = c.boolean_mask(0, 0, 1, 3) = c.boolean_mask(0, 0, 2, 0) = 1;
         c.options.mask.boolean.values = c.boolean_mask.view();
         c.options.mask.polarity = mask_polarity::true_means_masked;
+        c.options.softmax.algorithm = softmax_algorithm::naive;
     }
     {
         sdpa_case& c = add("additive_with_minus_inf");
