@@ -33,8 +33,11 @@
 ///
 /// Both algorithms compute the same function (Σ_j P_ij·dP_ij = dO_i·O_i in exact arithmetic) and
 /// round differently: textbook reuses the stored P, flash (FlashAttention-2, Dao 2023, Algorithm 2)
-/// stores only O and lse. In flash, P in softmax_type feeds dS and round_P(P) feeds dV, as
-/// FlashAttention casts P to fp16/bf16 before dV = Pᵀ·dO.
+/// stores only O and lse. Textbook uses P̂ for both dS and dV (as autograd through a stored softmax
+/// output does); in flash, P in softmax_type feeds dS and round_P(P) feeds dV, as FlashAttention
+/// casts P to fp16/bf16 before dV = Pᵀ·dO. Each sum starts from +0; inputs are converted once to the
+/// stage's type; the gradients are rounded once to the caller's view types (output_type in the
+/// result structs). The forward is run once per call (its cost is that of one forward pass).
 ///
 /// Empty rows (no attendable key), per the forward's empty_row_policy:
 ///   zero     the row's output is the constant 0: no gradient reaches dQ, dK, dV from it.
