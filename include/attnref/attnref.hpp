@@ -3,6 +3,7 @@
 /// Umbrella header: the core library (standard library only). Boost.Multiprecision glue lives in
 /// attnref/multiprecision.hpp, the emulated formats in attnref/formats.hpp.
 #include "attnref/attention.hpp"
+#include "attnref/backward.hpp"
 #include "attnref/fixed_shape.hpp"
 #include "attnref/fp_environment.hpp"
 #include "attnref/invariants.hpp"

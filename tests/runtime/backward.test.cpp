@@ -1,0 +1,669 @@
+// The backward pass (backward.hpp), checked independently of its own algebra:
+//  (a) analytic gradients in MPFR (≥ 256 bits) against central finite differences of the forward pass
+//      in 512-bit MPFR, for every convention family, GQA/MQA, both algorithms, and MHA;
+//  (b) float64 gradients within a first-order rounding bound of the MPFR ones;
+//  (c) invariants: Σ_j dS_ij = 0, dV = Pᵀ·dO, masked keys' gradients exactly 0, the GQA sum, the
+//      NaN empty-row policy, thread-count independence;
+//  (d) textbook and flash agree within float64 rounding and round differently in float32.
+#define BOOST_TEST_MODULE backward
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnref/formats.hpp"
+#include "test_support.hpp"
+
+using namespace attnref;
+using attnref::test::cast;
+using attnref::test::random_tensor;
+
+namespace {
+
+using hp = mpfr_real<155>;  // ≥ 512 bits: the finite differences
+using mp = mpfr_real<78>;   // ≥ 256 bits: the analytic gradients
+
+/// One SDPA test case: inputs as doubles (exact in float), and options whose spans point into the
+/// case's own storage (so the case is not copyable).
+struct sdpa_case {
+    std::string name;
+    std::size_t batch = 1, heads = 2, kv_heads = 1, sq = 3, sk = 4, dk = 3, dv = 2;
+    double input_range = 1;
+    attention_options options{};
+    std::vector<std::size_t> key_lengths;
+    std::vector<double> slopes;
+    tensor<std::uint8_t, 4> boolean_mask;
+    tensor<double, 4> additive_mask, seed_mask;
+    tensor<double, 4> q, k, v, grad_output;
+
+    sdpa_case() = default;
+    sdpa_case(const sdpa_case&) = delete;
+    sdpa_case& operator=(const sdpa_case&) = delete;
+
+    void make_inputs(std::uint64_t seed) {
+        options.threads = 1;
+        q = random_tensor<double, 4>({batch, heads, sq, dk}, seed, -input_range, input_range);
+        k = random_tensor<double, 4>({batch, kv_heads, sk, dk}, seed + 1, -input_range, input_range);
+        v = random_tensor<double, 4>({batch, kv_heads, sk, dv}, seed + 2);
+        grad_output = random_tensor<double, 4>({batch, heads, sq, dv}, seed + 3);
+    }
+};
+
+/// Every convention family of attention_options, each on a small GQA or MQA shape.
+std::vector<std::unique_ptr<sdpa_case>> all_cases() {
+    std::vector<std::unique_ptr<sdpa_case>> cases;
+    auto add = [&](const std::string& name) -> sdpa_case& {
+        cases.push_back(std::make_unique<sdpa_case>());
+        cases.back()->name = name;
+        return *cases.back();
+    };
+    add("plain_gqa");
+    {
+        sdpa_case& c = add("on_query_causal_top_left");
+        c.options.placement = scale_placement::on_query;
+        c.options.mask.causal = true;
+    }
+    {
+        sdpa_case& c = add("split_sqrt_causal_bottom_right_offset");
+        c.options.placement = scale_placement::split_sqrt;
+        c.options.mask.causal = true;
+        c.options.mask.alignment = causal_alignment::bottom_right;
+        c.options.mask.diagonal_offset = -1;
+        c.sq = 2;
+        c.sk = 5;
+    }
+    {
+        sdpa_case& c = add("window_explicit_scale");
+        c.options.mask.window = sliding_window{1, 1};
+        c.options.scale = 0.7;
+        c.options.softmax.algorithm = softmax_algorithm::division_free;
+        c.sq = 4;
+    }
+    {
+        sdpa_case& c = add("key_padding");
+        c.batch = 2;
+        c.key_lengths = {4, 2};
+        c.options.mask.key_lengths = c.key_lengths;
+    }
+    {
+        sdpa_case& c = add("boolean_true_means_masked_broadcast");
+        c.boolean_mask = tensor<std::uint8_t, 4>({1, 1, 3, 4}, 0);
+        c.boolean_mask(0, 0, 0, 1) = c.boolean_mask(0, 0, 1, 3) = c.boolean_mask(0, 0, 2, 0) = 1;
+        c.options.mask.boolean.values = c.boolean_mask.view();
+        c.options.mask.polarity = mask_polarity::true_means_masked;
+        c.options.softmax.algorithm = softmax_algorithm::naive;
+    }
+    {
+        sdpa_case& c = add("additive_with_minus_inf");
+        c.additive_mask = random_tensor<double, 4>({1, 2, 3, 4}, 77, -2, 2);
+        c.additive_mask(0, 1, 2, 2) = -std::numeric_limits<double>::infinity();
+        c.options.mask.additive.values = c.additive_mask.view();
+    }
+    {
+        sdpa_case& c = add("seed_mask");
+        c.seed_mask = tensor<double, 4>({1, 1, 3, 4}, 0.0);
+        c.seed_mask(0, 0, 0, 3) = c.seed_mask(0, 0, 2, 1) = 1;
+        c.options.mask.seed.values = c.seed_mask.view();
+    }
+    {
+        sdpa_case& c = add("softcap_alibi_large_logits");
+        c.input_range = 2.5;  // logits up to ≈ 10: the cap (2) saturates some
+        c.options.softcap = 2.0;
+        c.slopes = {0.5, 0.25};
+        c.options.alibi_slopes = c.slopes;
+    }
+    {
+        sdpa_case& c = add("alibi_causal_bottom_right_mqa");
+        c.heads = 3;
+        c.slopes = {0.5, 0.25, 0.125};
+        c.options.alibi_slopes = c.slopes;
+        c.options.mask.causal = true;
+        c.options.mask.alignment = causal_alignment::bottom_right;
+    }
+    {
+        sdpa_case& c = add("gqa_4_over_2_online_softmax");
+        c.heads = 4;
+        c.kv_heads = 2;
+        c.options.softmax.algorithm = softmax_algorithm::online;
+        c.options.softmax.block_size = 3;
+    }
+    {
+        sdpa_case& c = add("empty_rows_uniform");  // bottom-right, Sq > Sk: rows 0 and 1 see no key
+        c.sq = 4;
+        c.sk = 2;
+        c.options.mask.causal = true;
+        c.options.mask.alignment = causal_alignment::bottom_right;
+        c.options.softmax.empty_rows = empty_row_policy::uniform;
+    }
+    {
+        sdpa_case& c = add("empty_rows_zero_window");
+        c.sq = 4;
+        c.sk = 2;
+        c.options.mask.causal = true;
+        c.options.mask.alignment = causal_alignment::bottom_right;
+        c.options.mask.window = sliding_window{1, std::nullopt};  // row 2 sees key 0, row 3 keys 0 and 1
+    }
+    std::uint64_t seed = 100;
+    for (auto& c : cases) {
+        c->make_inputs(seed);
+        seed += 10;
+    }
+    return cases;
+}
+
+template <class T, std::size_t R>
+tensor<T, R> to(const tensor<double, R>& x) {
+    return cast<T>(x);
+}
+
+/// L = Σ dO ∘ out, the scalar whose gradient the backward computes, in hp.
+hp sdpa_loss(const tensor<hp, 4>& q, const tensor<hp, 4>& k, const tensor<hp, 4>& v, const tensor<hp, 4>& grad_output,
+             const attention_options& options) {
+    const auto r = scaled_dot_product_attention(q, k, v, options);
+    hp loss = 0;
+    for (std::size_t n = 0; n < r.output.size(); ++n) loss = loss + grad_output[n] * r.output[n];
+    return loss;
+}
+
+/// Central differences (L(x + h) − L(x − h)) / 2h of `loss` with respect to every element of `x`,
+/// h = 2^-60.
+template <std::size_t R>
+tensor<hp, R> central_differences(tensor<hp, R>& x, const std::function<hp()>& loss) {
+    const hp h = hp(0x1p-60);
+    tensor<hp, R> g(x.extents());
+    for (std::size_t n = 0; n < x.size(); ++n) {
+        const hp saved = x[n];
+        x[n] = saved + h;
+        const hp up = loss();
+        x[n] = saved - h;
+        const hp down = loss();
+        x[n] = saved;
+        g[n] = (up - down) / (2 * h);
+    }
+    return g;
+}
+
+/// max |a − b| over elements, in double (differences far below double's range are still resolved:
+/// the difference is formed in hp before conversion).
+template <class A, class B, std::size_t R>
+double max_difference(const tensor<A, R>& a, const tensor<B, R>& b) {
+    double worst = 0;
+    for (std::size_t n = 0; n < a.size(); ++n) worst = std::max(worst, std::fabs(static_cast<double>(hp(a[n]) - hp(b[n]))));
+    return worst;
+}
+
+// Tolerance of (a). Central differences of a C^3 function: (L(x+h) − L(x−h))/2h = L'(x) + h²/6·L'''(ξ).
+// For these inputs (|q|, |k| ≤ 2.5, |v|, |dO| ≤ 1, dk = 3, at most 4 keys and 4 heads per kv head),
+// each logit's first three derivatives along one input coordinate are bounded by ≈ 10 (|∂S/∂x| ≤
+// s·dk·2.5 < 5, softcap's tanh derivatives ≤ 1), softmax's third derivatives by 1, and L sums at most
+// 16 rows of dv = 2 outputs: |L'''| ≤ 16·2·10³ ≈ 3·10⁴. With h = 2^-60: h²/6·3·10⁴ ≈ 4·10⁻³³. The 512-bit
+// evaluation contributes 2^-512·|L|/h ≈ 10⁻¹³⁶ and the 256-bit analytic gradient ≈ 10⁻⁷⁶. We assert
+// 10⁻³⁰, which leaves a factor of ≥ 250 and is still 10¹⁴ times below float64's resolution.
+constexpr double fd_tolerance = 1e-30;
+
+}  // namespace
+
+// (a) SDPA: analytic (256-bit MPFR, both algorithms) vs finite differences (512-bit MPFR).
+BOOST_AUTO_TEST_CASE(sdpa_gradients_match_finite_differences_in_mpfr) {
+    double worst_overall = 0;
+    for (auto& c : all_cases()) {
+        tensor<hp, 4> q = to<hp>(c->q), k = to<hp>(c->k), v = to<hp>(c->v);
+        const tensor<hp, 4> g = to<hp>(c->grad_output);
+        auto loss = [&] { return sdpa_loss(q, k, v, g, c->options); };
+        const tensor<hp, 4> fd_q = central_differences(q, loss), fd_k = central_differences(k, loss),
+                            fd_v = central_differences(v, loss);
+        for (backward_algorithm algorithm : {backward_algorithm::textbook, backward_algorithm::flash}) {
+            const auto a = scaled_dot_product_attention_backward(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v),
+                                                                 to<mp>(c->grad_output), c->options, {algorithm});
+            const double worst = std::max({max_difference(a.grad_query, fd_q), max_difference(a.grad_key, fd_k),
+                                           max_difference(a.grad_value, fd_v)});
+            worst_overall = std::max(worst_overall, worst);
+            BOOST_TEST_INFO(c->name << (algorithm == backward_algorithm::flash ? " flash" : " textbook"));
+            BOOST_TEST(worst <= fd_tolerance);
+        }
+        // Not vacuous: the gradients are of order one.
+        BOOST_TEST_INFO(c->name);
+        BOOST_TEST(max_difference(fd_q, tensor<hp, 4>(fd_q.extents())) > 1e-3);
+    }
+    BOOST_TEST_MESSAGE("SDPA: worst |analytic − finite difference| = " << worst_overall);
+}
+
+// (a) MHA with biases, GQA and a causal mask: every parameter's gradient; and self-attention, where
+// the gradient of the one input is dX_q + dX_k + dX_v.
+BOOST_AUTO_TEST_CASE(mha_gradients_match_finite_differences_in_mpfr) {
+    const std::size_t batch = 1, sq = 3, sk = 3, e = 4, heads = 2, kv = 1, dk = 2, dv = 2, eo = 3;
+    const auto xq = random_tensor<double, 3>({batch, sq, e}, 1), xk = random_tensor<double, 3>({batch, sk, e}, 2),
+               xv = random_tensor<double, 3>({batch, sk, e}, 3);
+    const auto wq = random_tensor<double, 2>({e, heads * dk}, 4), wk = random_tensor<double, 2>({e, kv * dk}, 5),
+               wv = random_tensor<double, 2>({e, kv * dv}, 6), wo = random_tensor<double, 2>({heads * dv, eo}, 7);
+    const auto bq = random_tensor<double, 1>({heads * dk}, 8), bk = random_tensor<double, 1>({kv * dk}, 9),
+               bv = random_tensor<double, 1>({kv * dv}, 10), bo = random_tensor<double, 1>({eo}, 11);
+    const auto dout = random_tensor<double, 3>({batch, sq, eo}, 12);
+    mha_options o{heads, kv, {}};
+    o.attention.mask.causal = true;
+    o.attention.threads = 1;
+
+    struct params {
+        tensor<hp, 3> xq, xk, xv;
+        tensor<hp, 2> wq, wk, wv, wo;
+        tensor<hp, 1> bq, bk, bv, bo;
+    } x{to<hp>(xq), to<hp>(xk), to<hp>(xv), to<hp>(wq), to<hp>(wk), to<hp>(wv), to<hp>(wo),
+        to<hp>(bq), to<hp>(bk), to<hp>(bv), to<hp>(bo)};
+    const tensor<hp, 3> g = to<hp>(dout);
+    bool self = false;  // self-attention: x.xq feeds all three inputs
+    auto loss = [&] {
+        const mha_parameters<hp> p{x.wq.view(), x.wk.view(), x.wv.view(), x.wo.view(),
+                                   x.bq.view(), x.bk.view(), x.bv.view(), x.bo.view()};
+        const auto r = self ? multi_head_attention(x.xq, x.xq, x.xq, p, o) : multi_head_attention(x.xq, x.xk, x.xv, p, o);
+        hp l = 0;
+        for (std::size_t n = 0; n < r.output.size(); ++n) l = l + g[n] * r.output[n];
+        return l;
+    };
+    const auto mq = to<mp>(xq), mk = to<mp>(xk), mv = to<mp>(xv);
+    const auto mwq = to<mp>(wq), mwk = to<mp>(wk), mwv = to<mp>(wv), mwo = to<mp>(wo);
+    const auto mbq = to<mp>(bq), mbk = to<mp>(bk), mbv = to<mp>(bv), mbo = to<mp>(bo);
+    const mha_parameters<mp> mpar{mwq.view(), mwk.view(), mwv.view(), mwo.view(), mbq.view(), mbk.view(), mbv.view(), mbo.view()};
+    double worst = 0;
+    for (backward_algorithm algorithm : {backward_algorithm::textbook, backward_algorithm::flash}) {
+        const auto a = multi_head_attention_backward(mq, mk, mv, mpar, o, to<mp>(dout), {algorithm});
+        const double w = std::max(
+            {max_difference(a.grad_x_q, central_differences(x.xq, loss)), max_difference(a.grad_x_k, central_differences(x.xk, loss)),
+             max_difference(a.grad_x_v, central_differences(x.xv, loss)), max_difference(a.grad_w_q, central_differences(x.wq, loss)),
+             max_difference(a.grad_w_k, central_differences(x.wk, loss)), max_difference(a.grad_w_v, central_differences(x.wv, loss)),
+             max_difference(a.grad_w_o, central_differences(x.wo, loss)), max_difference(a.grad_b_q, central_differences(x.bq, loss)),
+             max_difference(a.grad_b_k, central_differences(x.bk, loss)), max_difference(a.grad_b_v, central_differences(x.bv, loss)),
+             max_difference(a.grad_b_o, central_differences(x.bo, loss))});
+        worst = std::max(worst, w);
+        BOOST_TEST(w <= fd_tolerance);
+    }
+    // Self-attention: the caller sums the three input gradients.
+    self = true;
+    const auto a = multi_head_attention_backward(mq, mq, mq, mpar, o, to<mp>(dout));
+    tensor<mp, 3> sum(a.grad_x_q.extents());
+    for (std::size_t n = 0; n < sum.size(); ++n) sum[n] = a.grad_x_q[n] + a.grad_x_k[n] + a.grad_x_v[n];
+    const double w_self = max_difference(sum, central_differences(x.xq, loss));
+    BOOST_TEST(w_self <= fd_tolerance);
+    BOOST_TEST_MESSAGE("MHA: worst |analytic − finite difference| = " << std::max(worst, w_self));
+}
+
+namespace {
+
+/// First-order bound on |ĝ − g| for float64 gradients ĝ (see the derivation in the comment of
+/// float64_gradients_within_first_order_bound), from exact (MPFR) quantities.
+struct gradient_bounds {
+    tensor<double, 4> q, k, v, logits_row_sum;  // logits_row_sum: bound on |Σ_j dŜ_ij|, shape (B, H, Sq, 1)
+};
+
+gradient_bounds first_order_bounds(const sdpa_case& c, double u = 0x1p-53) {
+    const std::size_t group = c.heads / c.kv_heads;
+    const auto r = scaled_dot_product_attention(to<mp>(c.q), to<mp>(c.k), to<mp>(c.v), c.options);
+    const double s = c.options.scale ? *c.options.scale : 1 / std::sqrt(static_cast<double>(c.dk));
+    const double gamma = static_cast<double>(std::max({c.dk, c.dv, c.sk, c.sq * group}) + 10) * u;
+    gradient_bounds b{tensor<double, 4>({c.batch, c.heads, c.sq, c.dk}, 0.0), tensor<double, 4>({c.batch, c.kv_heads, c.sk, c.dk}, 0.0),
+                      tensor<double, 4>({c.batch, c.kv_heads, c.sk, c.dv}, 0.0), tensor<double, 4>({c.batch, c.heads, c.sq, 1}, 0.0)};
+    for (std::size_t bb = 0; bb < c.batch; ++bb)
+        for (std::size_t h = 0; h < c.heads; ++h)
+            for (std::size_t i = 0; i < c.sq; ++i) {
+                const std::size_t hk = h / group;
+                std::vector<double> p(c.sk), dp_abs(c.sk);
+                double logit_magnitude = 0, d_abs = 0;
+                bool empty = true;
+                for (std::size_t j = 0; j < c.sk; ++j) {
+                    p[j] = static_cast<double>(r.weights(bb, h, i, j));
+                    double qk = 0, ov = 0;
+                    for (std::size_t x = 0; x < c.dk; ++x) qk += std::fabs(c.q(bb, h, i, x) * c.k(bb, hk, j, x));
+                    for (std::size_t x = 0; x < c.dv; ++x) ov += std::fabs(c.grad_output(bb, h, i, x) * c.v(bb, hk, j, x));
+                    dp_abs[j] = ov;
+                    if (structurally_masked(c.options.mask, bb, h, i, j, c.sq, c.sk)) continue;
+                    empty = false;
+                    double m = s * qk;
+                    if (!c.slopes.empty()) m += c.slopes[h] * static_cast<double>(c.sq + c.sk);
+                    if (c.options.mask.additive.present()) m += std::fabs(c.options.mask.additive.at(bb, h, i, j));
+                    if (c.options.mask.seed.present()) m += 1e9 * c.options.mask.seed.at(bb, h, i, j);
+                    logit_magnitude = std::max(logit_magnitude, m);
+                    d_abs += p[j] * dp_abs[j];
+                }
+                if (empty) {  // only the uniform policy's dV_j += dO_i/Sk; nothing else
+                    for (std::size_t j = 0; j < c.sk; ++j)
+                        for (std::size_t x = 0; x < c.dv; ++x) b.v(bb, hk, j, x) += gamma * p[j] * std::fabs(c.grad_output(bb, h, i, x));
+                    continue;
+                }
+                const double lse = std::fabs(static_cast<double>(r.lse(bb, h, i)));
+                const double e_p = u * (2 * static_cast<double>(c.dk + 4) * logit_magnitude + 2 * lse + 2 * static_cast<double>(c.sk) + 10);
+                const double e_cap = c.options.softcap ? u * (4 + 2 * static_cast<double>(c.dk + 3) * logit_magnitude / *c.options.softcap) : 0;
+                const double rho = 4 * gamma + 2 * e_p + e_cap + 3 * u;
+                for (std::size_t j = 0; j < c.sk; ++j) {
+                    if (structurally_masked(c.options.mask, bb, h, i, j, c.sq, c.sk)) continue;
+                    const double m = p[j] * (dp_abs[j] + d_abs);  // |dS_ij| with absolute values throughout
+                    b.logits_row_sum(bb, h, i, 0) += rho * m;
+                    for (std::size_t x = 0; x < c.dk; ++x) {
+                        b.q(bb, h, i, x) += s * rho * m * std::fabs(c.k(bb, hk, j, x));
+                        b.k(bb, hk, j, x) += s * rho * m * std::fabs(c.q(bb, h, i, x));
+                    }
+                    for (std::size_t x = 0; x < c.dv; ++x)
+                        b.v(bb, hk, j, x) += (gamma + e_p) * p[j] * std::fabs(c.grad_output(bb, h, i, x));
+                }
+            }
+    return b;
+}
+
+/// max over elements of |a − b| / bound (0/0 counts as 0; a nonzero difference over a zero bound as ∞).
+template <class A, class B>
+double worst_ratio(const tensor<A, 4>& a, const tensor<B, 4>& b, const tensor<double, 4>& bound) {
+    double worst = 0;
+    for (std::size_t n = 0; n < a.size(); ++n) {
+        const double diff = std::fabs(static_cast<double>(hp(a[n]) - hp(b[n])));
+        if (diff == 0) continue;
+        worst = std::max(worst, bound[n] == 0 ? std::numeric_limits<double>::infinity() : diff / bound[n]);
+    }
+    return worst;
+}
+
+}  // namespace
+
+// (b) float64 vs MPFR. First-order analysis (u = 2^-53, n = max(dk, dv, Sk, Sq·H/Hkv) + 10, γ = n·u;
+// every sum of m terms carries ≤ (m + 1)u relative error on the sum of the magnitudes):
+//  - logits: |ΔS_ij| ≤ (dk + 3)u·L_i, L_i = max_j of s·Σ_c|q_ic k_jc| + ALiBi + |additive| + 1e9·seed;
+//  - P (forward's, or exp(S − lse) recomputed): |ΔP_ij| ≤ e_P·P_ij, e_P = u(2(dk + 4)L_i + 2|lse_i| + 2Sk + 10)
+//    (softmax's sensitivity doubles the logit error; Blanchard et al.'s (Sk + 3)u for the softmax
+//    itself; exp(S − lse) loses |S − lse|·u);
+//  - dP_ij = dO_i·v_j: ≤ γ·|dP|_ij with |dP|_ij = Σ_c|dO_ic v_jc|; D_i or r_i: ≤ (2γ + e_P)·D̄_i with
+//    D̄_i = Σ_j P_ij |dP|_ij (both Σ_j P dP and dO·O = Σ_c dO_c Σ_j P_j v_jc have this magnitude);
+//  - dS_ij = P_ij(dP_ij − D_i): ≤ (3γ + 2e_P)·M_ij, M_ij = P_ij(|dP|_ij + D̄_i); soft-capping multiplies
+//    by 1 − t² ≤ 1 computed with ≤ (4 + 2(dk + 3)L_i/cap)u absolute error (e_cap); the scale 3u;
+//  - dQ_ic = s·Σ_j g_ij k_jc: ≤ s·Σ_j ρ_i M_ij |k_jc|, ρ_i = 4γ + 2e_P + e_cap + 3u (one more γ for the
+//    sum); dK likewise with |q_ic| summed over the group's heads and rows; dV_jc = Σ P_ij dO_ic:
+//    ≤ Σ (γ + e_P)P_ij |dO_ic|;
+//  - Σ_j dŜ_ij (exactly 0): ≤ Σ_j ρ_i M_ij.
+// Second-order terms (products of two u's) are dropped: this is a first-order bound, asserted ≤ 1.
+template <class T>
+void check_within_first_order_bound(double u) {
+    double worst = 0;
+    std::string worst_name;
+    for (auto& c : all_cases()) {
+        const gradient_bounds b = first_order_bounds(*c, u);
+        const auto exact = scaled_dot_product_attention_backward(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v),
+                                                                 to<mp>(c->grad_output), c->options);
+        for (backward_algorithm algorithm : {backward_algorithm::textbook, backward_algorithm::flash}) {
+            const auto d = scaled_dot_product_attention_backward(to<T>(c->q), to<T>(c->k), to<T>(c->v), to<T>(c->grad_output),
+                                                                 c->options, {algorithm});
+            const double w = std::max({worst_ratio(d.grad_query, exact.grad_query, b.q), worst_ratio(d.grad_key, exact.grad_key, b.k),
+                                       worst_ratio(d.grad_value, exact.grad_value, b.v)});
+            BOOST_TEST_INFO(c->name << (algorithm == backward_algorithm::flash ? " flash" : " textbook"));
+            BOOST_TEST(w <= 1.0);
+            if (w > worst) {
+                worst = w;
+                worst_name = c->name + (algorithm == backward_algorithm::flash ? " flash" : " textbook");
+            }
+            // (c) Σ_j dŜ_ij = 0 within the bound; exactly (to 256 bits) in MPFR.
+            for (std::size_t n = 0; n < b.logits_row_sum.size(); ++n) {
+                const std::size_t sk = c->sk;
+                T sum = 0;
+                hp exact_sum = 0;
+                for (std::size_t j = 0; j < sk; ++j) {
+                    sum += d.grad_logits[n * sk + j];
+                    exact_sum = exact_sum + hp(exact.grad_logits[n * sk + j]);
+                }
+                BOOST_TEST(std::fabs(static_cast<double>(sum)) <= b.logits_row_sum[n]);
+                BOOST_TEST(std::fabs(static_cast<double>(exact_sum)) <= 1e-70);
+            }
+        }
+    }
+    BOOST_TEST_MESSAGE(scalar_traits<T>::name << " vs MPFR: worst |error| / first-order bound = " << worst << " ("
+                                              << worst_name << ")");
+}
+
+BOOST_AUTO_TEST_CASE(float64_gradients_within_first_order_bound) { check_within_first_order_bound<double>(0x1p-53); }
+// The same bound with u = 2^-24 (the inputs are exact in float).
+BOOST_AUTO_TEST_CASE(float32_gradients_within_first_order_bound) { check_within_first_order_bound<float>(0x1p-24); }
+
+// Interval arithmetic (MPFI, 130 bits): every operation encloses, so the computed gradient intervals
+// enclose the exact gradients (taken here from 256-bit MPFR, accurate to ~1e-75), for every case and
+// both algorithms — the same templated code path as for the floating-point types.
+BOOST_AUTO_TEST_CASE(mpfi_gradients_enclose_the_exact_ones) {
+    using I = mpfr_interval<40>;
+    double widest = 0;
+    for (auto& c : all_cases()) {
+        const auto exact = scaled_dot_product_attention_backward(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v),
+                                                                 to<mp>(c->grad_output), c->options);
+        for (backward_algorithm algorithm : {backward_algorithm::textbook, backward_algorithm::flash}) {
+            const auto g = scaled_dot_product_attention_backward(to<I>(c->q), to<I>(c->k), to<I>(c->v), to<I>(c->grad_output),
+                                                                 c->options, {algorithm});
+            bool ok = true;
+            auto check = [&](const tensor<I, 4>& enclosure, const tensor<mp, 4>& point) {
+                for (std::size_t n = 0; n < point.size(); ++n) {
+                    ok = ok && encloses(enclosure[n], point[n]);
+                    widest = std::max(widest, static_cast<double>(upper_end(enclosure[n]) - lower_end(enclosure[n])));
+                }
+            };
+            check(g.grad_query, exact.grad_query);
+            check(g.grad_key, exact.grad_key);
+            check(g.grad_value, exact.grad_value);
+            BOOST_TEST_INFO(c->name);
+            BOOST_TEST(ok);
+        }
+    }
+    BOOST_TEST_MESSAGE("MPFI: widest gradient enclosure " << widest);
+}
+
+// A mixed precision policy with an emulated format (FlashAttention-like: bf16 storage and P, float
+// accumulation, bf16 gradients): within the same first-order bound taken with bf16's u = 2^-8, which
+// over-covers every rounding of the pipeline (float's are smaller; rounding P and the gradients to
+// bf16 costs ≤ u relative, inside e_P's 10u and γ's 10u). Inputs rounded to bf16 first, so the exact
+// gradients are those of the same inputs.
+BOOST_AUTO_TEST_CASE(bfloat16_policy_within_first_order_bound) {
+    using policy = precision_policy<bfloat16, float, bfloat16, bfloat16>;
+    double worst = 0;
+    for (auto& c : all_cases()) {
+        for (tensor<double, 4>* t : {&c->q, &c->k, &c->v, &c->grad_output})
+            for (std::size_t n = 0; n < t->size(); ++n) (*t)[n] = static_cast<double>(bfloat16((*t)[n]));
+        const gradient_bounds b = first_order_bounds(*c, 0x1p-8);
+        const auto exact = scaled_dot_product_attention_backward(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v),
+                                                                 to<mp>(c->grad_output), c->options);
+        const auto q = to<bfloat16>(c->q), k = to<bfloat16>(c->k), v = to<bfloat16>(c->v), g = to<bfloat16>(c->grad_output);
+        for (backward_algorithm algorithm : {backward_algorithm::textbook, backward_algorithm::flash}) {
+            const auto d = scaled_dot_product_attention_backward<policy, bfloat16, bfloat16, bfloat16, bfloat16>(
+                q.view(), k.view(), v.view(), g.view(), c->options, {algorithm});
+            auto ratio = [](const tensor<bfloat16, 4>& x, const tensor<mp, 4>& y, const tensor<double, 4>& bound) {
+                return worst_ratio(to_tensor<double>(x.view()), y, bound);
+            };
+            const double w = std::max({ratio(d.grad_query, exact.grad_query, b.q), ratio(d.grad_key, exact.grad_key, b.k),
+                                       ratio(d.grad_value, exact.grad_value, b.v)});
+            BOOST_TEST_INFO(c->name);
+            BOOST_TEST(w <= 1.0);
+            worst = std::max(worst, w);
+        }
+    }
+    BOOST_TEST_MESSAGE("bf16 policy vs MPFR: worst |error| / first-order bound (u = 2^-8) = " << worst);
+}
+
+// (c) dV = Pᵀ·dO: the textbook algorithm reuses the forward's P, so in float64 it equals the sum
+// Σ_h Σ_i P_ij dO_i formed here in the documented order, bit for bit.
+BOOST_AUTO_TEST_CASE(grad_value_is_weights_transposed_times_grad_output) {
+    for (auto& c : all_cases()) {
+        const auto f = scaled_dot_product_attention(c->q, c->k, c->v, c->options);
+        const auto g = scaled_dot_product_attention_backward(c->q, c->k, c->v, c->grad_output, c->options);
+        const std::size_t group = c->heads / c->kv_heads;
+        for (std::size_t b = 0; b < c->batch; ++b)
+            for (std::size_t hk = 0; hk < c->kv_heads; ++hk)
+                for (std::size_t j = 0; j < c->sk; ++j)
+                    for (std::size_t x = 0; x < c->dv; ++x) {
+                        double acc = 0;
+                        for (std::size_t h = hk * group; h < (hk + 1) * group; ++h)
+                            for (std::size_t i = 0; i < c->sq; ++i) acc += f.weights(b, h, i, j) * c->grad_output(b, h, i, x);
+                        BOOST_TEST_INFO(c->name);
+                        BOOST_TEST(acc == g.grad_value(b, hk, j, x));
+                    }
+    }
+}
+
+// (c) Masked keys: dS_ij = 0 exactly wherever key j is masked for query i, and keys masked for every
+// query (padding) get dK = dV = 0 exactly, in float, double and both algorithms.
+template <class T>
+void check_masked_gradients_are_zero(const sdpa_case& c, backward_algorithm algorithm) {
+    const auto g = scaled_dot_product_attention_backward(to<T>(c.q), to<T>(c.k), to<T>(c.v), to<T>(c.grad_output), c.options,
+                                                         {algorithm});
+    const std::size_t group = c.heads / c.kv_heads;
+    for (std::size_t b = 0; b < c.batch; ++b)
+        for (std::size_t hk = 0; hk < c.kv_heads; ++hk)
+            for (std::size_t j = 0; j < c.sk; ++j) {
+                bool masked_for_all = true;
+                for (std::size_t h = hk * group; h < (hk + 1) * group; ++h)
+                    for (std::size_t i = 0; i < c.sq; ++i) {
+                        if (!structurally_masked(c.options.mask, b, h, i, j, c.sq, c.sk)) {
+                            masked_for_all = false;
+                            continue;
+                        }
+                        BOOST_TEST(g.grad_logits(b, h, i, j) == T(0));
+                    }
+                if (!masked_for_all) continue;
+                for (std::size_t x = 0; x < c.dk; ++x) BOOST_TEST(g.grad_key(b, hk, j, x) == T(0));
+                for (std::size_t x = 0; x < c.dv; ++x) BOOST_TEST(g.grad_value(b, hk, j, x) == T(0));
+            }
+}
+
+BOOST_AUTO_TEST_CASE(masked_keys_get_exactly_zero_gradient) {
+    for (auto& c : all_cases()) {
+        if (c->options.softmax.empty_rows == empty_row_policy::uniform) continue;  // averages masked keys too
+        for (backward_algorithm algorithm : {backward_algorithm::textbook, backward_algorithm::flash}) {
+            check_masked_gradients_are_zero<float>(*c, algorithm);
+            check_masked_gradients_are_zero<double>(*c, algorithm);
+        }
+    }
+    // The padding case has keys 2 and 3 of batch 1 masked for every query: not vacuous.
+    BOOST_TEST(structurally_masked(all_cases()[4]->options.mask, 1, 0, 0, 3, 3, 4));
+}
+
+// (c) GQA: dK, dV of a kv head equal the sums over its query heads of the gradients computed with
+// K, V repeat-interleaved (Hkv = H); in 256-bit MPFR, where the two summation orders agree to ~1e-75.
+BOOST_AUTO_TEST_CASE(gqa_gradients_are_sums_over_the_group) {
+    sdpa_case c;
+    c.heads = 4;
+    c.kv_heads = 2;
+    c.options.mask.causal = true;
+    c.options.placement = scale_placement::split_sqrt;
+    c.make_inputs(900);
+    const std::size_t group = 2;
+    tensor<double, 4> k_rep({1, 4, c.sk, c.dk}), v_rep({1, 4, c.sk, c.dv});
+    for (std::size_t h = 0; h < 4; ++h)
+        for (std::size_t j = 0; j < c.sk; ++j) {
+            for (std::size_t x = 0; x < c.dk; ++x) k_rep(0, h, j, x) = c.k(0, h / group, j, x);
+            for (std::size_t x = 0; x < c.dv; ++x) v_rep(0, h, j, x) = c.v(0, h / group, j, x);
+        }
+    for (backward_algorithm algorithm : {backward_algorithm::textbook, backward_algorithm::flash}) {
+        const auto gqa = scaled_dot_product_attention_backward(to<mp>(c.q), to<mp>(c.k), to<mp>(c.v), to<mp>(c.grad_output),
+                                                               c.options, {algorithm});
+        const auto rep = scaled_dot_product_attention_backward(to<mp>(c.q), to<mp>(k_rep), to<mp>(v_rep),
+                                                               to<mp>(c.grad_output), c.options, {algorithm});
+        BOOST_TEST(max_difference(gqa.grad_query, rep.grad_query) <= 1e-70);
+        double worst = 0;
+        for (std::size_t hk = 0; hk < 2; ++hk)
+            for (std::size_t j = 0; j < c.sk; ++j) {
+                for (std::size_t x = 0; x < c.dk; ++x)
+                    worst = std::max(worst, std::fabs(static_cast<double>(gqa.grad_key(0, hk, j, x) - rep.grad_key(0, 2 * hk, j, x) -
+                                                                          rep.grad_key(0, 2 * hk + 1, j, x))));
+                for (std::size_t x = 0; x < c.dv; ++x)
+                    worst = std::max(worst, std::fabs(static_cast<double>(gqa.grad_value(0, hk, j, x) - rep.grad_value(0, 2 * hk, j, x) -
+                                                                          rep.grad_value(0, 2 * hk + 1, j, x))));
+            }
+        BOOST_TEST(worst <= 1e-70);
+        // Not vacuous: each head of a group contributes.
+        BOOST_TEST(std::fabs(static_cast<double>(rep.grad_key(0, 1, 0, 0))) > 1e-6);
+    }
+}
+
+// (c) Empty rows under the nan policy: the row's dQ and dS and its kv head's dK, dV are NaN; the other
+// batch is untouched (finite). Under zero they are exactly 0 (no FD needed: the output is constant 0).
+BOOST_AUTO_TEST_CASE(empty_rows_nan_and_zero_policies) {
+    sdpa_case c;
+    c.batch = 2;
+    c.key_lengths = {4, 0};  // batch 1 has no key at all
+    c.options.mask.key_lengths = c.key_lengths;
+    c.make_inputs(950);
+    for (backward_algorithm algorithm : {backward_algorithm::textbook, backward_algorithm::flash}) {
+        c.options.softmax.empty_rows = empty_row_policy::nan;
+        const auto n = scaled_dot_product_attention_backward(c.q, c.k, c.v, c.grad_output, c.options, {algorithm});
+        BOOST_TEST((is_nan(n.grad_query(1, 0, 2, 1)) && is_nan(n.grad_key(1, 0, 3, 0)) && is_nan(n.grad_value(1, 0, 0, 1)) &&
+                    is_nan(n.grad_logits(1, 1, 0, 0))));
+        BOOST_TEST(std::isfinite(n.grad_query(0, 1, 2, 1)));
+        BOOST_TEST(std::isfinite(n.grad_key(0, 0, 3, 2)));
+        c.options.softmax.empty_rows = empty_row_policy::zero;
+        const auto z = scaled_dot_product_attention_backward(c.q, c.k, c.v, c.grad_output, c.options, {algorithm});
+        for (std::size_t x = 0; x < c.dk; ++x) BOOST_TEST((z.grad_query(1, 1, 0, x) == 0 && z.grad_key(1, 0, 0, x) == 0));
+        BOOST_TEST(z.grad_key(0, 0, 0, 0) == n.grad_key(0, 0, 0, 0));
+    }
+}
+
+// Results do not depend on the thread count (SDPA over (batch, kv head) tasks; MHA's projections).
+BOOST_AUTO_TEST_CASE(gradients_do_not_depend_on_thread_count) {
+    auto c = std::move(all_cases()[4]);  // key padding, B = 2
+    const auto one = scaled_dot_product_attention_backward(c->q, c->k, c->v, c->grad_output, c->options);
+    c->options.threads = 3;
+    const auto three = scaled_dot_product_attention_backward(c->q, c->k, c->v, c->grad_output, c->options);
+    BOOST_TEST(one.grad_query.storage() == three.grad_query.storage());
+    BOOST_TEST(one.grad_key.storage() == three.grad_key.storage());
+    BOOST_TEST(one.grad_value.storage() == three.grad_value.storage());
+
+    const auto x = random_tensor<double, 3>({2, 5, 8}, 31), dout = random_tensor<double, 3>({2, 5, 6}, 34);
+    const auto w = random_tensor<double, 2>({8, 8}, 32), wo = random_tensor<double, 2>({8, 6}, 33);
+    const mha_parameters<double> p{w.view(), w.view(), w.view(), wo.view()};
+    mha_options o{2, 2, {}};
+    o.attention.threads = 1;
+    const auto a = multi_head_attention_backward(x, x, x, p, o, dout);
+    o.attention.threads = 4;
+    const auto b = multi_head_attention_backward(x, x, x, p, o, dout);
+    BOOST_TEST(a.grad_x_q.storage() == b.grad_x_q.storage());
+    BOOST_TEST(a.grad_w_k.storage() == b.grad_w_k.storage());
+    BOOST_TEST(a.grad_w_o.storage() == b.grad_w_o.storage());
+    BOOST_TEST(a.grad_b_v.storage() == b.grad_b_v.storage());
+}
+
+// (d) The two algorithms: within float64 rounding of each other (the sum of their first-order bounds),
+// and in float32 they round differently (at least one element differs).
+BOOST_AUTO_TEST_CASE(textbook_and_flash_agree_in_float64_and_round_differently_in_float32) {
+    for (auto& c : all_cases()) {
+        const gradient_bounds b = first_order_bounds(*c);
+        const auto t = scaled_dot_product_attention_backward(c->q, c->k, c->v, c->grad_output, c->options);
+        const auto f = scaled_dot_product_attention_backward(c->q, c->k, c->v, c->grad_output, c->options,
+                                                             {backward_algorithm::flash});
+        BOOST_TEST_INFO(c->name);
+        BOOST_TEST(std::max({worst_ratio(t.grad_query, f.grad_query, b.q), worst_ratio(t.grad_key, f.grad_key, b.k),
+                             worst_ratio(t.grad_value, f.grad_value, b.v)}) <= 2.0);
+    }
+    sdpa_case c;
+    c.heads = 2;
+    c.kv_heads = 2;
+    c.sq = 16;
+    c.sk = 32;
+    c.dk = 16;
+    c.dv = 16;
+    c.make_inputs(1234);
+    const auto t = scaled_dot_product_attention_backward(to<float>(c.q), to<float>(c.k), to<float>(c.v), to<float>(c.grad_output),
+                                                         c.options);
+    const auto f = scaled_dot_product_attention_backward(to<float>(c.q), to<float>(c.k), to<float>(c.v), to<float>(c.grad_output),
+                                                         c.options, {backward_algorithm::flash});
+    std::size_t differ = 0;
+    for (std::size_t n = 0; n < t.grad_query.size(); ++n) differ += t.grad_query[n] != f.grad_query[n];
+    for (std::size_t n = 0; n < t.grad_value.size(); ++n) differ += t.grad_value[n] != f.grad_value[n];
+    BOOST_TEST_MESSAGE("float32: " << differ << " of " << t.grad_query.size() + t.grad_value.size()
+                                   << " dQ, dV elements differ between textbook and flash");
+    BOOST_TEST(differ > 0u);
+}
+
+// Shapes: every gradient view is checked, the error names it.
+BOOST_AUTO_TEST_CASE(shape_errors_name_the_gradient) {
+    const auto q = random_tensor<double, 4>({1, 2, 3, 4}, 1), k = random_tensor<double, 4>({1, 1, 5, 4}, 2),
+               v = random_tensor<double, 4>({1, 1, 5, 2}, 3);
+    const auto bad = random_tensor<double, 4>({1, 2, 3, 3}, 4);
+    try {
+        scaled_dot_product_attention_backward(q, k, v, bad);
+        BOOST_FAIL("expected shape_error");
+    } catch (const shape_error& e) {
+        BOOST_TEST(std::string(e.what()) == "grad_output axis 3 (head dim): expected 2, got 3");
+    }
+}
