@@ -208,6 +208,10 @@ private:
                 p += "[" + std::to_string(f.index) + "]";
             }
         }
+        if (p.size() > 60) {  // a deep path stays a short line
+            p.resize(57);
+            p.append("...");  // append, not operator+: GCC 12 -Wrestrict false positive
+        }
         return p;
     }
     const std::string& file_;
@@ -280,7 +284,10 @@ void write_file_atomic(const fs::path& path, const std::string& text, bool overw
     const std::string name = path.string();
     if (path.filename().empty()) throw data_error(name + ": file: path has no file name");
     fs::path tmp = path;
-    tmp.replace_filename("." + path.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::string temporary = ".";  // appends, not operator+: GCC 12 -Wrestrict false positive
+    temporary.append(path.filename().string()).append(".tmp-").append(std::to_string(::getpid()));
+    temporary.append("-").append(std::to_string(counter++));
+    tmp.replace_filename(temporary);
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0) throw data_error(name + ": file: cannot create a temporary file next to it: " + std::strerror(errno));
     std::size_t done = 0;
