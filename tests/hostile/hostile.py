@@ -26,7 +26,7 @@ import numpy as np
 ATTNREF, GOLDEN, WORK, CATEGORY = sys.argv[1:5]
 RLIMIT = '--no-rlimit' not in sys.argv[5:]
 AS_LIMIT = 1 << 30
-TIMEOUT = 60
+TIMEOUT = int(os.environ.get('ATTNREF_PROBE_TIMEOUT', '60'))  # seconds; a hang fails the probe
 failures = []
 count = 0
 
