@@ -248,6 +248,13 @@ loaded_case load_case(const fs::path& dir) {
         }
         if (digest != t.sha256)
             throw data_error(p.string() + ": sha256 " + digest + " does not match " + manifest_file + " field '" + field + ".sha256'");
+        // Every tensor's header must be the manifest's dtype and shape (checked against the case by
+        // parse_manifest) now, not only when a later step happens to read it.
+        try {
+            (void)npy::read_header(p, npy::expectation{{t.dtype}, t.shape});
+        } catch (const npy::error& e) {
+            throw data_error(e.what());
+        }
     }
     for (const input_tensor_layout& layout : input_layout(s)) {
         const std::string role(generator::role_name(layout.role));

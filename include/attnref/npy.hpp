@@ -569,7 +569,38 @@ inline array parse(std::span<const std::byte> bytes, std::string_view source_nam
 ///   checked against the file's size and against `want` (descr, shape, byte cap);
 /// - then exactly the promised data block is allocated and read, and the file must end there (a
 ///   file that grows while being read is an error, not a larger allocation).
-inline array read(const std::filesystem::path& path, const expectation& want = {}) {
+inline array read(const std::filesystem::path& path, const expectation& want = {});
+
+/// What read() checks before reading the data block (regular file, header, size, `want`), without
+/// reading it: the returned array has its descr and shape and no data.
+inline array read_header(const std::filesystem::path& path, const expectation& want = {}) {
+    expectation header_only = want;
+    header_only.max_data_bytes = 0;  // never read data: a non-empty block ends the read below
+    try {
+        return read(path, header_only);
+    } catch (const error& e) {
+        // Only the byte cap, which read_header itself added, may refuse: re-check with the caller's.
+        if (std::string_view(e.what()).find("exceeds the reader's limit of 0 bytes") == std::string_view::npos) throw;
+    }
+    array a;
+    {
+        namespace fs = std::filesystem;
+        std::error_code ec;
+        const std::uintmax_t file_size = fs::file_size(path, ec);
+        std::ifstream in(path, std::ios::binary);
+        const std::size_t prefix_size = static_cast<std::size_t>(std::min<std::uintmax_t>(file_size, 12 + detail::max_header_length));
+        std::vector<std::byte> prefix(prefix_size);
+        in.read(reinterpret_cast<char*>(prefix.data()), static_cast<std::streamsize>(prefix_size));
+        if (ec || static_cast<std::size_t>(in.gcount()) != prefix_size)
+            detail::fail(path.string(), "file", "read error (the file changed while being read)");
+        detail::header_info h = detail::parse_header(prefix, file_size, path.string());
+        detail::check_expectation(h, want, path.string());
+        a = std::move(h.meta);
+    }
+    return a;
+}
+
+inline array read(const std::filesystem::path& path, const expectation& want) {
     namespace fs = std::filesystem;
     const std::string source = path.string();
     std::error_code ec;
