@@ -56,7 +56,7 @@ def main():
     out = os.path.join(out_dir, "python_gate_output.npy")
     np.save(out, mha(case_dir).astype(np.float32))
     return subprocess.call([binary, "check", "--golden", case_dir, "--output", out,
-                            "--junit", os.path.join(out_dir, "python_gate.junit.xml")])
+                            "--junit", os.path.join(out_dir, "python_gate.junit.xml"), "--force"])
 
 
 if __name__ == "__main__":

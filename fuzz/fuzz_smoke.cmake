@@ -1,7 +1,7 @@
 # Builds one libFuzzer target with clang++ and runs it over a copy of its seed corpus.
 # Invoked by add_test (fuzz/CMakeLists.txt) as
 #   cmake -DCLANGXX=... -DSOURCE=x.fuzz.cpp -DCORPUS=dir -DWORK_DIR=dir -DINCLUDE_DIR=dir
-#         -DSECONDS=20 [-DEXTRA_FLAGS=a|b] -P fuzz_smoke.cmake
+#         -DSECONDS=20 [-DEXTRA_FLAGS=a|b] [-DDICT=x.dict] [-DMAX_LEN=bytes] -P fuzz_smoke.cmake
 # Fails on a compile error, a crash, a sanitizer report or a timeout. Prints ATTNREF_FUZZ_SKIPPED
 # (which the test treats as "skipped") when clang++ or libFuzzer is unavailable.
 
@@ -46,8 +46,15 @@ list(LENGTH seeds seed_count)
 if(seed_count EQUAL 0)
   message(FATAL_ERROR "empty seed corpus ${CORPUS}")
 endif()
+set(options)
+if(DICT)
+  list(APPEND options -dict=${DICT})
+endif()
+if(MAX_LEN)
+  list(APPEND options -max_len=${MAX_LEN})
+endif()
 message("fuzzing ${name} for ${SECONDS} s from ${seed_count} seeds")
-execute_process(COMMAND ${fuzzer} -max_total_time=${SECONDS} -timeout=10 -rss_limit_mb=2048
+execute_process(COMMAND ${fuzzer} -max_total_time=${SECONDS} -timeout=10 -rss_limit_mb=2048 ${options}
                         -print_final_stats=1 -artifact_prefix=${WORK_DIR}/artifacts/ ${corpus}
   WORKING_DIRECTORY ${WORK_DIR} RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)

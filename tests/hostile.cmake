@@ -1,1 +1,24 @@
 # CTest registrations owned by the hostile work (issue 9/10); included from tests/CMakeLists.txt.
+# Hostile-input probes (issue 10): tests/hostile/hostile.py drives the built `attnref` with FIFOs,
+# devices, symlinks, deep JSON, huge shapes, duplicate keys, shell metacharacters, concurrent runs
+# and closed pipes, one CTest per category; each probe has a timeout and (except under the
+# sanitizers, which reserve terabytes of address space) a 1 GiB address-space limit.
+if(TARGET attnref_cli)
+  set(_hostile_rlimit)
+  if(ATTNREF_SANITIZE)
+    set(_hostile_rlimit --no-rlimit)
+  endif()
+  foreach(_category memory deep sizes lost shell hang strict flags concurrent exits)
+    add_test(NAME hostile_${_category}
+      COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/hostile/hostile.py $<TARGET_FILE:attnref_cli>
+              ${PROJECT_SOURCE_DIR}/golden ${CMAKE_CURRENT_BINARY_DIR}/hostile ${_category} ${_hostile_rlimit})
+    set_tests_properties(hostile_${_category} PROPERTIES TIMEOUT 300 ENVIRONMENT XDG_CACHE_HOME=${CMAKE_CURRENT_BINARY_DIR}/hostile/cache)
+  endforeach()
+endif()
+# tests/runtime/hostile.test.cpp calls verify/safe_io and the manifest parser directly.
+if(TARGET attnref_verify)
+  target_link_libraries(hostile.test PRIVATE attnref_verify)
+else()
+  set_target_properties(hostile.test PROPERTIES EXCLUDE_FROM_ALL ON)
+  set_tests_properties(hostile PROPERTIES DISABLED ON)
+endif()

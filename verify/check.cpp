@@ -34,6 +34,8 @@
 #include "commands.hpp"
 #include "compute.hpp"
 #include "golden_case.hpp"
+#include "safe_io.hpp"
+#include "sha256.hpp"
 
 namespace attnref::verify {
 
@@ -125,6 +127,9 @@ std::optional<std::vector<double>> read_in_place(const std::string& file, const 
 /// Reads a candidate .npy as doubles; '<u2' is decoded as bfloat16 bit patterns.
 std::vector<double> read_candidate(const std::string& file, const std::vector<std::size_t>& shape,
                                    std::optional<tol::candidate_format>& format) {
+    // Regular files only (a FIFO or device would block or stream forever), and nothing is allocated
+    // before the header has been checked against `shape` and the file's size.
+    require_regular_file(file, "candidate file");
     std::string fast_descr;
     if (std::optional<std::vector<double>> r = read_in_place(file, shape, fast_descr)) {
         const auto from_descr = fast_descr == "<f8" ? tol::candidate_format::float64 : tol::candidate_format::float32;
@@ -133,12 +138,10 @@ std::vector<double> read_candidate(const std::string& file, const std::vector<st
     }
     npy::array a;
     try {
-        a = npy::read(file);
+        a = npy::read(file, npy::expectation{{"<f8", "<f4", "<f2", "<u2"}, shape});
     } catch (const npy::error& e) {
         throw data_error(e.what());
     }
-    if (a.shape != shape)
-        throw data_error(file + ": header field 'shape': expected " + shape_text(shape) + ", got " + shape_text(a.shape));
     std::optional<tol::candidate_format> from_descr;
     if (a.descr == "<f8") from_descr = tol::candidate_format::float64;
     else if (a.descr == "<f4") from_descr = tol::candidate_format::float32;
@@ -165,9 +168,12 @@ const tensor_entry* find_entry(const manifest& m, const std::string& role) {
     return nullptr;
 }
 
+/// A golden tensor, whose manifest entry's dtype and shape parse_manifest has checked against the
+/// case's shapes: the file must be a regular file inside the case with exactly that header.
 std::vector<double> read_reference(const fs::path& dir, const tensor_entry& t) {
+    require_regular_file(dir / t.file, "golden tensor", dir);
     try {
-        return npy::to_double(npy::read(dir / t.file));
+        return npy::to_double(npy::read(dir / t.file, npy::expectation{{t.dtype}, t.shape}));
     } catch (const npy::error& e) {
         throw data_error(e.what());
     }
@@ -615,16 +621,37 @@ std::string report_junit(const check_result& r) {
 }
 
 namespace {
-void write_text(const std::string& file, const std::string& text) {
-    std::ofstream f(file, std::ios::binary);
-    f << text;
-    if (!f.flush()) throw data_error(file + ": cannot write");
+/// Reports are written atomically (temporary file + rename/link); an existing file only with --force.
+void write_text(const std::string& file, const std::string& text, bool force) { write_file_atomic(file, text, force); }
+
+/// Refuses report paths that would lose a file: --json and --junit naming the same file, a report
+/// over an input (the candidate's files, anything in the golden case, the case directory itself),
+/// and an existing file without --force. Checked before the check runs (exit 2).
+void check_report_paths(const std::string& golden, const std::vector<std::string>& inputs, const std::string& json,
+                        const std::string& junit, bool force) {
+    if (!json.empty() && !junit.empty() && (json == junit || same_file(json, junit)))
+        throw data_error("command line: --json and --junit: the same file '" + json + "' for both reports");
+    std::error_code ec;
+    for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--json", json}, {"--junit", junit}}) {
+        if (path.empty()) continue;
+        const fs::path p(path);
+        for (const std::string& in : inputs)
+            if (!in.empty() && (p == fs::path(in) || same_file(p, in)))
+                throw data_error("command line: " + std::string(flag) + ": '" + path + "' is an input of this check; refused");
+        const fs::path parent = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+        if (same_file(parent, golden) || same_file(p, golden))
+            throw data_error("command line: " + std::string(flag) + ": '" + path + "' is inside the golden case " + golden + "; refused");
+        if (fs::exists(fs::symlink_status(p, ec)) && !force)
+            throw data_error("command line: " + std::string(flag) + ": '" + path + "' exists; not overwritten (use --force)");
+    }
 }
 }  // namespace
 
 void register_check(CLI::App& app) {
     struct args {
         std::string golden, output, weights, lse, dtype, tolerance = "data-aware", json, junit, empty_lse = "-inf";
+        bool force = false;
+        std::string max_memory;
     };
     auto a = std::make_shared<args>();
     CLI::App* c = app.add_subcommand("check", "Gate an implementation's outputs (.npy) against a golden case");
@@ -644,6 +671,8 @@ void register_check(CLI::App& app) {
         ->capture_default_str();
     c->add_option("--json", a->json, "also write the report as JSON");
     c->add_option("--junit", a->junit, "also write the report as JUnit XML");
+    c->add_flag("--force", a->force, "overwrite existing --json/--junit files (never an input)");
+    c->add_option("--max-memory", a->max_memory, "refuse cases estimated to need more memory (bytes, K/M/G/T suffix; default 4G)");
     c->callback([a] {
         check_request rq;
         rq.golden = a->golden;
@@ -651,16 +680,31 @@ void register_check(CLI::App& app) {
         rq.weights = a->weights;
         rq.lse = a->lse;
         if (!a->dtype.empty()) rq.dtype = tol::format_from_name(a->dtype);
+        if (!a->max_memory.empty()) set_max_memory(parse_memory_size(a->max_memory, "--max-memory"));
+        check_report_paths(a->golden, {a->output, a->weights, a->lse}, a->json, a->junit, a->force);
         rq.model = *tol::model_from_name(a->tolerance);
         rq.empty_lse = a->empty_lse == "+inf" ? empty_row_lse::plus_inf : a->empty_lse == "any" ? empty_row_lse::any : empty_row_lse::minus_inf;
         const check_result r = run_check(rq);
         std::fputs(report_table(r, ::isatty(fileno(stdout)) != 0).c_str(), stdout);
         std::fflush(stdout);
-        if (!a->json.empty()) write_text(a->json, report_json(r));
-        if (!a->junit.empty()) write_text(a->junit, report_junit(r));
+        // The verdict survives a failure to write a report: each failure is reported on its own line
+        // and the exit code stays 1 for a failed check (2 only when the check passed).
+        std::string report_error;
+        for (const auto& [path, text] : {std::pair<const std::string&, std::string>{a->json, a->json.empty() ? "" : report_json(r)},
+                                         {a->junit, a->junit.empty() ? "" : report_junit(r)}}) {
+            if (path.empty()) continue;
+            try {
+                write_text(path, text, a->force);
+            } catch (const data_error& e) {
+                std::fprintf(stderr, "%s\n", printable(e.what()).c_str());
+                if (report_error.empty()) report_error = e.what();
+            }
+        }
         if (r.overall != verdict::pass)
-            throw check_failure(fmt::format("check {} for case {} ({}): {}", r.overall == verdict::fail ? "failed" : "inconclusive",
-                                            r.case_name, a->output, r.reason));
+            throw check_failure(fmt::format("check {} for case {} ({}): {}{}", r.overall == verdict::fail ? "failed" : "inconclusive",
+                                            r.case_name, a->output, r.reason,
+                                            report_error.empty() ? "" : "; a report could not be written"));
+        if (!report_error.empty()) throw data_error(report_error);
     });
 }
 

@@ -1,6 +1,7 @@
 /// `attnref generate`: certified golden cases from the suite or from command-line flags.
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include "commands.hpp"
 #include "golden_case.hpp"
 #include "manifest.hpp"
+#include "safe_io.hpp"
 #include "summary.hpp"
 
 namespace attnref::verify {
@@ -45,10 +47,24 @@ struct generate_args {
     std::string input_format = "float64";
     std::uint64_t seed = 0;
     std::vector<std::string> targets;
+    std::string max_memory;
 };
+
+/// Bytes per value `generate` budgets for: the certification holds MPFI intervals (two MPFR numbers
+/// with heap limbs, about 100-200 bytes each) for inputs, intermediates and outputs.
+constexpr std::uint64_t interval_bytes_per_value = 256;
 
 /// The ad-hoc case as suite JSON, parsed by the same strict reader as golden/suite.json.
 case_spec ad_hoc_case(const generate_args& a) {
+    // Non-finite numbers would be written to JSON as null (the default), silently: refuse them.
+    auto finite_positive = [](const char* flag, const std::optional<double>& v) {
+        if (v && !(std::isfinite(*v) && *v > 0))
+            throw data_error(std::string("command line: ") + flag + ": expected a positive finite number, got " + std::to_string(*v));
+    };
+    finite_positive("--scale", a.scale);
+    finite_positive("--softcap", a.softcap);
+    for (double slope : a.alibi_slopes)
+        if (!std::isfinite(slope)) throw data_error("command line: --alibi-slopes: expected finite numbers, got " + std::to_string(slope));
     nlohmann::ordered_json c;
     c["name"] = a.name;
     c["description"] = a.description;
@@ -74,11 +90,14 @@ case_spec ad_hoc_case(const generate_args& a) {
     if (!a.window_left.empty() || !a.window_right.empty()) {
         auto bound = [](const std::string& s) -> nlohmann::ordered_json {
             if (s.empty() || s == "none") return nullptr;
-            try {
-                return static_cast<std::uint64_t>(std::stoull(s));
-            } catch (const std::exception&) {
-                throw data_error("command line: --window-left/--window-right: expected a non-negative integer or 'none', got '" + s + "'");
+            // Digits only: std::stoull would accept "-1" (wrapping to 2^64 − 1) and leading spaces.
+            if (s.find_first_not_of("0123456789") == std::string::npos && s.size() <= 20) {
+                try {
+                    return static_cast<std::uint64_t>(std::stoull(s));
+                } catch (const std::exception&) {
+                }
             }
+            throw data_error("command line: --window-left/--window-right: expected a non-negative integer or 'none', got '" + s + "'");
         };
         cv["window"] = {{"left", bound(a.window_left)}, {"right", bound(a.window_right)}};
     }
@@ -133,6 +152,15 @@ void run_generate(const generate_args& a) {
         }
     }
     std::size_t threads = a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency());
+    if (!a.max_memory.empty()) set_max_memory(parse_memory_size(a.max_memory, "--max-memory"));
+    for (std::size_t i = 0; i < cases.size(); ++i)
+        check_case_memory(cases[i], a.name.empty() ? a.suite + " case '" + cases[i].name + "'" : std::string("command line"),
+                          interval_bytes_per_value);
+    if (!a.verify) {
+        std::error_code ec;
+        fs::create_directories(out, ec);
+        if (ec) throw data_error(out.string() + ": cannot create the directory: " + ec.message());
+    }
 
     std::vector<case_outcome> outcomes(cases.size());
     std::mutex io;
@@ -151,6 +179,11 @@ void run_generate(const generate_args& a) {
         o.certified = g.certified_elements;
         o.escalated = g.escalated_elements;
         const fs::path dir = out / s.name;
+        // Compare and publish under an exclusive lock on --out: a concurrent `generate` into the
+        // same directory waits, then sees this case as written (unchanged or CONFLICT), so no run
+        // silently replaces another's case.
+        std::optional<directory_lock> lock;
+        if (!a.verify) lock.emplace(out);
         const comparison c = compare_case(dir, g);
         if (a.verify) {
             o.status = c.identical ? "identical" : "DIFFERS";
@@ -231,27 +264,30 @@ void register_generate(CLI::App& app) {
     g->add_flag("--force", a->force, "overwrite existing cases whose content differs");
     g->add_flag("--verify", a->verify, "regenerate in memory and compare with the files on disk; write nothing; exit 1 on any difference");
     g->add_flag("--quiet", a->quiet, "no progress lines on stderr");
-    g->add_option("--threads", a->threads, "threads (0 = all cores); results do not depend on it")->capture_default_str();
+    g->add_option("--threads", a->threads, "threads (0 = all cores); results do not depend on it")
+        ->check(unsigned_text())->capture_default_str();
+    g->add_option("--max-memory", a->max_memory,
+                  "refuse cases estimated to need more memory (bytes, K/M/G/T suffix; default 4G; 256 bytes per value)");
     auto* adhoc = "Ad-hoc case";
     g->add_option("--name", a->name, "ad-hoc case name ([a-z0-9_]); enables the flags below")->group(adhoc);
     g->add_option("--description", a->description, "one-line description")->group(adhoc);
     g->add_option("--kind", a->kind, "sdpa or mha")->check(CLI::IsMember({"sdpa", "mha"}))->group(adhoc);
-    g->add_option("--batch", a->batch, "B")->group(adhoc);
-    g->add_option("--heads", a->heads, "H (query heads)")->group(adhoc);
-    g->add_option("--kv-heads", a->kv_heads, "H_kv (default H)")->group(adhoc);
-    g->add_option("--sq", a->sq, "query length")->group(adhoc);
-    g->add_option("--sk", a->sk, "key length (default Sq)")->group(adhoc);
-    g->add_option("--dk", a->dk, "head dimension of q and k")->group(adhoc);
-    g->add_option("--dv", a->dv, "head dimension of v (default dk)")->group(adhoc);
-    g->add_option("--model-dim", a->model_dim, "mha: embedding dimension (default H*dk)")->group(adhoc);
-    g->add_option("--output-dim", a->output_dim, "mha: output features (default model dim)")->group(adhoc);
+    g->add_option("--batch", a->batch, "B")->check(unsigned_text())->group(adhoc);
+    g->add_option("--heads", a->heads, "H (query heads)")->check(unsigned_text())->group(adhoc);
+    g->add_option("--kv-heads", a->kv_heads, "H_kv (default H)")->check(unsigned_text())->group(adhoc);
+    g->add_option("--sq", a->sq, "query length")->check(unsigned_text())->group(adhoc);
+    g->add_option("--sk", a->sk, "key length (default Sq)")->check(unsigned_text())->group(adhoc);
+    g->add_option("--dk", a->dk, "head dimension of q and k")->check(unsigned_text())->group(adhoc);
+    g->add_option("--dv", a->dv, "head dimension of v (default dk)")->check(unsigned_text())->group(adhoc);
+    g->add_option("--model-dim", a->model_dim, "mha: embedding dimension (default H*dk)")->check(unsigned_text())->group(adhoc);
+    g->add_option("--output-dim", a->output_dim, "mha: output features (default model dim)")->check(unsigned_text())->group(adhoc);
     g->add_flag("--bias", a->bias, "mha: projections with biases")->group(adhoc);
     g->add_option("--causal", a->causal, "causal mask alignment: top_left or bottom_right")
         ->check(CLI::IsMember({"top_left", "bottom_right"}))->group(adhoc);
     g->add_option("--diagonal-offset", a->diagonal_offset, "diagonal offset (ONNX past length)")->group(adhoc);
     g->add_option("--window-left", a->window_left, "sliding window: keys before the diagonal (or none)")->group(adhoc);
     g->add_option("--window-right", a->window_right, "sliding window: keys after the diagonal (or none)")->group(adhoc);
-    g->add_option("--key-lengths", a->key_lengths, "valid keys per batch (key padding)")->delimiter(',')->group(adhoc);
+    g->add_option("--key-lengths", a->key_lengths, "valid keys per batch (key padding)")->delimiter(',')->check(unsigned_text())->group(adhoc);
     g->add_flag("--boolean-mask", a->boolean_mask, "a generated boolean mask (B, H, Sq, Sk)")->group(adhoc);
     g->add_option("--polarity", a->polarity, "boolean mask polarity")
         ->check(CLI::IsMember({"true_means_attend", "true_means_masked"}))->group(adhoc);
@@ -266,7 +302,7 @@ void register_generate(CLI::App& app) {
     g->add_option("--alibi-slopes", a->alibi_slopes, "ALiBi slopes, one per head")->delimiter(',')->group(adhoc);
     g->add_option("--input-format", a->input_format, "float64, float32, bfloat16 or float16")
         ->check(CLI::IsMember({"float64", "float32", "bfloat16", "float16"}))->group(adhoc);
-    g->add_option("--seed", a->seed, "generator seed")->group(adhoc);
+    g->add_option("--seed", a->seed, "generator seed")->check(unsigned_text())->group(adhoc);
     g->add_option("--targets", a->targets, "extra correctly rounded copies: float32, bfloat16, float16")->delimiter(',')->group(adhoc);
     g->add_flag("--no-weights", a->no_weights, "do not store the attention weights P")->group(adhoc);
     g->add_flag("--no-lse", a->no_lse, "do not store the log-sum-exp")->group(adhoc);

@@ -1,5 +1,6 @@
 #include "golden_case.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include "attnref/certify.hpp"
 #include "attnref/formats.hpp"
 #include "attnref/multiprecision.hpp"
+#include "safe_io.hpp"
 #include "sha256.hpp"
 
 namespace attnref::verify {
@@ -190,6 +192,8 @@ generated_case generate_case(const case_spec& spec, std::size_t threads, const s
         }
     }
     const std::string text = manifest_text(g.m);
+    // generate never writes a case its own parser rejects.
+    (void)parse_manifest(text, spec.name + "/manifest.json (as generated)");
     case_file mf{"manifest.json", {}};
     mf.bytes.resize(text.size());
     std::memcpy(mf.bytes.data(), text.data(), text.size());
@@ -200,7 +204,14 @@ generated_case generate_case(const case_spec& spec, std::size_t threads, const s
 
 namespace {
 
-bool read_bytes(const fs::path& p, std::vector<std::byte>& out) {
+bool read_bytes(const fs::path& p, std::vector<std::byte>& out, std::size_t expected_size) {
+    // Only regular files of the expected size are compared byte by byte: anything else differs
+    // (and a FIFO or device is never opened).
+    std::error_code ec;
+    if (!fs::is_regular_file(p, ec) || fs::file_size(p, ec) != expected_size || ec) {
+        out.clear();
+        return fs::exists(p, ec);
+    }
     std::ifstream in(p, std::ios::binary);
     if (!in) return false;
     std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -235,7 +246,7 @@ comparison compare_case(const fs::path& dir, const generated_case& g) {
     if (!c.exists) return c;
     for (const case_file& f : g.files) {
         std::vector<std::byte> on_disk;
-        if (!read_bytes(dir / f.name, on_disk)) {
+        if (!read_bytes(dir / f.name, on_disk, f.bytes.size())) {
             c.first_difference = "missing " + f.name;
             return c;
         }
@@ -253,17 +264,40 @@ void write_case(const fs::path& dir, const generated_case& g) {
     fs::create_directories(dir, ec);
     if (ec) throw data_error(dir.string() + ": cannot create the directory: " + ec.message());
     for (const case_file& f : g.files) atomic_write(dir / f.name, f.bytes);  // manifest.json is last
+    // An overwritten case may have had more tensors (e.g. weights.npy before --no-weights): remove
+    // every .npy file the new manifest does not list, so no stale tensor is left for a later
+    // check or a user to pick up.
+    std::vector<fs::path> stale;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const fs::path name = it->path().filename();
+        if (name.extension() != ".npy" || it->is_directory(ec)) continue;
+        if (std::none_of(g.files.begin(), g.files.end(), [&](const case_file& f) { return f.name == name.string(); }))
+            stale.push_back(it->path());
+    }
+    for (const fs::path& p : stale) fs::remove(p, ec);
 }
 
 loaded_case load_case(const fs::path& dir) {
     loaded_case lc;
     const std::string manifest_file = (dir / "manifest.json").string();
-    lc.m = parse_manifest(read_text(manifest_file), manifest_file);
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) throw data_error(dir.string() + ": not a golden case directory");
+    lc.m = parse_manifest(read_file_capped(manifest_file, max_json_bytes, dir), manifest_file);
     const case_spec& s = lc.m.spec;
+    check_case_memory(s, manifest_file);
     for (std::size_t i = 0; i < lc.m.tensors.size(); ++i) {
         const tensor_entry& t = lc.m.tensors[i];
         const std::string field = "tensors[" + std::to_string(i) + "]";
         const fs::path p = dir / t.file;
+        // Regular file inside the case, no larger than its dtype and shape allow (plus the largest
+        // header): checked before hashing, so neither /dev/zero nor a FIFO nor a 20 GB file is read.
+        const std::uintmax_t size = require_regular_file(p, manifest_file + " field '" + field + ".file'", dir);
+        std::uint64_t limit = t.dtype == "|b1" ? 1 : t.dtype == "<f8" ? 8 : t.dtype == "<f4" ? 4 : 2;
+        for (std::size_t e : t.shape) limit = checked_mul(limit, e).value_or(UINT64_MAX);
+        limit = checked_add(limit, 12 + npy::detail::max_header_length).value_or(UINT64_MAX);
+        if (size > limit)
+            throw data_error(p.string() + ": file: " + std::to_string(size) + " bytes, more than the " + std::to_string(limit) +
+                             " that " + manifest_file + " field '" + field + ".shape' and '.dtype' allow");
         std::string digest;
         try {
             digest = sha256_file(p);
@@ -272,6 +306,13 @@ loaded_case load_case(const fs::path& dir) {
         }
         if (digest != t.sha256)
             throw data_error(p.string() + ": sha256 " + digest + " does not match " + manifest_file + " field '" + field + ".sha256'");
+        // Every tensor's header must be the manifest's dtype and shape (checked against the case by
+        // parse_manifest) now, not only when a later step happens to read it.
+        try {
+            (void)npy::read_header(p, npy::expectation{{t.dtype}, t.shape});
+        } catch (const npy::error& e) {
+            throw data_error(e.what());
+        }
     }
     for (const input_tensor_layout& layout : input_layout(s)) {
         const std::string role(generator::role_name(layout.role));
@@ -281,12 +322,11 @@ loaded_case load_case(const fs::path& dir) {
         if (!entry) throw data_error(manifest_file + ": field 'tensors': no tensor with role '" + role + "'");
         npy::array a;
         try {
-            a = npy::read(dir / entry->file);
+            a = npy::read(dir / entry->file, npy::expectation{{entry->dtype}, layout.shape});
         } catch (const npy::error& e) {
             throw data_error(e.what());
         }
         const std::string path = (dir / entry->file).string();
-        if (a.shape != layout.shape) throw data_error(path + ": header field 'shape': does not match the manifest's shapes for role '" + role + "'");
         if (layout.role == generator::role::mask) {
             if (a.descr != "|b1") throw data_error(path + ": header field 'descr': expected '|b1', got '" + a.descr + "'");
             lc.data.mask = npy::to_uint8(a);

@@ -1,5 +1,8 @@
 #include "manifest.hpp"
 
+#include "safe_io.hpp"
+
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <initializer_list>
@@ -86,6 +89,9 @@ public:
     }
     std::ptrdiff_t signed_integer() const {
         if (!value_->is_number_integer()) expected("an integer");
+        // An unsigned value above INT64_MAX would wrap in get<int64_t>().
+        if (value_->is_number_unsigned() && value_->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
+            expected("an integer in [-2^63, 2^63)");
         return static_cast<std::ptrdiff_t>(value_->get<std::int64_t>());
     }
     const json& array() const {
@@ -169,7 +175,13 @@ void read_shapes(const reader& r, case_spec& s) {
         } else if (v) {
             dst = v->size(true);
         } else {
-            dst = key == std::string("model_dim") ? sh.heads * sh.head_dim_qk : sh.model_dim;
+            if (key == std::string("model_dim")) {
+                const std::optional<std::uint64_t> e = checked_mul(sh.heads, sh.head_dim_qk);
+                if (!e) r.fail("model_dim defaults to heads × head_dim_qk, which overflows 64 bits");
+                dst = static_cast<std::size_t>(*e);
+            } else {
+                dst = sh.model_dim;
+            }
         }
     }
     if (sh.heads % sh.kv_heads != 0) r.required("kv_heads").fail("expected a divisor of heads " + std::to_string(sh.heads) + ", got " + std::to_string(sh.kv_heads));
@@ -197,7 +209,12 @@ void read_conventions(const reader& r, case_spec& s) {
     }
     if (auto v = r.get("causal")) c.causal = v->boolean();
     if (auto v = r.get("causal_alignment")) c.alignment = v->choice(alignments);
-    if (auto v = r.get("diagonal_offset")) c.diagonal_offset = v->signed_integer();
+    if (auto v = r.get("diagonal_offset")) {
+        c.diagonal_offset = v->signed_integer();
+        // Diagonal distances (ALiBi) are used as doubles: keep every one exact.
+        constexpr std::ptrdiff_t limit = std::ptrdiff_t{1} << 53;
+        if (c.diagonal_offset > limit || c.diagonal_offset < -limit) v->expected("an integer of magnitude at most 2^53");
+    }
     if (auto v = r.get("window")) {
         if (v->value().is_null()) {
             c.window.reset();
@@ -288,6 +305,8 @@ void read_outputs(const reader& r, case_spec& s) {
         for (std::size_t i = 0; i < v->array().size(); ++i) {
             const std::string t = v->at(i).string();
             if (t != "float32" && t != "bfloat16" && t != "float16") v->at(i).expected("one of float32, bfloat16, float16");
+            if (std::find(s.outputs.targets.begin(), s.outputs.targets.end(), t) != s.outputs.targets.end())
+                v->at(i).fail("target '" + t + "' listed twice");
             s.outputs.targets.push_back(t);
         }
     }
@@ -317,6 +336,7 @@ case_spec read_case(const reader& r, std::initializer_list<const char*> extra_al
 }
 
 json parse_json(const std::string& text, const std::string& file) {
+    json_prepass(text, file);  // NUL bytes, depth and duplicate keys, without recursion
     try {
         return json::parse(text);
     } catch (const json::exception& e) {
@@ -402,6 +422,25 @@ void complete_and_validate(case_spec& s, const std::string& file, const std::str
     auto fail = [&](const std::string& field, const std::string& what) {
         throw data_error(file + ": field '" + prefix + field + "': " + what);
     };
+    // Every size product the program forms (projection widths, element and byte counts of every
+    // tensor) must fit in 64 bits; nothing downstream may see a wrapped-around size.
+    const case_shapes& d = s.shapes;
+    const std::pair<const char*, std::pair<std::size_t, std::size_t>> widths[] = {
+        {"heads × head_dim_qk", {d.heads, d.head_dim_qk}}, {"heads × head_dim_v", {d.heads, d.head_dim_v}},
+        {"kv_heads × head_dim_qk", {d.kv_heads, d.head_dim_qk}}, {"kv_heads × head_dim_v", {d.kv_heads, d.head_dim_v}}};
+    for (const auto& [what, ab] : widths)
+        if (!checked_mul(ab.first, ab.second)) fail("shapes", std::string(what) + " overflows 64 bits");
+    auto check_count = [&](const std::string& what, const std::vector<std::size_t>& shape) {
+        std::uint64_t n = 8;  // bytes: the widest stored element
+        for (std::size_t e : shape) {
+            const std::optional<std::uint64_t> m = checked_mul(n, e);
+            if (!m) fail("shapes", "the byte count of " + what + " overflows 64 bits");
+            n = *m;
+        }
+    };
+    for (const input_tensor_layout& t : input_layout(s)) check_count("role '" + std::string(generator::role_name(t.role)) + "'", t.shape);
+    check_count("the output", output_shape(s));
+    check_count("the weights (B·H·Sq·Sk)", weights_shape(s));
     std::map<std::string, generator::affine> roles;
     for (const input_tensor_layout& t : input_layout(s)) {
         using generator::role;
@@ -569,8 +608,9 @@ manifest parse_manifest(const std::string& text, const std::string& file) {
         const reader f = t.required("file");
         e.file = f.string();
         if (e.file.empty() || e.file.find('/') != std::string::npos || e.file.find('\\') != std::string::npos || e.file[0] == '.' ||
-            e.file.size() < 5 || e.file.substr(e.file.size() - 4) != ".npy")
-            f.expected("a plain file name ending in .npy");
+            e.file.size() < 5 || e.file.substr(e.file.size() - 4) != ".npy" ||
+            std::any_of(e.file.begin(), e.file.end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; }))
+            f.expected("a plain file name ending in .npy (no '/', '\\', leading '.', NUL or control characters)");
         if (!files.insert(e.file).second) f.fail("file listed twice");
         e.dtype = t.required("dtype").string();
         const reader sh = t.required("shape");
@@ -581,7 +621,47 @@ manifest parse_manifest(const std::string& text, const std::string& file) {
             h.expected("64 lowercase hex digits");
         m.tensors.push_back(e);
     }
+    // The tensors must be exactly those the case's description implies, each once, with the dtype
+    // and shape it implies: a file's header is later checked against these, so nothing read
+    // downstream can disagree with the case's shapes.
+    const std::vector<expected_tensor> want = expected_tensors(m.spec);
+    std::vector<bool> seen(want.size(), false);
+    for (std::size_t i = 0; i < m.tensors.size(); ++i) {
+        const tensor_entry& e = m.tensors[i];
+        const reader t = tensors.at(i);
+        std::size_t k = 0;
+        while (k < want.size() && !(want[k].role == e.role && want[k].target == e.target)) ++k;
+        if (k == want.size())
+            t.required(e.target ? "target" : "role")
+                .fail("this case has no tensor with role '" + printable(e.role) + "'" + (e.target ? " and target '" + *e.target + "'" : std::string()));
+        if (seen[k]) t.required("role").fail("role '" + e.role + "'" + (e.target ? " with target '" + *e.target + "'" : std::string()) + " listed twice");
+        seen[k] = true;
+        if (e.dtype != want[k].dtype) t.required("dtype").expected("'" + want[k].dtype + "' for role '" + e.role + "'");
+        if (e.shape != want[k].shape) {
+            std::string shape_text = "[";
+            for (std::size_t x = 0; x < want[k].shape.size(); ++x) shape_text += (x ? ", " : "") + std::to_string(want[k].shape[x]);
+            t.required("shape").expected(shape_text + "] (from the case's shapes)");
+        }
+    }
+    for (std::size_t k = 0; k < want.size(); ++k)
+        if (!seen[k])
+            tensors.fail("no tensor with role '" + want[k].role + "'" + (want[k].target ? " and target '" + *want[k].target + "'" : std::string()));
     return m;
+}
+
+std::vector<expected_tensor> expected_tensors(const case_spec& s) {
+    std::vector<expected_tensor> out;
+    for (const input_tensor_layout& t : input_layout(s))
+        out.push_back({std::string(generator::role_name(t.role)), std::nullopt, t.role == generator::role::mask ? "|b1" : "<f8", t.shape});
+    std::vector<std::pair<std::string, std::vector<std::size_t>>> outputs{{"output", output_shape(s)}};
+    if (s.outputs.weights) outputs.emplace_back("weights", weights_shape(s));
+    if (s.outputs.lse) outputs.emplace_back("lse", lse_shape(s));
+    for (const auto& [name, shape] : outputs) {
+        out.push_back({name, std::nullopt, "<f8", shape});
+        for (const std::string& target : s.outputs.targets)
+            out.push_back({name, target, target == "float32" ? "<f4" : target == "float16" ? "<f2" : "<u2", shape});
+    }
+    return out;
 }
 
 std::vector<case_spec> parse_suite(const std::string& text, const std::string& file) {
@@ -601,12 +681,6 @@ std::vector<case_spec> parse_suite(const std::string& text, const std::string& f
     return out;
 }
 
-std::string read_text(const std::string& file) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) throw data_error(file + ": cannot open for reading");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+std::string read_text(const std::string& file) { return read_file_capped(file, max_json_bytes); }
 
 }  // namespace attnref::verify

@@ -120,6 +120,17 @@ std::vector<std::size_t> output_shape(const case_spec& spec);
 std::vector<std::size_t> weights_shape(const case_spec& spec);
 std::vector<std::size_t> lse_shape(const case_spec& spec);
 
+/// A tensor a case's manifest must list: role, target copy (nullopt: the float64 values), the
+/// '.npy' descr and the shape, all implied by the case description. Inputs are '<f8' (the boolean
+/// mask '|b1'); outputs '<f8', their float32 copies '<f4', float16 '<f2', bfloat16 '<u2' (bits).
+struct expected_tensor {
+    std::string role;
+    std::optional<std::string> target;
+    std::string dtype;
+    std::vector<std::size_t> shape;
+};
+std::vector<expected_tensor> expected_tensors(const case_spec& spec);
+
 /// Fills the family's affine map for every real-valued role the case generates (defaults from
 /// generator::default_affine where the suite gave none) and validates the whole spec.
 /// Errors name `file` and the field.
@@ -133,7 +144,8 @@ std::string manifest_text(const manifest& m);
 /// Strict parsers. `file` names the source in error messages.
 manifest parse_manifest(const std::string& text, const std::string& file);
 std::vector<case_spec> parse_suite(const std::string& text, const std::string& file);
-/// Reads a whole file; data_error naming it if it cannot be read.
+/// Reads a whole JSON file (regular files only, at most max_json_bytes, see safe_io.hpp);
+/// data_error naming it if it cannot be read.
 std::string read_text(const std::string& file);
 
 /// Names used in JSON for the enums.

@@ -1,6 +1,7 @@
 /// `attnref run`: computes a golden case with one of attnref's own arithmetics (a built-in
 /// implementation under test) and writes candidate outputs.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "commands.hpp"
 #include "compute.hpp"
 #include "golden_case.hpp"
+#include "safe_io.hpp"
 
 namespace attnref::verify {
 
@@ -29,6 +31,7 @@ struct run_args {
     std::string golden, arith, out, softmax = "shifted_division";
     std::size_t block = 64, threads = 0;
     bool float64 = false;
+    std::string max_memory;
 };
 
 /// The tensor as an .npy array in the natural dtype of its element type, as a kernel computing in
@@ -64,6 +67,11 @@ void run_case(const run_args& a) {
     const std::optional<softmax_algorithm> algorithm = softmax_from_name(a.softmax);
     if (!algorithm) throw data_error("command line: --softmax: expected naive, shifted_division, division_free or online, got '" + a.softmax + "'");
     if (a.block == 0) throw data_error("command line: --block: expected a positive integer");
+    if (!a.max_memory.empty()) set_max_memory(parse_memory_size(a.max_memory, "--max-memory"));
+    // Candidate files never go into a golden case: that would overwrite its certified tensors.
+    std::error_code ec;
+    if (fs::exists(fs::path(a.out) / "manifest.json", ec) || same_file(a.out, a.golden))
+        throw data_error("command line: --out: '" + a.out + "' is a golden case directory (it holds manifest.json); refused");
     const loaded_case lc = load_case(a.golden);
     const case_spec& s = lc.m.spec;
     const auto start = std::chrono::steady_clock::now();
@@ -80,7 +88,6 @@ void run_case(const run_args& a) {
         throw data_error("command line: --arith: expected one of " + names + ", got '" + a.arith + "'");
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::error_code ec;
     fs::create_directories(a.out, ec);
     if (ec) throw data_error(a.out + ": cannot create the directory: " + ec.message());
     for (const auto& [role, array] : results) {
@@ -90,6 +97,11 @@ void run_case(const run_args& a) {
             throw data_error(e.what());
         }
     }
+    // A weights.npy or lse.npy left by an earlier run of a case that stores them would be read by
+    // a later `check --weights` as if it belonged to this run: remove what this run did not write.
+    for (const char* role : {"weights", "lse"})
+        if (std::none_of(results.begin(), results.end(), [&](const auto& r) { return r.first == role; }))
+            fs::remove(fs::path(a.out) / (std::string(role) + ".npy"), ec);
     std::printf("%s\n", fmt::format("attnref run: {} with {} ({} softmax) in {:.3f} s -> {}", s.name, a.arith, a.softmax, seconds, a.out).c_str());
 }
 
@@ -107,8 +119,9 @@ void register_run(CLI::App& app) {
     r->add_option("--arith", a->arith, arith_help)->required();
     r->add_option("--out", a->out, "directory for the candidate .npy files")->required();
     r->add_option("--softmax", a->softmax, "naive, shifted_division, division_free or online")->capture_default_str();
-    r->add_option("--block", a->block, "online softmax block size (keys per block)")->capture_default_str();
-    r->add_option("--threads", a->threads, "threads (0 = all cores)")->capture_default_str();
+    r->add_option("--block", a->block, "online softmax block size (keys per block)")->check(unsigned_text())->capture_default_str();
+    r->add_option("--threads", a->threads, "threads (0 = all cores)")->check(unsigned_text())->capture_default_str();
+    r->add_option("--max-memory", a->max_memory, "refuse cases estimated to need more memory (bytes, K/M/G/T suffix; default 4G)");
     r->add_flag("--float64", a->float64, "write every tensor as float64 '<f8' instead");
     r->callback([a] { run_case(*a); });
 }

@@ -64,11 +64,14 @@ inline std::string sha256_hex(std::span<const std::byte> bytes) {
 }
 
 /// SHA-256 of the file's contents as 64 lowercase hex digits, read in 64 KiB blocks.
-/// Throws std::runtime_error naming the path if it cannot be opened or read.
+/// Throws std::runtime_error naming the path if it is not a regular file or cannot be opened or read.
 inline std::string sha256_file(const std::filesystem::path& path) {
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec))
         throw std::runtime_error(path.string() + ": sha256: is a directory");
+    // Regular files only: a FIFO would block and a device such as /dev/zero never ends.
+    if (!std::filesystem::is_regular_file(path, ec))
+        throw std::runtime_error(path.string() + ": sha256: not a regular file");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw std::runtime_error(path.string() + ": sha256: cannot open for reading");
     detail::sha256_context context;

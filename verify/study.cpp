@@ -11,6 +11,11 @@
 #include <cstdlib>
 #include <cmath>
 #include <filesystem>
+#include <cerrno>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -23,6 +28,7 @@
 #include "attnref/study.hpp"
 #include "commands.hpp"
 #include "manifest.hpp"
+#include "safe_io.hpp"
 
 namespace attnref::verify {
 
@@ -160,6 +166,33 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
     if (!f) throw data_error("attnref study: cannot write " + path.string());
 }
 
+/// Runs argv[0] with arguments argv[1..] (no shell, no PATH lookup), stdout and stderr to
+/// /dev/null; true if it exited with status 0.
+bool run_quietly(const std::vector<std::string>& argv) {
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    if (posix_spawn_file_actions_init(&actions) != 0) return false;
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) return false;
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return false;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/// `s` in POSIX shell single quotes, for the command printed for the user to copy (never run).
+std::string shell_quote(const std::string& s) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+}
+
 std::string default_plot_script() {
     // ATTNREF_DEFAULT_SUITE is <source>/golden/suite.json.
     return (std::filesystem::path(ATTNREF_DEFAULT_SUITE).parent_path().parent_path() / "tools" / "plot_study.py").string();
@@ -171,7 +204,9 @@ void run_study(const study_flags& f) {
         sweeps.push_back(sweep_from_flags(f));
     } else if (!f.json.empty()) {
         try {
-            const nlohmann::json j = nlohmann::json::parse(read_text(f.json));
+            const std::string text = read_text(f.json);
+            json_prepass(text, f.json);  // depth and duplicate keys before the recursive parser
+            const nlohmann::json j = nlohmann::json::parse(text);
             for (const nlohmann::json& s : j.at("sweeps")) sweeps.push_back(sweep_from_json(s));
         } catch (const nlohmann::json::exception& e) {
             throw data_error("attnref study: " + f.json + ": " + e.what());
@@ -198,12 +233,16 @@ void run_study(const study_flags& f) {
     std::printf("wrote %s and %s\n", (out / "study.csv").c_str(), (out / "table.txt").c_str());
     if (f.no_plot) return;
     const std::string script = f.plot_script.empty() ? default_plot_script() : f.plot_script;
-    const std::string command = fmt::format("/usr/bin/python3 '{}' '{}' '{}'", script, (out / "study.csv").string(), out.string());
+    // No shell: the script runs from an argument vector (posix_spawn), so a path holding ', $( ),
+    // ; or a newline is only ever a file name.
+    const std::vector<std::string> argv{"/usr/bin/python3", script, (out / "study.csv").string(), out.string()};
     const bool have = std::filesystem::exists("/usr/bin/python3") && std::filesystem::exists(script);
-    if (have && std::system((command + " >/dev/null 2>&1").c_str()) == 0) {
-        std::printf("plots: %s/*.svg\n", out.c_str());
+    if (have && run_quietly(argv)) {
+        std::printf("plots: %s/*.svg\n", printable(out.string()).c_str());
     } else {
-        std::printf("plots not drawn (needs python3 with matplotlib); run: %s\n", command.c_str());
+        std::string command;
+        for (const std::string& arg : argv) command += (command.empty() ? "" : " ") + shell_quote(arg);
+        std::printf("plots not drawn (needs python3 with matplotlib); run: %s\n", printable(command).c_str());
     }
 }
 

@@ -77,24 +77,38 @@ struct mask_options {
     broadcast_mask<double> seed{};
 };
 
-/// Signed position of the diagonal for query row i (see file comment).
-constexpr std::ptrdiff_t diagonal(const mask_options& m, std::size_t i, std::size_t sq, std::size_t sk) {
-    std::ptrdiff_t d = static_cast<std::ptrdiff_t>(i) + m.diagonal_offset;
-    if (m.alignment == causal_alignment::bottom_right)
-        d += static_cast<std::ptrdiff_t>(sk) - static_cast<std::ptrdiff_t>(sq);
+namespace detail {
+/// A signed integer wide enough for i + diagonal_offset + (Sk − Sq) ± window (each term below 2^64
+/// in magnitude): the mask decisions are exact for every representable input, never overflow.
+__extension__ using wide_int = __int128;
+
+constexpr wide_int wide_diagonal(const mask_options& m, std::size_t i, std::size_t sq, std::size_t sk) {
+    wide_int d = static_cast<wide_int>(i) + static_cast<wide_int>(m.diagonal_offset);
+    if (m.alignment == causal_alignment::bottom_right) d += static_cast<wide_int>(sk) - static_cast<wide_int>(sq);
     return d;
+}
+}  // namespace detail
+
+/// Signed position of the diagonal for query row i (see file comment), saturated to ±2^62 so that
+/// callers may subtract a key index from it without overflow (the exact value only matters for
+/// |diagonal| < 2^62; masks use the exact wide value, structurally_masked below).
+constexpr std::ptrdiff_t diagonal(const mask_options& m, std::size_t i, std::size_t sq, std::size_t sk) {
+    constexpr detail::wide_int limit = detail::wide_int{1} << 62;
+    const detail::wide_int d = detail::wide_diagonal(m, i, sq, sk);
+    return static_cast<std::ptrdiff_t>(d > limit ? limit : d < -limit ? -limit : d);
 }
 
 /// True if key j is excluded for query (b, h, i) by a structural mask (everything except finite
-/// additive/seed offsets). `sq`, `sk` are the sequence lengths.
+/// additive/seed offsets). `sq`, `sk` are the sequence lengths. Exact for every diagonal_offset and
+/// window (computed in a 128-bit integer).
 constexpr bool structurally_masked(const mask_options& m, std::size_t b, std::size_t h, std::size_t i,
                                    std::size_t j, std::size_t sq, std::size_t sk) {
-    const std::ptrdiff_t d = diagonal(m, i, sq, sk);
-    const auto sj = static_cast<std::ptrdiff_t>(j);
+    const detail::wide_int d = detail::wide_diagonal(m, i, sq, sk);
+    const auto sj = static_cast<detail::wide_int>(j);
     if (m.causal && sj > d) return true;
     if (m.window) {
-        if (m.window->left && sj < d - static_cast<std::ptrdiff_t>(*m.window->left)) return true;
-        if (m.window->right && sj > d + static_cast<std::ptrdiff_t>(*m.window->right)) return true;
+        if (m.window->left && sj < d - static_cast<detail::wide_int>(*m.window->left)) return true;
+        if (m.window->right && sj > d + static_cast<detail::wide_int>(*m.window->right)) return true;
     }
     if (!m.key_lengths.empty() && j >= m.key_lengths[b]) return true;
     if (m.boolean.present()) {

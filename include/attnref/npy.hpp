@@ -32,7 +32,7 @@
 ///
 /// No input, however malformed, causes undefined behaviour or a crash (the parser is fuzzed, see
 /// fuzz/npy.fuzz.cpp), and no allocation is sized by the header before it has been checked against
-/// the file's actual length.
+/// the file's actual length and the caller's expectation (npy::expectation: descr, shape, byte cap).
 ///
 /// Example:
 ///
@@ -442,19 +442,36 @@ inline std::size_t array::size() const {
     return *count;
 }
 
-/// Parses the bytes of a complete .npy file. `source_name` (usually the path) prefixes every
-/// error message. The returned descr is canonical ('|u1' for '<u1', '=u1', ...).
-/// Throws npy::error on anything outside the contract in the file comment; never reads out of
-/// bounds, whatever the bytes.
-inline array parse(std::span<const std::byte> bytes, std::string_view source_name) {
-    using detail::fail;
-    using detail::quote_excerpt;
-    const std::string_view source = source_name;
+/// What a reader requires of a file before it allocates memory for its data (see read()).
+/// Every requirement is checked against the header and the file's size, before the data block is
+/// read, so a file that does not fit costs at most the 64 KiB header read, whatever it claims.
+struct expectation {
+    /// Accepted descriptors in canonical form ('<f8', '|b1', ...); empty: any supported one.
+    std::vector<std::string> descrs;
+    /// The exact shape; nullopt: any.
+    std::optional<std::vector<std::size_t>> shape;
+    /// Largest data block (bytes) the caller is willing to allocate.
+    std::size_t max_data_bytes = std::numeric_limits<std::size_t>::max();
+};
+
+namespace detail {
+
+/// The header of a file: descr and shape (data empty), where the data block starts and how long
+/// the header says it is.
+struct header_info {
+    array meta;
+    std::size_t data_offset = 0;
+    std::size_t data_bytes = 0;
+};
+
+/// Parses the preamble and header from `prefix`, the first bytes of a file of `file_size` bytes
+/// (prefix holds the whole file or at least its first 12 + max_header_length bytes), and checks
+/// that the data block the header promises is exactly what the rest of the file holds.
+inline header_info parse_header(std::span<const std::byte> bytes, std::uint64_t file_size, std::string_view source) {
     auto text_at = [&](std::size_t offset, std::size_t length) {
         return std::string_view(reinterpret_cast<const char*>(bytes.data()) + offset, length);
     };
-
-    if (bytes.size() < 6 || text_at(0, 6) != detail::magic)
+    if (bytes.size() < 6 || text_at(0, 6) != magic)
         fail(source, "magic", "expected \"\\x93NUMPY\", got '" +
                                   quote_excerpt(text_at(0, std::min<std::size_t>(bytes.size(), 6))) +
                                   "' (not an .npy file)");
@@ -469,14 +486,14 @@ inline array parse(std::span<const std::byte> bytes, std::string_view source_nam
     if (bytes.size() < preamble)
         fail(source, "header length", "file ends after " + std::to_string(bytes.size()) +
                                           " bytes, inside the header length field");
-    const std::uint64_t header_length = detail::load_le(bytes.data() + 8, length_bytes);
-    if (header_length > detail::max_header_length)
-        fail(source, "header length", "at most " + std::to_string(detail::max_header_length) +
+    const std::uint64_t header_length = load_le(bytes.data() + 8, length_bytes);
+    if (header_length > max_header_length)
+        fail(source, "header length", "at most " + std::to_string(max_header_length) +
                                           " bytes expected, got " + std::to_string(header_length));
-    if (header_length > bytes.size() - preamble)
+    if (header_length > file_size - preamble || header_length > bytes.size() - preamble)
         fail(source, "header length", "header claims " + std::to_string(header_length) +
                                           " bytes, the file holds only " +
-                                          std::to_string(bytes.size() - preamble) + " after the preamble");
+                                          std::to_string(file_size - preamble) + " after the preamble");
     std::string_view header = text_at(preamble, static_cast<std::size_t>(header_length));
     if (header.empty() || header.back() != '\n')
         fail(source, "header", "not terminated by '\\n': '" + quote_excerpt(header.substr(header.size() > 60 ? header.size() - 60 : 0)) + "'");
@@ -489,47 +506,134 @@ inline array parse(std::span<const std::byte> bytes, std::string_view source_nam
                                        std::to_string(i) + " is not printable ASCII (the header is one line)");
     }
 
-    array result = detail::header_parser(header, source).parse();
-    const detail::dtype_info& info = detail::lookup_dtype(result.descr, source, "header field 'descr'");
-    const std::size_t count = *detail::element_count(result.shape);
+    header_info h;
+    h.meta = header_parser(header, source).parse();
+    const dtype_info& info = lookup_dtype(h.meta.descr, source, "header field 'descr'");
+    const std::size_t count = *element_count(h.meta.shape);
     if (count > std::numeric_limits<std::size_t>::max() / info.itemsize)
         fail(source, "header field 'shape'", "element count times itemsize overflows std::size_t, got '" +
-                                                 quote_excerpt(detail::shape_repr(result.shape)) + "'");
-    const std::size_t promised = count * info.itemsize;
-    const std::size_t held = bytes.size() - preamble - static_cast<std::size_t>(header_length);
-    if (held != promised)
+                                                 quote_excerpt(shape_repr(h.meta.shape)) + "'");
+    h.data_bytes = count * info.itemsize;
+    h.data_offset = preamble + static_cast<std::size_t>(header_length);
+    const std::uint64_t held = file_size - h.data_offset;
+    if (held != h.data_bytes)
         fail(source, "data", "file holds " + std::to_string(held) + " bytes, header promises " +
-                                 std::to_string(promised) + " (shape " + detail::shape_repr(result.shape) +
-                                 " of '" + result.descr + "')" +
-                                 (held < promised ? ", the file is truncated" : ", trailing bytes after the data"));
-    const auto data = bytes.subspan(bytes.size() - held);
-    if (info.kind == 'b') {
-        for (std::size_t i = 0; i < data.size(); ++i)
-            if (std::to_integer<unsigned>(data[i]) > 1)
-                fail(source, "data", "element " + std::to_string(i) + " of a '|b1' array is byte " +
-                                         std::to_string(std::to_integer<unsigned>(data[i])) + ", expected 0 or 1");
-    }
-    result.data.assign(data.begin(), data.end());
-    return result;
+                                 std::to_string(h.data_bytes) + " (shape " + shape_repr(h.meta.shape) +
+                                 " of '" + h.meta.descr + "')" +
+                                 (held < h.data_bytes ? ", the file is truncated" : ", trailing bytes after the data"));
+    return h;
 }
 
-/// Reads and parses a whole .npy file. Errors name the path.
-inline array read(const std::filesystem::path& path) {
+/// Throws npy::error naming the header field unless `h` meets `want`.
+inline void check_expectation(const header_info& h, const expectation& want, std::string_view source) {
+    if (!want.descrs.empty() && std::find(want.descrs.begin(), want.descrs.end(), h.meta.descr) == want.descrs.end()) {
+        std::string list;
+        for (const std::string& d : want.descrs) list += (list.empty() ? "'" : ", '") + d + "'";
+        fail(source, "header field 'descr'", "expected " + list + ", got '" + h.meta.descr + "'");
+    }
+    if (want.shape && h.meta.shape != *want.shape)
+        fail(source, "header field 'shape'", "expected " + shape_repr(*want.shape) + ", got " + shape_repr(h.meta.shape));
+    if (h.data_bytes > want.max_data_bytes)
+        fail(source, "header field 'shape'", "the data block of " + std::to_string(h.data_bytes) +
+                                                 " bytes exceeds the reader's limit of " +
+                                                 std::to_string(want.max_data_bytes) + " bytes");
+}
+
+inline void check_bool_bytes(std::span<const std::byte> data, std::string_view source) {
+    for (std::size_t i = 0; i < data.size(); ++i)
+        if (std::to_integer<unsigned>(data[i]) > 1)
+            fail(source, "data", "element " + std::to_string(i) + " of a '|b1' array is byte " +
+                                     std::to_string(std::to_integer<unsigned>(data[i])) + ", expected 0 or 1");
+}
+
+}  // namespace detail
+
+/// Parses the bytes of a complete .npy file. `source_name` (usually the path) prefixes every
+/// error message. The returned descr is canonical ('|u1' for '<u1', '=u1', ...).
+/// Throws npy::error on anything outside the contract in the file comment, or if the array does not
+/// meet `want`; never reads out of bounds, whatever the bytes.
+inline array parse(std::span<const std::byte> bytes, std::string_view source_name, const expectation& want = {}) {
+    detail::header_info h = detail::parse_header(bytes, bytes.size(), source_name);
+    detail::check_expectation(h, want, source_name);
+    const auto data = bytes.subspan(h.data_offset);
+    if (h.meta.descr == "|b1") detail::check_bool_bytes(data, source_name);
+    h.meta.data.assign(data.begin(), data.end());
+    return std::move(h.meta);
+}
+
+/// Reads and parses a .npy file. Errors name the path. Memory is bounded before it is spent:
+/// - the path must be a regular file (after following symlinks): a directory, FIFO, socket or
+///   device (/dev/zero, /dev/stdin) is refused before it is opened, so nothing blocks or streams
+///   forever (a file swapped for a FIFO between the check and the open is not defended against);
+/// - only the preamble and header (at most 12 + 64 KiB) are read before the header has been
+///   checked against the file's size and against `want` (descr, shape, byte cap);
+/// - then exactly the promised data block is allocated and read, and the file must end there (a
+///   file that grows while being read is an error, not a larger allocation).
+inline array read(const std::filesystem::path& path, const expectation& want = {});
+
+/// What read() checks before reading the data block (regular file, header, size, `want`), without
+/// reading it: the returned array has its descr and shape and no data.
+inline array read_header(const std::filesystem::path& path, const expectation& want = {}) {
+    expectation header_only = want;
+    header_only.max_data_bytes = 0;  // never read data: a non-empty block ends the read below
+    try {
+        return read(path, header_only);
+    } catch (const error& e) {
+        // Only the byte cap, which read_header itself added, may refuse: re-check with the caller's.
+        if (std::string_view(e.what()).find("exceeds the reader's limit of 0 bytes") == std::string_view::npos) throw;
+    }
+    array a;
+    {
+        namespace fs = std::filesystem;
+        std::error_code ec;
+        const std::uintmax_t file_size = fs::file_size(path, ec);
+        std::ifstream in(path, std::ios::binary);
+        const std::size_t prefix_size = static_cast<std::size_t>(std::min<std::uintmax_t>(file_size, 12 + detail::max_header_length));
+        std::vector<std::byte> prefix(prefix_size);
+        in.read(reinterpret_cast<char*>(prefix.data()), static_cast<std::streamsize>(prefix_size));
+        if (ec || static_cast<std::size_t>(in.gcount()) != prefix_size)
+            detail::fail(path.string(), "file", "read error (the file changed while being read)");
+        detail::header_info h = detail::parse_header(prefix, file_size, path.string());
+        detail::check_expectation(h, want, path.string());
+        a = std::move(h.meta);
+    }
+    return a;
+}
+
+inline array read(const std::filesystem::path& path, const expectation& want) {
+    namespace fs = std::filesystem;
     const std::string source = path.string();
     std::error_code ec;
-    if (std::filesystem::is_directory(path, ec)) detail::fail(source, "file", "is a directory");
+    const fs::file_status status = fs::status(path, ec);
+    if (ec || !fs::exists(status)) detail::fail(source, "file", "cannot open for reading");
+    if (fs::is_directory(status)) detail::fail(source, "file", "is a directory");
+    if (!fs::is_regular_file(status))
+        detail::fail(source, "file", "not a regular file (a FIFO, socket or device is refused)");
+    const std::uintmax_t file_size = fs::file_size(path, ec);
+    if (ec) detail::fail(source, "file", "cannot read its size: " + ec.message());
     std::ifstream in(path, std::ios::binary);
     if (!in) detail::fail(source, "file", "cannot open for reading");
-    std::vector<std::byte> bytes;
-    std::array<char, 65536> buffer;
-    while (in) {
-        in.read(buffer.data(), buffer.size());
-        const auto got = static_cast<std::size_t>(in.gcount());
-        const auto* first = reinterpret_cast<const std::byte*>(buffer.data());
-        bytes.insert(bytes.end(), first, first + got);
+    const std::size_t prefix_size =
+        static_cast<std::size_t>(std::min<std::uintmax_t>(file_size, 12 + detail::max_header_length));
+    std::vector<std::byte> prefix(prefix_size);
+    in.read(reinterpret_cast<char*>(prefix.data()), static_cast<std::streamsize>(prefix_size));
+    if (static_cast<std::size_t>(in.gcount()) != prefix_size)
+        detail::fail(source, "file", "read error (the file shrank while being read)");
+    detail::header_info h = detail::parse_header(prefix, file_size, source);
+    detail::check_expectation(h, want, source);
+    h.meta.data.resize(h.data_bytes);
+    const std::size_t in_prefix = std::min(prefix_size - std::min(prefix_size, h.data_offset), h.data_bytes);
+    if (in_prefix) std::copy_n(prefix.begin() + static_cast<std::ptrdiff_t>(h.data_offset), in_prefix, h.meta.data.begin());
+    const std::size_t rest = h.data_bytes - in_prefix;
+    if (rest) {
+        in.read(reinterpret_cast<char*>(h.meta.data.data() + in_prefix), static_cast<std::streamsize>(rest));
+        if (static_cast<std::size_t>(in.gcount()) != rest)
+            detail::fail(source, "file", "read error (the file shrank while being read)");
     }
-    if (in.bad()) detail::fail(source, "file", "read error");
-    return parse(bytes, source);
+    if (in.peek() != std::char_traits<char>::eof())
+        detail::fail(source, "data", "trailing bytes after the data (the file grew while being read)");
+    if (h.meta.descr == "|b1") detail::check_bool_bytes(h.meta.data, source);
+    return std::move(h.meta);
 }
 
 /// The bytes of a version 1.0 .npy file holding `a`, laid out as np.save lays it out: the dict

@@ -25,10 +25,19 @@ public:
 template <std::size_t Rank>
 using extents_t = std::array<std::size_t, Rank>;
 
+/// Product of the extents. Throws shape_error if it overflows std::size_t (so no tensor is ever
+/// allocated, nor a view indexed, with a wrapped-around size): an extent of 0 makes the product 0
+/// whatever the others are.
 template <std::size_t Rank>
 constexpr std::size_t element_count(const extents_t<Rank>& extents) {
     std::size_t n = 1;
-    for (std::size_t e : extents) n *= e;
+    bool overflow = false;
+    for (std::size_t e : extents) {
+        if (e == 0) return 0;
+        if (n > static_cast<std::size_t>(-1) / e) overflow = true;
+        n *= e;
+    }
+    if (overflow) throw shape_error("tensor extents: the element count overflows std::size_t");
     return n;
 }
 

@@ -1,0 +1,457 @@
+#!/usr/bin/python3
+"""Hostile-input probes for the `attnref` command (issue 10), run by CTest (tests/hostile.cmake).
+
+    hostile.py ATTNREF GOLDEN_DIR WORK_DIR CATEGORY [--no-rlimit]
+
+Each probe builds a hostile file or command line (FIFO, device, symlink, deep JSON, huge shapes,
+duplicate keys, shell metacharacters, ...), runs the built `attnref` with a wall-clock timeout (a
+hang fails the probe) and, unless --no-rlimit (sanitizer builds reserve terabytes of address
+space), an address-space limit of 1 GiB (a regression is an allocation failure, not a 5 GB
+machine), and asserts the exit code and that stderr is one line naming the file or flag. Prints one
+line per probe and a summary "category: N probes, all as expected"; exits 1 if any probe failed.
+"""
+import hashlib
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+
+import numpy as np
+
+ATTNREF, GOLDEN, WORK, CATEGORY = sys.argv[1:5]
+RLIMIT = '--no-rlimit' not in sys.argv[5:]
+AS_LIMIT = 1 << 30
+TIMEOUT = int(os.environ.get('ATTNREF_PROBE_TIMEOUT', '60'))  # seconds; a hang fails the probe
+failures = []
+count = 0
+
+
+def limit():
+    if RLIMIT:
+        resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
+
+
+def attnref(*args, stdin=None, stdout=subprocess.PIPE):
+    """Runs attnref; returns (rc, stdout, stderr). A timeout is reported as rc 'timeout'."""
+    try:
+        p = subprocess.run([ATTNREF, *args], stdout=stdout, stderr=subprocess.PIPE, timeout=TIMEOUT,
+                           preexec_fn=limit, stdin=subprocess.DEVNULL if stdin is None else stdin)
+    except subprocess.TimeoutExpired:
+        return 'timeout', '', ''
+    return p.returncode, (p.stdout or b'').decode('utf-8', 'replace'), p.stderr.decode('utf-8', 'replace')
+
+
+def probe(name, result, rc, must=(), must_not=(), one_line=True):
+    """Checks one run: exit code `rc`, stderr one line containing every `must` (regex) and none
+    of `must_not`."""
+    global count
+    count += 1
+    got_rc, _, err = result
+    problems = []
+    if got_rc != rc:
+        problems.append(f'exit {got_rc}, expected {rc}')
+    lines = err.rstrip('\n').split('\n') if err else []
+    if one_line and rc == 2 and len(lines) != 1:
+        problems.append(f'{len(lines)} lines on stderr, expected 1')
+    for m in must:
+        if not re.search(m, err):
+            problems.append(f'stderr lacks /{m}/')
+    for m in must_not:
+        if re.search(m, err):
+            problems.append(f'stderr has /{m}/')
+    status = 'ok' if not problems else 'FAILED: ' + '; '.join(problems)
+    print(f'[{CATEGORY}] {name}: {status}  | {err.strip()[:300]!r}')
+    if problems:
+        failures.append(name)
+
+
+def check(name, condition, detail=''):
+    global count
+    count += 1
+    print(f'[{CATEGORY}] {name}: {"ok" if condition else "FAILED"} {detail}')
+    if not condition:
+        failures.append(name)
+
+
+def fresh(name):
+    d = os.path.join(WORK, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    return d
+
+
+def copy_case(name, dst):
+    d = os.path.join(dst, name)
+    shutil.copytree(os.path.join(GOLDEN, name), d, symlinks=True)
+    return d
+
+
+def sha(path):
+    with open(path, 'rb') as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def manifest(case):
+    with open(os.path.join(case, 'manifest.json')) as f:
+        return json.load(f)
+
+
+def write_manifest(case, m, text=None):
+    with open(os.path.join(case, 'manifest.json'), 'w') as f:
+        f.write(text if text is not None else json.dumps(m, indent=2))
+
+
+def entry(m, role):
+    return next(t for t in m['tensors'] if t['role'] == role and 'target' not in t)
+
+
+def candidate(case, d, name='ok.npy', factor=1.0):
+    out = np.load(os.path.join(case, 'output.npy'))
+    path = os.path.join(d, name)
+    np.save(path, (out * factor).astype(np.float32))
+    return path
+
+
+def deep_json(depth):
+    return '[' * depth + ']' * depth
+
+
+def check_args(case, out, *more):
+    return ('check', '--golden', case, '--output', out, *more)
+
+
+# ---------------------------------------------------------------------------------------------
+def memory():
+    d = fresh('memory')
+    case = copy_case('sdpa_basic', d)
+    ok = candidate(case, d)
+    fifo = os.path.join(d, 'fifo.npy')
+    os.mkfifo(fifo)
+    probe('--output /dev/zero', attnref(*check_args(case, '/dev/zero')), 2, ['/dev/zero', 'not a regular file'])
+    probe('--output FIFO', attnref(*check_args(case, fifo)), 2, ['fifo.npy', 'not a regular file'])
+    probe('--weights /dev/zero', attnref(*check_args(case, ok, '--weights', '/dev/zero')), 2, ['/dev/zero'])
+    probe('--lse FIFO', attnref(*check_args(case, ok, '--lse', fifo)), 2, ['fifo.npy'])
+    # A header that promises 80 GB: refused from the header, nothing allocated.
+    huge = os.path.join(d, 'huge_header.npy')
+    with open(huge, 'wb') as f:
+        f.write(b"\x93NUMPY\x01\x00" + b"v\x00" + b"{'descr': '<f8', 'fortran_order': False, 'shape': (100000, 100000), }".ljust(117) + b'\n')
+    probe('--output header promising 80 GB', attnref(*check_args(case, huge)), 2, ['huge_header.npy', 'header promises 80000000000'])
+    # The right header followed by a 20 GB (sparse) tail.
+    shape = manifest(case)['shapes']
+    sparse = os.path.join(d, 'sparse.npy')
+    with open(ok, 'rb') as f:
+        good = f.read()
+    with open(sparse, 'wb') as f:
+        f.write(good)
+        f.truncate(20 << 30)
+    probe('--output right header, 20 GB file', attnref(*check_args(case, sparse)), 2, ['sparse.npy', 'trailing bytes'])
+    # manifest.json: 17 MiB (sparse), a FIFO, /dev/zero via a symlink inside the case.
+    big = copy_case('sdpa_basic', fresh('memory_big'))
+    with open(os.path.join(big, 'manifest.json'), 'ab') as f:
+        f.truncate(17 << 20)
+    probe('manifest.json of 17 MiB', attnref(*check_args(big, ok)), 2, ['manifest.json', 'limit'])
+    mfifo = copy_case('sdpa_basic', fresh('memory_fifo'))
+    os.remove(os.path.join(mfifo, 'manifest.json'))
+    os.mkfifo(os.path.join(mfifo, 'manifest.json'))
+    probe('manifest.json FIFO', attnref(*check_args(mfifo, ok)), 2, ['manifest.json', 'not a regular file'])
+    probe('run on a FIFO manifest', attnref('run', '--golden', mfifo, '--arith', 'float32', '--out', os.path.join(d, 'r')), 2,
+          ['manifest.json'])
+    probe('list --suite /dev/zero', attnref('list', '--suite', '/dev/zero'), 2, ['/dev/zero', 'not a regular file'])
+    probe('generate --suite FIFO', attnref('generate', '--suite', fifo, '--out', d), 2, ['fifo.npy'])
+    sfile = os.path.join(d, 'suite17.json')
+    with open(sfile, 'wb') as f:
+        f.truncate(17 << 20)
+    probe('list --suite of 17 MiB', attnref('list', '--suite', sfile), 2, ['suite17.json', 'limit'])
+    # A case whose shapes imply ~20 GB (Sq = Sk = 25,000): refused from the manifest, naming the
+    # field and the estimate; --max-memory raises the limit (then the tensor files are wrong).
+    hug = copy_case('sdpa_basic', fresh('memory_shapes'))
+    m = manifest(hug)
+    m['shapes']['query_length'] = m['shapes']['key_length'] = 25000
+    for t in m['tensors']:
+        if t['role'] in ('query', 'output', 'weights', 'lse', 'key', 'value'):
+            t['shape'][2] = 25000
+        if t['role'] == 'weights':
+            t['shape'][3] = 25000
+    write_manifest(hug, m)
+    probe('case of Sq = Sk = 25000', attnref(*check_args(hug, ok)), 2, ['manifest.json', "field 'shapes'", 'GiB', 'max-memory'])
+    probe('same case, run', attnref('run', '--golden', hug, '--arith', 'float32', '--out', os.path.join(d, 'r')), 2, ["field 'shapes'"])
+    probe('same case, --max-memory 128G', attnref(*check_args(hug, ok, '--max-memory', '128G')), 2, [r'query\.npy'],
+          ["field 'shapes'"])
+    probe('--max-memory -1', attnref(*check_args(case, ok, '--max-memory', '-1')), 2, ['--max-memory'])
+    probe('generate Sq = Sk = 25000', attnref('generate', '--name', 'big', '--sq', '25000', '--dk', '4', '--out', d), 2,
+          ["field 'shapes'", 'GiB'])
+    # A golden tensor longer than its dtype and shape allow: refused before hashing.
+    longer = copy_case('sdpa_basic', fresh('memory_long'))
+    with open(os.path.join(longer, 'weights.npy'), 'ab') as f:
+        f.truncate(1 << 30)
+    probe('golden tensor of 1 GiB', attnref(*check_args(longer, ok)), 2, ['weights.npy', 'more than'])
+
+
+def deep():
+    d = fresh('deep')
+    ok_case = os.path.join(GOLDEN, 'sdpa_basic')
+    ok = candidate(ok_case, d)
+    case = copy_case('sdpa_basic', d)
+    write_manifest(case, None, deep_json(100000))
+    probe('manifest of 100000 nested arrays (check)', attnref(*check_args(case, ok)), 2, ['manifest.json', 'deeper'])
+    probe('manifest of 100000 nested arrays (run)', attnref('run', '--golden', case, '--arith', 'float32', '--out', os.path.join(d, 'r')),
+          2, ['manifest.json', 'deeper'])
+    nested = copy_case('sdpa_basic', fresh('deep_obj'))
+    write_manifest(nested, None, '{"a":' * 100000 + '1' + '}' * 100000)
+    probe('manifest of 100000 nested objects', attnref(*check_args(nested, ok)), 2, ['manifest.json', 'deeper'])
+    suite = os.path.join(d, 'suite.json')
+    with open(suite, 'w') as f:
+        f.write('{"schema": "attnref.suite", "schema_version": 1, "cases": ' + deep_json(100000) + '}')
+    probe('suite of 100000 nested arrays (list)', attnref('list', '--suite', suite), 2, ['suite.json', 'deeper'])
+    probe('suite of 100000 nested arrays (generate)', attnref('generate', '--suite', suite, '--out', d), 2, ['suite.json', 'deeper'])
+    study = os.path.join(d, 'study.json')
+    with open(study, 'w') as f:
+        f.write(deep_json(100000))
+    probe('study --json of 100000 nested arrays', attnref('study', '--json', study, '--out', os.path.join(d, 's'), '--no-plot'), 2,
+          ['study.json', 'deeper'])
+
+
+def sizes():
+    d = fresh('sizes')
+    probe('--diagonal-offset 2^63-1', attnref('generate', '--name', 'x', '--diagonal-offset', str(2**63 - 1), '--out', d), 2,
+          ['diagonal_offset', '2\\^53'])
+    probe('--heads 2 --dk 2^63', attnref('generate', '--name', 'x', '--heads', '2', '--dk', str(2**63), '--out', d), 2,
+          ['overflows'])
+    probe('--sq 2^64-1', attnref('generate', '--name', 'x', '--sq', str(2**64 - 1), '--out', d), 2, ['overflows|GiB'])
+    check('nothing written by refused generate runs', not os.path.exists(os.path.join(d, 'x')))
+    # The same wrap in a manifest: check must refuse it, never dereference anything.
+    case = copy_case('mha_seed_example', d)
+    ok = candidate(case, d)
+    m = manifest(case)
+    m['shapes']['heads'] = m['shapes']['kv_heads'] = 2
+    m['shapes']['head_dim_qk'] = m['shapes']['head_dim_v'] = 2**63
+    write_manifest(case, m)
+    probe('manifest heads x head_dim wraps', attnref(*check_args(case, ok)), 2, ['manifest.json', 'overflows'])
+    case2 = copy_case('sdpa_basic', fresh('sizes2'))
+    m = manifest(case2)
+    m['conventions']['diagonal_offset'] = 2**63 + 5
+    write_manifest(case2, m)
+    probe('manifest diagonal_offset 2^63+5', attnref(*check_args(case2, candidate(case2, d, 'b.npy'))), 2, ['diagonal_offset'])
+    # Offsets up to 2^53 are exact: a causal mask shifted 2^53 keys attends to every key.
+    probe('generate --diagonal-offset 2^53 (accepted)',
+          attnref('generate', '--name', 'far', '--sq', '2', '--dk', '2', '--causal', 'top_left', '--diagonal-offset', str(2**53),
+                  '--out', d, '--quiet'), 0, one_line=False)
+
+
+def lost():
+    d = fresh('lost')
+    case = copy_case('sdpa_basic', d)
+    ok = candidate(case, d)
+    before = {f: sha(os.path.join(case, f)) for f in os.listdir(case)}
+    probe('run --out <golden case>', attnref('run', '--golden', case, '--arith', 'float32', '--out', case), 2, ['--out', 'golden case'])
+    other = copy_case('sdpa_additive_mask', fresh('lost_other'))
+    probe('run --out <another golden case>', attnref('run', '--golden', case, '--arith', 'float32', '--out', other), 2, ['--out'])
+    existing = os.path.join(d, 'existing.json')
+    with open(existing, 'w') as f:
+        f.write('keep me')
+    probe('check --json <existing file>', attnref(*check_args(case, ok, '--json', existing)), 2, ['existing.json', '--force'])
+    with open(existing) as f:
+        check('existing report file kept', f.read() == 'keep me')
+    probe('check --json <golden output>', attnref(*check_args(case, ok, '--json', os.path.join(case, 'output.npy'), '--force')), 2,
+          ['--json', 'refused'])
+    probe('check --junit <candidate>', attnref(*check_args(case, ok, '--junit', ok, '--force')), 2, ['--junit', 'input'])
+    probe('check --json X --junit X', attnref(*check_args(case, ok, '--json', os.path.join(d, 'r.x'), '--junit', os.path.join(d, 'r.x'))),
+          2, ['same file'])
+    check('golden case untouched', before == {f: sha(os.path.join(case, f)) for f in os.listdir(case)})
+    check('candidate untouched', np.load(ok).dtype == np.float32)
+    rc = attnref(*check_args(case, ok, '--json', existing, '--force'))
+    probe('check --json <existing> --force', rc, 0, one_line=False)
+    with open(existing) as f:
+        check('--force replaced the report', f.read() != 'keep me')
+    check('no temporary files left', not [f for f in os.listdir(d) if '.tmp-' in f])
+    # --force with fewer outputs: a case regenerated without weights keeps no stale weights.npy.
+    out = fresh('lost_force')
+    base = ('generate', '--name', 'few', '--sq', '2', '--dk', '2', '--out', out, '--quiet')
+    probe('generate a case with weights', attnref(*base), 0, one_line=False)
+    had = os.path.exists(os.path.join(out, 'few', 'weights.npy'))
+    probe('regenerate it --force --no-weights', attnref(*base, '--force', '--no-weights'), 0, one_line=False)
+    check('no stale weights.npy after --force with fewer outputs', had and not os.path.exists(os.path.join(out, 'few', 'weights.npy')))
+    # run: a weights.npy from an earlier run is not left next to a case that stores none.
+    r = os.path.join(out, 'run')
+    probe('run a case with weights', attnref('run', '--golden', case, '--arith', 'float32', '--out', r), 0, one_line=False)
+    probe('run a case without weights into the same --out',
+          attnref('run', '--golden', os.path.join(out, 'few'), '--arith', 'float32', '--out', r), 0, one_line=False)
+    check('no stale weights.npy after run', not os.path.exists(os.path.join(r, 'weights.npy')))
+
+
+def shell():
+    d = fresh('shell')
+    marker = os.path.join(d, 'MARKER')
+    out = os.path.join(d, "a'$(touch " + marker + ");'b;touch " + marker + "2")
+    script = os.path.join(d, 'plot.py')
+    with open(script, 'w') as f:
+        f.write('import sys, os\nopen(os.path.join(sys.argv[2], "argv.txt"), "w").write("\\n".join(sys.argv[1:]))\n')
+    rc = attnref('study', '--out', out, '--policy', 'float32', '--seq', '4', '--head-dim', '2', '--seeds', '1', '--queries', '1',
+                 '--plot-script', script)
+    probe('study --out with \' $( ) ;', rc, 0, one_line=False)
+    check('no shell ran (no marker file)', not os.path.exists(marker) and not os.path.exists(marker + '2'))
+    argv_file = os.path.join(out, 'argv.txt')
+    check('the plot script got the path verbatim', os.path.exists(argv_file) and open(argv_file).read().split('\n')[-1] == out)
+
+
+def hang():
+    d = fresh('hang')
+    case = copy_case('sdpa_basic', d)
+    ok = candidate(case, d)
+    os.remove(os.path.join(case, 'weights.npy'))
+    os.mkfifo(os.path.join(case, 'weights.npy'))
+    probe('golden tensor FIFO', attnref(*check_args(case, ok)), 2, ['weights.npy', 'not a regular file'])
+    zero = copy_case('sdpa_basic', fresh('hang_zero'))
+    os.remove(os.path.join(zero, 'weights.npy'))
+    os.symlink('/dev/zero', os.path.join(zero, 'weights.npy'))
+    probe('golden tensor symlink to /dev/zero', attnref(*check_args(zero, ok)), 2, ['weights.npy', 'outside'], ['[0-9a-f]{64}'])
+    probe('run with a /dev/zero golden tensor', attnref('run', '--golden', zero, '--arith', 'float32', '--out', os.path.join(d, 'r')), 2,
+          ['weights.npy'], ['[0-9a-f]{64}'])
+    # A symlink to a copy of the right file outside the case: refused, and its hash not printed.
+    away = copy_case('sdpa_basic', fresh('hang_away'))
+    outside = os.path.abspath(os.path.join(d, 'outside_weights.npy'))
+    shutil.copy(os.path.join(away, 'weights.npy'), outside)
+    with open(outside, 'ab') as f:
+        f.write(b'secret')
+    os.remove(os.path.join(away, 'weights.npy'))
+    os.symlink(outside, os.path.join(away, 'weights.npy'))
+    probe('golden tensor symlink leaving the case', attnref(*check_args(away, ok)), 2, ['weights.npy', 'outside'], ['[0-9a-f]{64}'])
+    # A symlink that stays inside the case is fine.
+    inside = copy_case('sdpa_basic', fresh('hang_inside'))
+    os.rename(os.path.join(inside, 'weights.npy'), os.path.join(inside, 'real_weights.npy'))
+    os.symlink('real_weights.npy', os.path.join(inside, 'weights.npy'))
+    probe('golden tensor symlink inside the case (accepted)', attnref(*check_args(inside, ok)), 0, one_line=False)
+
+
+def strict():
+    d = fresh('strict')
+    ok = candidate(os.path.join(GOLDEN, 'sdpa_basic'), d)
+
+    def variant(name, edit, must, text_edit=None):
+        case = copy_case('sdpa_basic', fresh('strict_' + name))
+        m = manifest(case)
+        if edit:
+            edit(case, m)
+        text = json.dumps(m, indent=2)
+        if text_edit:
+            text = text_edit(text)
+        write_manifest(case, m, text)
+        probe(name, attnref(*check_args(case, ok)), 2, must)
+
+    variant('duplicate JSON key', None, ['manifest.json', 'duplicate key'],
+            lambda t: t.replace('"schema_version": 1,', '"schema_version": 1, "schema_version": 1,', 1))
+    variant('duplicate nested key', None, ['manifest.json', "shapes.batch", 'duplicate'],
+            lambda t: re.sub(r'"batch": (\d+),', r'"batch": \1, "batch": \1,', t, count=1))
+
+    def dup_role(case, m):
+        e = dict(entry(m, 'weights'))
+        e['file'] = 'weights2.npy'
+        shutil.copy(os.path.join(case, 'weights.npy'), os.path.join(case, 'weights2.npy'))
+        m['tensors'].append(e)
+    variant('duplicate role', dup_role, ['manifest.json', 'listed twice'])
+    variant('dtype "garbage"', lambda c, m: entry(m, 'query').update(dtype='garbage'), ['manifest.json', r'tensors\[0\]\.dtype'])
+    variant('shape not the case\'s', lambda c, m: entry(m, 'lse').update(shape=[1]), ['manifest.json', 'shape'])
+    variant('unknown role', lambda c, m: entry(m, 'lse').update(role='lse2'), ['manifest.json', 'no tensor with role'])
+    variant('missing role', lambda c, m: m['tensors'].remove(entry(m, 'lse')), ['manifest.json', "no tensor with role 'lse'"])
+    variant('NUL inside a file name', lambda c, m: entry(m, 'lse').update(file='lse\u0000.npy'), ['manifest.json', r'\.file'])
+    variant('bytes after a NUL at the end', None, ['manifest.json', 'NUL'], lambda t: t + '\n\u0000{"garbage": 1}')
+
+    # A golden output stored as '<i4' (sha256 and dtype updated): the golden file is blamed.
+    i4 = copy_case('sdpa_basic', fresh('strict_i4'))
+    out = np.load(os.path.join(i4, 'output.npy'))
+    np.save(os.path.join(i4, 'output.npy'), np.zeros(out.shape, dtype='<i4'))
+    m = manifest(i4)
+    entry(m, 'output').update(dtype='<i4', sha256=sha(os.path.join(i4, 'output.npy')))
+    write_manifest(i4, m)
+    probe("golden output '<i4' (manifest says so)", attnref(*check_args(i4, ok)), 2, ['manifest.json', 'dtype'])
+    entry(m, 'output').update(dtype='<f8')
+    write_manifest(i4, m)
+    probe("golden output '<i4' (manifest says '<f8')", attnref(*check_args(i4, ok)), 2, ['output.npy', 'descr'])
+    # A 1-element weights.npy with a matching sha256: refused (was read out of bounds, PASS).
+    one = copy_case('sdpa_basic', fresh('strict_one'))
+    np.save(os.path.join(one, 'weights.npy'), np.zeros((1,), dtype='<f8'))
+    m = manifest(one)
+    entry(m, 'weights').update(sha256=sha(os.path.join(one, 'weights.npy')))
+    write_manifest(one, m)
+    probe('1-element golden weights, sha256 matching', attnref(*check_args(one, ok)), 2, ['weights.npy', 'shape'])
+    entry(m, 'weights').update(shape=[1])
+    write_manifest(one, m)
+    probe('1-element golden weights, manifest shape [1]', attnref(*check_args(one, ok)), 2, ['manifest.json', 'shape'])
+
+
+def flags():
+    d = fresh('flags')
+    gen = ('generate', '--name', 'x', '--out', d)
+    probe('--scale nan', attnref(*gen, '--scale', 'nan'), 2, ['--scale'])
+    probe('--scale inf', attnref(*gen, '--scale', 'inf'), 2, ['--scale'])
+    probe('--softcap -inf', attnref(*gen, '--softcap', '-inf'), 2, ['--softcap'])
+    probe('--window-left -1', attnref(*gen, '--window-left', '-1'), 2, ['--window-left'])
+    probe('--sq -1', attnref(*gen, '--sq', '-1'), 2, ['--sq'])
+    probe('--heads -2', attnref(*gen, '--heads', '-2'), 2, ['--heads'])
+    probe('--key-lengths 3,-1', attnref(*gen, '--key-lengths', '3,-1', '--batch', '2'), 2, ['--key-lengths'])
+    probe('run --block -1', attnref('run', '--golden', os.path.join(GOLDEN, 'sdpa_basic'), '--arith', 'float32', '--out', d,
+                                    '--block', '-1'), 2, ['--block'])
+    check('nothing written by refused flags', not os.path.exists(os.path.join(d, 'x')))
+
+
+def concurrent():
+    d = fresh('concurrent')
+    # Two generate runs of the same name with different seeds, started together: one publishes,
+    # the other must report CONFLICT (exit 2), never silently replace it. Repeated for timing.
+    for trial in range(3):
+        out = os.path.join(d, f't{trial}')
+        args = [[ATTNREF, 'generate', '--name', 'race', '--sq', '4', '--dk', '2', '--seed', str(s), '--out', out, '--quiet']
+                for s in (1, 2)]
+        procs = [subprocess.Popen(a, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for a in args]
+        rcs = [p.wait(timeout=TIMEOUT) for p in procs]
+        errs = [p.stderr.read().decode() for p in procs]
+        seed = manifest(os.path.join(out, 'race'))['inputs']['seed']
+        winner = rcs.index(0) if 0 in rcs else None
+        check(f'trial {trial}: one written, one CONFLICT', sorted(rcs) == [0, 2] and 'use --force' in errs[1 - winner]
+              and seed == (1, 2)[winner], f'rcs {rcs}')
+        # Same content twice: both succeed (written / unchanged).
+        same = [[ATTNREF, 'generate', '--name', 'twin', '--sq', '4', '--dk', '2', '--out', out, '--quiet']] * 2
+        procs = [subprocess.Popen(a, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for a in same]
+        check(f'trial {trial}: identical concurrent runs both succeed', [p.wait(timeout=TIMEOUT) for p in procs] == [0, 0])
+
+
+def exits():
+    d = fresh('exits')
+    case = os.path.join(GOLDEN, 'sdpa_basic')
+    bad = candidate(case, d, 'bad.npy', 1.01)
+    ok = candidate(case, d)
+    rc = attnref(*check_args(case, bad, '--json', os.path.join(d, 'no', 'such', 'dir', 'r.json')))
+    probe('failing candidate, unwritable --json', rc, 1, ['r.json', 'check failed'], one_line=False)
+    check('both facts on stderr, one line each', len(rc[2].strip().split('\n')) == 2, repr(rc[2]))
+    probe('unknown subcommand', attnref('frobnicate'), 2, ["unknown subcommand 'frobnicate'"])
+    nl = os.path.join(d, 'a\nb.npy')
+    probe('newline in a path', attnref(*check_args(case, nl)), 2, [r'a\\nb\.npy'])
+    esc = os.path.join(d, 'c\x1b[31md.npy')
+    probe('escape sequence in a path', attnref(*check_args(case, esc)), 2, [r'c\\x1b\[31md\.npy'])
+    # SIGPIPE: stdout is a pipe nobody reads (closed before attnref writes, as `| head -c0`, or
+    # `| head -c1` once head has its byte); the reports must still be written, exit 0. The child
+    # gets SIGPIPE's default action (subprocess restores it), as under a shell.
+    j, x = os.path.join(d, 'pipe.json'), os.path.join(d, 'pipe.xml')
+    r, w = os.pipe()
+    os.close(r)
+    p = subprocess.Popen([ATTNREF, *check_args(case, ok, '--json', j, '--junit', x)], stdout=w, stderr=subprocess.PIPE,
+                         preexec_fn=limit)
+    os.close(w)
+    rc_pipe = p.wait(timeout=TIMEOUT)
+    check('check | head -c1: reports written, exit 0', rc_pipe == 0 and os.path.exists(j) and os.path.exists(x), f'rc {rc_pipe}')
+
+
+CATEGORIES = {'memory': memory, 'deep': deep, 'sizes': sizes, 'lost': lost, 'shell': shell, 'hang': hang, 'strict': strict,
+              'flags': flags, 'concurrent': concurrent, 'exits': exits}
+
+if __name__ == '__main__':
+    os.makedirs(WORK, exist_ok=True)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    CATEGORIES[CATEGORY]()
+    print(f'{CATEGORY}: {count} probes, ' + ('all as expected' if not failures else f'{len(failures)} FAILED: {failures}'))
+    sys.exit(1 if failures else 0)
