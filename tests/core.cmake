@@ -8,8 +8,10 @@ add_test(NAME fp_environment_consumer
           -DCXX=${CMAKE_CXX_COMPILER} -P ${CMAKE_CURRENT_SOURCE_DIR}/fp_environment_consumer.cmake)
 
 # attnref::math exhaustively over all 2^32 floats, both cores (issue 9 §3); label slow.
-add_test(NAME math_exhaustive_float COMMAND math.test --run_test=exhaustive_float --log_level=message)
-set_tests_properties(math_exhaustive_float PROPERTIES LABELS slow)
+if(NOT ATTNREF_SANITIZE)
+  add_test(NAME math_exhaustive_float COMMAND math.test --run_test=exhaustive_float --log_level=message)
+  set_tests_properties(math_exhaustive_float PROPERTIES LABELS slow)
+endif()
 
 # An element that cannot be certified by narrowing ends `attnref generate` with exit 1 (golden/README.md:
 # "an element could not be certified") and one line naming the case, tensor and index. The ad-hoc case:
