@@ -7,10 +7,12 @@ add_test(NAME fp_environment_consumer
   COMMAND ${CMAKE_COMMAND} -DSOURCE_DIR=${PROJECT_SOURCE_DIR} -DBINARY_DIR=${CMAKE_CURRENT_BINARY_DIR}
           -DCXX=${CMAKE_CXX_COMPILER} -P ${CMAKE_CURRENT_SOURCE_DIR}/fp_environment_consumer.cmake)
 
-# attnref::math exhaustively over all 2^32 floats, both cores (issue 9 §3); label slow.
+# attnref::math exhaustively over all 2^32 floats, both cores (issue 9 §3): 130-160 s on this 2-core
+# machine, which the CI budget (20 min for both workflows) cannot carry; label exhaustive, run by
+# `ctest --preset exhaustive`. CI's `math` asserts the same per-type table at 10^6 sampled points.
 if(NOT ATTNREF_SANITIZE)
   add_test(NAME math_exhaustive_float COMMAND math.test --run_test=exhaustive_float --log_level=message)
-  set_tests_properties(math_exhaustive_float PROPERTIES LABELS slow)
+  set_tests_properties(math_exhaustive_float PROPERTIES LABELS "slow;exhaustive")
 endif()
 
 # An element that cannot be certified by narrowing ends `attnref generate` with exit 1 (golden/README.md:
