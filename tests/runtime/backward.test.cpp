@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "attnref/backward_bounds.hpp"
 #include "attnref/formats.hpp"
 #include "test_support.hpp"
 
@@ -293,63 +294,13 @@ BOOST_AUTO_TEST_CASE(mha_gradients_match_finite_differences_in_mpfr) {
 
 namespace {
 
-/// First-order bound on |ĝ − g| for float64 gradients ĝ (see the derivation in the comment of
-/// float64_gradients_within_first_order_bound), from exact (MPFR) quantities.
-struct gradient_bounds {
-    tensor<double, 4> q, k, v, logits_row_sum;  // logits_row_sum: bound on |Σ_j dŜ_ij|, shape (B, H, Sq, 1)
-};
-
-gradient_bounds first_order_bounds(const sdpa_case& c, double u = 0x1p-53) {
-    const std::size_t group = c.heads / c.kv_heads;
+/// The library's first-order bound (backward_bounds.hpp) for a case, from the exact (MPFR) forward.
+sdpa_gradient_bounds first_order_bounds(const sdpa_case& c, double u = 0x1p-53) {
     const auto r = scaled_dot_product_attention(to<mp>(c.q), to<mp>(c.k), to<mp>(c.v), c.options);
-    const double s = c.options.scale ? *c.options.scale : 1 / std::sqrt(static_cast<double>(c.dk));
-    const double gamma = static_cast<double>(std::max({c.dk, c.dv, c.sk, c.sq * group}) + 10) * u;
-    gradient_bounds b{tensor<double, 4>({c.batch, c.heads, c.sq, c.dk}, 0.0), tensor<double, 4>({c.batch, c.kv_heads, c.sk, c.dk}, 0.0),
-                      tensor<double, 4>({c.batch, c.kv_heads, c.sk, c.dv}, 0.0), tensor<double, 4>({c.batch, c.heads, c.sq, 1}, 0.0)};
-    for (std::size_t bb = 0; bb < c.batch; ++bb)
-        for (std::size_t h = 0; h < c.heads; ++h)
-            for (std::size_t i = 0; i < c.sq; ++i) {
-                const std::size_t hk = h / group;
-                std::vector<double> p(c.sk), dp_abs(c.sk);
-                double logit_magnitude = 0, d_abs = 0;
-                bool empty = true;
-                for (std::size_t j = 0; j < c.sk; ++j) {
-                    p[j] = static_cast<double>(r.weights(bb, h, i, j));
-                    double qk = 0, ov = 0;
-                    for (std::size_t x = 0; x < c.dk; ++x) qk += std::fabs(c.q(bb, h, i, x) * c.k(bb, hk, j, x));
-                    for (std::size_t x = 0; x < c.dv; ++x) ov += std::fabs(c.grad_output(bb, h, i, x) * c.v(bb, hk, j, x));
-                    dp_abs[j] = ov;
-                    if (structurally_masked(c.options.mask, bb, h, i, j, c.sq, c.sk)) continue;
-                    empty = false;
-                    double m = s * qk;
-                    if (!c.slopes.empty()) m += c.slopes[h] * static_cast<double>(c.sq + c.sk);
-                    if (c.options.mask.additive.present()) m += std::fabs(c.options.mask.additive.at(bb, h, i, j));
-                    if (c.options.mask.seed.present()) m += 1e9 * c.options.mask.seed.at(bb, h, i, j);
-                    logit_magnitude = std::max(logit_magnitude, m);
-                    d_abs += p[j] * dp_abs[j];
-                }
-                if (empty) {  // only the uniform policy's dV_j += dO_i/Sk; nothing else
-                    for (std::size_t j = 0; j < c.sk; ++j)
-                        for (std::size_t x = 0; x < c.dv; ++x) b.v(bb, hk, j, x) += gamma * p[j] * std::fabs(c.grad_output(bb, h, i, x));
-                    continue;
-                }
-                const double lse = std::fabs(static_cast<double>(r.lse(bb, h, i)));
-                const double e_p = u * (2 * static_cast<double>(c.dk + 4) * logit_magnitude + 2 * lse + 2 * static_cast<double>(c.sk) + 10);
-                const double e_cap = c.options.softcap ? u * (4 + 2 * static_cast<double>(c.dk + 3) * logit_magnitude / *c.options.softcap) : 0;
-                const double rho = 4 * gamma + 2 * e_p + e_cap + 3 * u;
-                for (std::size_t j = 0; j < c.sk; ++j) {
-                    if (structurally_masked(c.options.mask, bb, h, i, j, c.sq, c.sk)) continue;
-                    const double m = p[j] * (dp_abs[j] + d_abs);  // |dS_ij| with absolute values throughout
-                    b.logits_row_sum(bb, h, i, 0) += rho * m;
-                    for (std::size_t x = 0; x < c.dk; ++x) {
-                        b.q(bb, h, i, x) += s * rho * m * std::fabs(c.k(bb, hk, j, x));
-                        b.k(bb, hk, j, x) += s * rho * m * std::fabs(c.q(bb, h, i, x));
-                    }
-                    for (std::size_t x = 0; x < c.dv; ++x)
-                        b.v(bb, hk, j, x) += (gamma + e_p) * p[j] * std::fabs(c.grad_output(bb, h, i, x));
-                }
-            }
-    return b;
+    const tensor<double, 4> weights = cast<double>(r.weights);
+    const tensor<double, 3> lse = cast<double>(r.lse);
+    return sdpa_gradient_first_order_bounds(c.q.view(), c.k.view(), c.v.view(), c.grad_output.view(), weights.view(), lse.view(),
+                                            c.options, u);
 }
 
 /// max over elements of |a − b| / bound (0/0 counts as 0; a nonzero difference over a zero bound as ∞).
@@ -366,34 +317,20 @@ double worst_ratio(const tensor<A, 4>& a, const tensor<B, 4>& b, const tensor<do
 
 }  // namespace
 
-// (b) float64 vs MPFR. First-order analysis (u = 2^-53, n = max(dk, dv, Sk, Sq·H/Hkv) + 10, γ = n·u;
-// every sum of m terms carries ≤ (m + 1)u relative error on the sum of the magnitudes):
-//  - logits: |ΔS_ij| ≤ (dk + 3)u·L_i, L_i = max_j of s·Σ_c|q_ic k_jc| + ALiBi + |additive| + 1e9·seed;
-//  - P (forward's, or exp(S − lse) recomputed): |ΔP_ij| ≤ e_P·P_ij, e_P = u(2(dk + 4)L_i + 2|lse_i| + 2Sk + 10)
-//    (softmax's sensitivity doubles the logit error; Blanchard et al.'s (Sk + 3)u for the softmax
-//    itself; exp(S − lse) loses |S − lse|·u);
-//  - dP_ij = dO_i·v_j: ≤ γ·|dP|_ij with |dP|_ij = Σ_c|dO_ic v_jc|; D_i or r_i: ≤ (2γ + e_P)·D̄_i with
-//    D̄_i = Σ_j P_ij |dP|_ij (both Σ_j P dP and dO·O = Σ_c dO_c Σ_j P_j v_jc have this magnitude);
-//  - dS_ij = P_ij(dP_ij − D_i): ≤ (3γ + 2e_P)·M_ij, M_ij = P_ij(|dP|_ij + D̄_i); soft-capping multiplies
-//    by 1 − t² ≤ 1 computed with ≤ (4 + 2(dk + 3)L_i/cap)u absolute error (e_cap); the scale 3u;
-//  - dQ_ic = s·Σ_j g_ij k_jc: ≤ s·Σ_j ρ_i M_ij |k_jc|, ρ_i = 4γ + 2e_P + e_cap + 3u (one more γ for the
-//    sum); dK likewise with |q_ic| summed over the group's heads and rows; dV_jc = Σ P_ij dO_ic:
-//    ≤ Σ (γ + e_P)P_ij |dO_ic|;
-//  - Σ_j dŜ_ij (exactly 0): ≤ Σ_j ρ_i M_ij.
-// Second-order terms (products of two u's) are dropped: this is a first-order bound, asserted ≤ 1.
+// (b) float64 vs MPFR within the library's first-order bound (backward_bounds.hpp, (B1)–(B6)), asserted ≤ 1.
 template <class T>
 void check_within_first_order_bound(double u) {
     double worst = 0;
     std::string worst_name;
     for (auto& c : all_cases()) {
-        const gradient_bounds b = first_order_bounds(*c, u);
+        const sdpa_gradient_bounds b = first_order_bounds(*c, u);
         const auto exact = scaled_dot_product_attention_backward(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v),
                                                                  to<mp>(c->grad_output), c->options);
         for (backward_algorithm algorithm : {backward_algorithm::textbook, backward_algorithm::flash}) {
             const auto d = scaled_dot_product_attention_backward(to<T>(c->q), to<T>(c->k), to<T>(c->v), to<T>(c->grad_output),
                                                                  c->options, {algorithm});
-            const double w = std::max({worst_ratio(d.grad_query, exact.grad_query, b.q), worst_ratio(d.grad_key, exact.grad_key, b.k),
-                                       worst_ratio(d.grad_value, exact.grad_value, b.v)});
+            const double w = std::max({worst_ratio(d.grad_query, exact.grad_query, b.grad_query), worst_ratio(d.grad_key, exact.grad_key, b.grad_key),
+                                       worst_ratio(d.grad_value, exact.grad_value, b.grad_value)});
             BOOST_TEST_INFO(c->name << (algorithm == backward_algorithm::flash ? " flash" : " textbook"));
             BOOST_TEST(w <= 1.0);
             if (w > worst) {
@@ -462,7 +399,7 @@ BOOST_AUTO_TEST_CASE(bfloat16_policy_within_first_order_bound) {
     for (auto& c : all_cases()) {
         for (tensor<double, 4>* t : {&c->q, &c->k, &c->v, &c->grad_output})
             for (std::size_t n = 0; n < t->size(); ++n) (*t)[n] = static_cast<double>(bfloat16((*t)[n]));
-        const gradient_bounds b = first_order_bounds(*c, 0x1p-8);
+        const sdpa_gradient_bounds b = first_order_bounds(*c, 0x1p-8);
         const auto exact = scaled_dot_product_attention_backward(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v),
                                                                  to<mp>(c->grad_output), c->options);
         const auto q = to<bfloat16>(c->q), k = to<bfloat16>(c->k), v = to<bfloat16>(c->v), g = to<bfloat16>(c->grad_output);
@@ -472,8 +409,8 @@ BOOST_AUTO_TEST_CASE(bfloat16_policy_within_first_order_bound) {
             auto ratio = [](const tensor<bfloat16, 4>& x, const tensor<mp, 4>& y, const tensor<double, 4>& bound) {
                 return worst_ratio(to_tensor<double>(x.view()), y, bound);
             };
-            const double w = std::max({ratio(d.grad_query, exact.grad_query, b.q), ratio(d.grad_key, exact.grad_key, b.k),
-                                       ratio(d.grad_value, exact.grad_value, b.v)});
+            const double w = std::max({ratio(d.grad_query, exact.grad_query, b.grad_query), ratio(d.grad_key, exact.grad_key, b.grad_key),
+                                       ratio(d.grad_value, exact.grad_value, b.grad_value)});
             BOOST_TEST_INFO(c->name);
             BOOST_TEST(w <= 1.0);
             worst = std::max(worst, w);
@@ -627,13 +564,13 @@ BOOST_AUTO_TEST_CASE(gradients_do_not_depend_on_thread_count) {
 // and in float32 they round differently (at least one element differs).
 BOOST_AUTO_TEST_CASE(textbook_and_flash_agree_in_float64_and_round_differently_in_float32) {
     for (auto& c : all_cases()) {
-        const gradient_bounds b = first_order_bounds(*c);
+        const sdpa_gradient_bounds b = first_order_bounds(*c);
         const auto t = scaled_dot_product_attention_backward(c->q, c->k, c->v, c->grad_output, c->options);
         const auto f = scaled_dot_product_attention_backward(c->q, c->k, c->v, c->grad_output, c->options,
                                                              {backward_algorithm::flash});
         BOOST_TEST_INFO(c->name);
-        BOOST_TEST(std::max({worst_ratio(t.grad_query, f.grad_query, b.q), worst_ratio(t.grad_key, f.grad_key, b.k),
-                             worst_ratio(t.grad_value, f.grad_value, b.v)}) <= 2.0);
+        BOOST_TEST(std::max({worst_ratio(t.grad_query, f.grad_query, b.grad_query), worst_ratio(t.grad_key, f.grad_key, b.grad_key),
+                             worst_ratio(t.grad_value, f.grad_value, b.grad_value)}) <= 2.0);
     }
     sdpa_case c;
     c.heads = 2;
