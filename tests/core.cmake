@@ -26,3 +26,10 @@ if(TARGET attnref_cli)
   add_test(NAME generate_uncertifiable_exits_1 COMMAND sh -c
     "$<TARGET_FILE:attnref_cli> generate --name uncertifiable_midpoint --kind sdpa --batch 1 --heads 1 --sq 1 --sk 3 --dk 1 --dv 8 --key-lengths 0 --empty-rows uniform --input-format float16 --targets float16 --seed 2 --quiet --out ${CMAKE_CURRENT_BINARY_DIR}/uncertifiable 2> ${CMAKE_CURRENT_BINARY_DIR}/uncertifiable.err; rc=$?; cat ${CMAKE_CURRENT_BINARY_DIR}/uncertifiable.err; test $rc -eq 1 && grep -q \"case 'uncertifiable_midpoint'.*tensor 'output' element (0, 0, 0, 6) target float16\" ${CMAKE_CURRENT_BINARY_DIR}/uncertifiable.err && test ! -e ${CMAKE_CURRENT_BINARY_DIR}/uncertifiable/uncertifiable_midpoint/manifest.json")
 endif()
+
+# The backward pass against PyTorch's autograd (issue 14 §4): Debian's python3-torch through the
+# Debian Python (the python3 first on PATH may lack numpy and torch).
+set(ATTNREF_PYTHON /usr/bin/python3 CACHE FILEPATH "Python with numpy and torch, for the PyTorch comparisons")
+if(TARGET backward_torch.test)
+  target_compile_definitions(backward_torch.test PRIVATE ATTNREF_PYTHON="${ATTNREF_PYTHON}")
+endif()
