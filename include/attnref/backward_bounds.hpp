@@ -23,6 +23,9 @@
 ///       with |q_ic| summed over the group's heads and rows (GQA); dV_jc = Σ_i P_ij dO_ic:
 ///       ≤ Σ_i (γ + e_P) P_ij |dO_ic|;
 ///  (B6) Σ_j dS_ij, exactly 0: its computed value ≤ Σ_j ρ_i M_ij.
+///  (B7) gradients stored in a narrower format than the arithmetic (bf16 or fp16 kernels with float32
+///       accumulation): the final rounding adds u_storage·|g| ≤ u_storage times the magnitude sums of
+///       (B5), i.e. ρ_i → ρ_i + u_storage for dQ and dK and γ + e_P → γ + e_P + u_storage for dV.
 /// Rows the mask leaves empty contribute only the uniform policy's dV_j += dO_i/Sk (γ·P_ij|dO_ic|).
 /// Second-order terms (products of two u's) are dropped: the bound is first order, as are the
 /// forward's data-aware bounds (tolerance.hpp), and callers that turn it into a verdict say so. It is
@@ -47,15 +50,17 @@ struct sdpa_gradient_bounds {
     tensor<double, 4> grad_query, grad_key, grad_value, logits_row_sum;
 };
 
-/// The first-order bound (B1)–(B6) for gradients computed with unit roundoff `u` (2^-53 for float64,
-/// 2^-24 float32, 2^-8 bfloat16, 2^-11 float16). q, k, v, grad_output as given to the backward
+/// The first-order bound (B1)–(B7) for gradients computed with unit roundoff `u` (2^-53 for float64,
+/// 2^-24 float32, 2^-8 bfloat16, 2^-11 float16) and stored with unit roundoff `u_storage` (0: stored
+/// in the arithmetic's own format; 2^-8 for bf16 gradients accumulated in float32). q, k, v, grad_output as given to the backward
 /// (exact values); weights (B, H, Sq, Sk) and lse (B, H, Sq) the exact forward's (certified golden
 /// values or a high-precision computation: their own rounding is second order).
 inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const double, 4> q, tensor_view<const double, 4> k,
                                                              tensor_view<const double, 4> v,
                                                              tensor_view<const double, 4> grad_output,
                                                              tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
-                                                             const attention_options& options, double u) {
+                                                             const attention_options& options, double u,
+                                                             double u_storage = 0) {
     const attention_dims d = detail::attention_dims_of(q, k, v);
     require_extent("grad_output axis 3 (head dim dv)", grad_output.extents[3], d.head_dim_v);
     require_extent("weights axis 3 (key length)", weights.extents[3], d.key_length);
@@ -93,24 +98,25 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
                 if (empty) {  // only the uniform policy's dV_j += dO_i/Sk
                     for (std::size_t j = 0; j < d.key_length; ++j)
                         for (std::size_t x = 0; x < d.head_dim_v; ++x)
-                            b.grad_value(bb, hk, j, x) += gamma * std::fabs(weights(bb, h, i, j)) * std::fabs(grad_output(bb, h, i, x));
+                            b.grad_value(bb, hk, j, x) += (gamma + u_storage) * std::fabs(weights(bb, h, i, j)) * std::fabs(grad_output(bb, h, i, x));
                     continue;
                 }
                 const double lse_i = std::fabs(lse(bb, h, i));
                 const double e_p = u * (2 * (dk + 4) * logit_magnitude + 2 * lse_i + 2 * static_cast<double>(d.key_length) + 10);  // (B2)
                 const double e_cap = options.softcap ? u * (4 + 2 * (dk + 3) * logit_magnitude / std::fabs(*options.softcap)) : 0;
                 const double rho = 4 * gamma + 2 * e_p + e_cap + 3 * u;  // (B5)
+                const double rho_stored = rho + u_storage;                 // (B7)
                 for (std::size_t j = 0; j < d.key_length; ++j) {
                     if (structurally_masked(options.mask, bb, h, i, j, d.query_length, d.key_length)) continue;
                     const double p = weights(bb, h, i, j);
                     const double m = p * (dp_abs[j] + d_abs);  // M_ij (B4)
                     b.logits_row_sum(bb, h, i, 0) += rho * m;
                     for (std::size_t x = 0; x < d.head_dim_qk; ++x) {
-                        b.grad_query(bb, h, i, x) += s * rho * m * std::fabs(k(bb, hk, j, x));
-                        b.grad_key(bb, hk, j, x) += s * rho * m * std::fabs(q(bb, h, i, x));
+                        b.grad_query(bb, h, i, x) += s * rho_stored * m * std::fabs(k(bb, hk, j, x));
+                        b.grad_key(bb, hk, j, x) += s * rho_stored * m * std::fabs(q(bb, h, i, x));
                     }
                     for (std::size_t x = 0; x < d.head_dim_v; ++x)
-                        b.grad_value(bb, hk, j, x) += (gamma + e_p) * p * std::fabs(grad_output(bb, h, i, x));
+                        b.grad_value(bb, hk, j, x) += (gamma + e_p + u_storage) * p * std::fabs(grad_output(bb, h, i, x));
                 }
             }
     constexpr double inflation = 1 + 0x1p-20;  // second-order terms and the bound's own rounding
