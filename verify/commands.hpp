@@ -27,5 +27,6 @@ void register_list(CLI::App& app);
 void register_run(CLI::App& app);
 void register_check(CLI::App& app);
 void register_study(CLI::App& app);
+void register_merge(CLI::App& app);
 
 }  // namespace attnref::verify

@@ -19,6 +19,8 @@
 #include "golden_case.hpp"
 #include "manifest.hpp"
 #include "safe_io.hpp"
+#include "sha256.hpp"
+#include "shard.hpp"
 #include "summary.hpp"
 
 namespace attnref::verify {
@@ -48,6 +50,7 @@ struct generate_args {
     std::uint64_t seed = 0;
     std::vector<std::string> targets;
     std::string max_memory;
+    std::string shard;  ///< "I/N": only shard I of N of the selected cases (shard.hpp)
 };
 
 /// Bytes per value `generate` budgets for: the certification holds MPFI intervals (two MPFR numbers
@@ -115,17 +118,6 @@ case_spec ad_hoc_case(const generate_args& a) {
     return parse_suite(suite.dump(), "command line").front();
 }
 
-/// Multiply-adds of the case in exact arithmetic (a cost estimate for scheduling).
-double cost(const case_spec& s) {
-    const case_shapes& d = s.shapes;
-    double c = double(d.batch) * d.heads * d.query_length * d.key_length * (d.head_dim_qk + d.head_dim_v);
-    if (s.kind == case_kind::mha)
-        c += double(d.batch) * d.model_dim *
-             (d.query_length * d.heads * d.head_dim_qk + d.key_length * d.kv_heads * (d.head_dim_qk + d.head_dim_v)) +
-             double(d.batch) * d.query_length * d.heads * d.head_dim_v * d.output_dim;
-    return c;
-}
-
 struct case_outcome {
     std::string status;
     double seconds = 0;
@@ -151,6 +143,23 @@ void run_generate(const generate_args& a) {
             cases.push_back(*it);
         }
     }
+    std::optional<shard_record> shard;
+    if (!a.shard.empty()) {
+        if (!a.name.empty()) throw data_error("command line: --shard: shards a suite's cases; not with an ad-hoc case (--name)");
+        if (a.out.empty()) throw data_error("command line: --shard: needs --out (the shard directory)");
+        const shard_id id = parse_shard(a.shard, "--shard");
+        const std::string text = read_text(a.suite);
+        shard.emplace();
+        shard->suite_sha256 = sha256_hex(std::as_bytes(std::span(text.data(), text.size())));
+        shard->shard = id;
+        std::vector<case_spec> mine;
+        for (const case_spec& c : cases) shard->selection.push_back(c.name);
+        for (std::size_t i : shard_cases(cases, id)) {
+            mine.push_back(cases[i]);
+            shard->cases.push_back(cases[i].name);
+        }
+        cases = std::move(mine);
+    }
     std::size_t threads = a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency());
     if (!a.max_memory.empty()) set_max_memory(parse_memory_size(a.max_memory, "--max-memory"));
     for (std::size_t i = 0; i < cases.size(); ++i)
@@ -171,7 +180,7 @@ void run_generate(const generate_args& a) {
     };
     auto process = [&](std::size_t i, std::size_t inner_threads) {
         const case_spec& s = cases[i];
-        const bool long_case = cost(s) > 2e6;
+        const bool long_case = case_cost(s) > 2e6;
         const generated_case g = generate_case(s, inner_threads, long_case ? std::function<void(const std::string&)>(say)
                                                                             : std::function<void(const std::string&)>());
         case_outcome& o = outcomes[i];
@@ -208,7 +217,7 @@ void run_generate(const generate_args& a) {
     // Large cases one at a time with every thread inside attnref's parallel_for; the rest
     // concurrently, one thread each. Results never depend on the split (see parallel.hpp).
     std::vector<std::size_t> big, small;
-    for (std::size_t i = 0; i < cases.size(); ++i) (cost(cases[i]) > 2e6 && threads > 1 ? big : small).push_back(i);
+    for (std::size_t i = 0; i < cases.size(); ++i) (case_cost(cases[i]) > 2e6 && threads > 1 ? big : small).push_back(i);
     for (std::size_t i : big) process(i, threads);
     std::atomic<std::size_t> next{0};
     std::exception_ptr failure;
@@ -242,6 +251,14 @@ void run_generate(const generate_args& a) {
         if (outcomes[i].conflict)
             throw data_error((out / cases[i].name).string() + ": existing case differs from the regenerated one (" +
                              outcomes[i].detail + "); not overwritten, use --force");
+    // The shard's record last: a shard directory without it is incomplete (merge refuses it).
+    if (shard && !a.verify) {
+        const fs::path record = out / shard_file;
+        const std::string text = shard_text(*shard);
+        std::error_code ec;
+        const bool same = fs::exists(record, ec) && read_text(record.string()) == text;
+        if (!same) write_file_atomic(record, text, a.force);
+    }
     std::size_t differing = 0;
     std::string first;
     for (std::size_t i = 0; i < cases.size(); ++i)
@@ -266,6 +283,9 @@ void register_generate(CLI::App& app) {
     g->add_flag("--quiet", a->quiet, "no progress lines on stderr");
     g->add_option("--threads", a->threads, "threads (0 = all cores); results do not depend on it")
         ->check(unsigned_text())->capture_default_str();
+    g->add_option("--shard", a->shard,
+                  "compute only shard I of N (I/N, 0-based) of the selected cases into --out, with shard.json; "
+                  "`attnref merge` assembles the shards");
     g->add_option("--max-memory", a->max_memory,
                   "refuse cases estimated to need more memory (bytes, K/M/G/T suffix; default 4G; 256 bytes per value)");
     auto* adhoc = "Ad-hoc case";

@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
     attnref::verify::register_run(app);
     attnref::verify::register_check(app);
     attnref::verify::register_study(app);
+    attnref::verify::register_merge(app);
     // CLI11 reports an unknown first word as "A subcommand is required": name it instead.
     if (argc > 1 && argv[1][0] != '-') {
         bool known = false;
