@@ -98,3 +98,39 @@ def test_all_zero_output_is_untrustworthy():
     out, _, _ = numpy_sdpa(q, k, v, dtype=np.float32)
     with pytest.raises(InconclusiveError, match="untrustworthy"):
         assert_attention_close(out, ref)
+
+
+def test_bound_admitting_a_decoy_is_inconclusive():
+    # fp16 with logits scaled by 100: no bound reaches its row's scale (not vacuous by
+    # find_vacuous), yet the bounds would pass the softmax at twice the scale, which is visibly
+    # wrong: `attnref check`'s decoy rule makes that INCONCLUSIVE (found by sweeping the scale).
+    rng = np.random.default_rng(15)
+    q, k, v = rng.standard_normal((2, 4, 9, 16)) * 100, rng.standard_normal((2, 2, 12, 16)), rng.standard_normal((2, 2, 12, 8))
+    ref = attnref.sdpa(q, k, v)
+    cand = attnref.sdpa(q, k, v, arith="fp16_fp32acc").output
+    with pytest.raises(InconclusiveError, match="trivially wrong output"):
+        assert_attention_close(cand, ref, dtype="float16")
+
+
+def test_empty_row_lse_convention():
+    # Batch 0 has no valid key: FlashAttention 2/3 write lse = +inf there, attnref and PyTorch -inf.
+    q, k, v = draw(17)
+    ref = attnref.sdpa(q, k, v, key_lengths=[0, 12], return_lse=True)
+    out, p, lse = numpy_sdpa(q, k, v, dtype=np.float32, key_lengths=[0, 12])
+    assert np.isneginf(lse[0]).all()
+    assert_attention_close(out, ref, weights=p, lse=lse)
+    fa_lse = lse.copy()
+    fa_lse[0] = np.inf
+    assert_attention_close(out, ref, weights=p, lse=fa_lse, empty_row_lse="+inf")
+    with pytest.raises(AssertionError, match="empty_row_lse"):
+        assert_attention_close(out, ref, weights=p, lse=fa_lse)
+
+
+def test_weight_on_a_masked_key_fails():
+    q, k, v = draw(18)
+    ref = attnref.sdpa(q, k, v, causal="top_left", return_weights=True)
+    out, p, _ = numpy_sdpa(q, k, v, dtype=np.float32, causal="top_left")
+    p = p.copy()
+    p[1, 1, 4, 5] = np.float32(0.01)  # a masked key (j > i) given weight
+    with pytest.raises(AssertionError, match=r"Attention weights is not close(.|\n)*index \(1, 1, 4, 5\)"):
+        assert_attention_close(out, ref, weights=p)

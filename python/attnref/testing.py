@@ -77,7 +77,8 @@ def _index(flat: int, shape: "tuple[int, ...]") -> "tuple[int, ...]":
 
 
 def assert_attention_close(actual: Any, expected_or_reference: Any, *, dtype: Any = None, tolerance: str = "data-aware",
-                           weights: Any = None, lse: Any = None, ulp: float = 4, msg: Optional[str] = None) -> None:
+                           weights: Any = None, lse: Any = None, empty_row_lse: str = "-inf", ulp: float = 4,
+                           msg: Optional[str] = None) -> None:
     """Asserts that ``actual`` is a correct attention output for the reference's inputs.
 
     Args:
@@ -89,8 +90,13 @@ def assert_attention_close(actual: Any, expected_or_reference: Any, *, dtype: An
             "float16", or a NumPy/PyTorch dtype); default: from ``actual``'s dtype. 16-bit formats
             are assumed to accumulate in float32.
         tolerance: "data-aware" (default), "worst-case", "assert-close" or "ulp".
-        weights: the implementation's attention weights (B, H, Sq, Sk), compared too if given.
+        weights: the implementation's attention weights (B, H, Sq, Sk), compared too if given,
+            and checked for invariants.hpp's invariants (rows sum to 1, masked weights exactly 0,
+            0 <= P <= 1; with ``lse`` also P = exp(S - lse)).
         lse: the implementation's log-sum-exp (B, H, Sq), compared too if given.
+        empty_row_lse: the lse the implementation writes for a row whose keys are all masked:
+            "-inf" (attnref, PyTorch, FlashAttention's split-KV path), "+inf" (FlashAttention 2/3),
+            or "any".
         ulp: the limit of the "ulp" model.
         msg: prefixed to the failure message.
 
@@ -99,7 +105,8 @@ def assert_attention_close(actual: Any, expected_or_reference: Any, *, dtype: An
             index, actual vs expected, the bound and the model), in the style of
             torch.testing.assert_close.
         InconclusiveError (an AssertionError): nothing exceeded a bound but a pass would prove
-            nothing: some bound is vacuous, or the output is untrustworthy.
+            nothing: some bound is vacuous, the output bounds would also pass a trivially wrong
+            output (the mean of V, the softmax at scale x2 or x1/2), or the output is untrustworthy.
         TypeError, ValueError: unusable arguments (named).
     """
     model = tolerance
@@ -150,15 +157,21 @@ def assert_attention_close(actual: Any, expected_or_reference: Any, *, dtype: An
         if al.shape != lshape:
             raise AssertionError(f"lse: shape {al.shape} != {lshape}")
     row = expected.shape[-1] if expected.ndim else 1
-    results: List[Dict[str, Any]] = _attnref._judge(
-        call, model, fmt, reference_u, expected, exp_w, exp_l, a, aw,
-        al, row, float(ulp))
+    if empty_row_lse not in ("-inf", "+inf", "any"):
+        raise ValueError(f"empty_row_lse: expected '-inf', '+inf' or 'any', got {empty_row_lse!r}")
+    judged: Dict[str, Any] = _attnref._judge(call, model, fmt, reference_u, expected, exp_w, exp_l, a, aw, al, row, float(ulp),
+                                             empty_row_lse)
+    results: List[Dict[str, Any]] = judged["tensors"]
     shapes = {"output": expected.shape, "weights": wshape, "lse": lshape}
     prefix = (msg + ": ") if msg else ""
     how = f"model: {_MODEL_TEXT[model]}; candidate format {fmt}" + (
         f"; reference {ref.arith}" if isinstance(ref, Reference) else "")
-    for r in results:  # FAIL first
-        bad = r["violations"] + r["nonfinite_mismatches"]
+    # FAIL before INCONCLUSIVE, as `attnref check` decides.
+    for r in results:
+        if r["wrong_empty_lse"]:
+            raise AssertionError(f"{prefix}Attention lse: {r['wrong_empty_lse']} rows with every key masked do not hold the "
+                                 f"declared empty_row_lse={empty_row_lse!r}\n{how}")
+        bad = r["violations"]  # non-finite mismatches (NaN or inf where the reference has another value) included
         if bad:
             n = r["elements"]
             idx = _index(r["worst_index"], shapes[r["name"]])
@@ -171,15 +184,28 @@ def assert_attention_close(actual: Any, expected_or_reference: Any, *, dtype: An
                 f"|difference| {abs(r['worst_actual'] - r['worst_expected']):.3g}, bound {r['worst_bound']:.3g}{unit}\n"
                 f"Greatest absolute difference: {r['max_abs']:.3g}; greatest relative difference: {r['max_rel']:.3g}\n"
                 f"{how}")
+    for i in judged["invariants"]:
+        if not i["ok"]:
+            raise AssertionError(f"{prefix}Attention weights violate the invariant '{i['name']}': {i['violations']} of "
+                                 f"{i['checked']} checks fail; the first at index {i['index']}: deviation {i['worst']:.3g}, "
+                                 f"bound {i['bound']:.3g} (include/attnref/invariants.hpp)\n{how}")
     for r in results:
         if r["vacuous_elements"]:
             idx = _index(r["vacuous_index"], shapes[r["name"]])
             raise InconclusiveError(
                 f"{prefix}INCONCLUSIVE: attention {r['name']}: no element exceeded its bound, but the bound of "
                 f"{r['vacuous_elements']} of {r['elements']} elements is vacuous (first at index {idx}: bound "
-                f"{r['vacuous_bound']:.3g} vs scale {r['vacuous_scale']:.3g}, the largest |expected| of its row"
-                f"{' (ln 2 for lse)' if r['name'] == 'lse' else ''}): a pass would prove nothing. A narrower format cannot be "
-                f"judged on these inputs; test it on better-conditioned ones or in a wider format.\n{how}")
+                f"{r['vacuous_bound']:.3g} vs scale {r['vacuous_scale']:.3g}, "
+                f"{'ln 2' if r['name'] == 'lse' else 'the largest |expected| of its row'}): a pass would prove nothing. "
+                f"This format cannot be judged on these inputs; test it on better-conditioned ones or in a wider format.\n{how}")
+        if r["decoy"]:
+            raise InconclusiveError(
+                f"{prefix}INCONCLUSIVE: attention {r['name']}: no element exceeded its bound, but the bounds also admit a "
+                f"trivially wrong output ({r['decoy']}): a pass would prove nothing.\n{how}")
         if r["untrustworthy"]:
             raise InconclusiveError(f"{prefix}INCONCLUSIVE: attention {r['name']} is untrustworthy: {r['untrustworthy']} "
                                     f"(zero-trust, as benchdnn): a pass would prove nothing.\n{how}")
+    for i in judged["invariants"]:
+        if i["vacuous"]:
+            raise InconclusiveError(f"{prefix}INCONCLUSIVE: the bound of the invariant '{i['name']}' is vacuous: "
+                                    f"a pass would prove nothing.\n{how}")

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attnref/attention.hpp"
+#include "attnref/invariants.hpp"
 #include "attnref/multi_head_attention.hpp"
 #include "attnref/tolerance.hpp"
 
@@ -103,7 +104,14 @@ struct tensor_judgement {
     tolerance::comparison cmp;
     tolerance::vacuity vacuous;
     std::string untrustworthy;  ///< zero-trust reason (output only), empty when trustworthy
+    std::string decoy;          ///< output only: a trivially wrong output the bounds would pass (see judge())
+    std::size_t wrong_empty_lse = 0;  ///< lse only: empty rows without the declared lse convention
     double bound_max = 0;       ///< the largest finite bound
+};
+
+struct judgement {
+    std::vector<tensor_judgement> tensors;
+    std::vector<invariant_report> invariants;  ///< invariants.hpp, on the candidate's weights (and lse)
 };
 
 struct judge_request {
@@ -116,10 +124,16 @@ struct judge_request {
     std::vector<double> actual_output, actual_weights, actual_lse;  ///< weights, lse optional
     std::size_t output_row = 1;
     double ulp_limit = 4;
+    empty_row_lse empty_lse = empty_row_lse::minus_inf;  ///< the lse the candidate writes for empty rows
 };
 
-/// Compares. assert-close and ulp need no call (`c` may be null); data-aware and worst-case
-/// derive their bounds from the call's inputs and the reference's weights.
-std::vector<tensor_judgement> judge(const call* c, const judge_request& rq);
+/// Compares, as `attnref check` does (verify/check.cpp): the output under the model, with the
+/// vacuity rule (tolerance::find_vacuous), the decoy rule (an output bound that would pass the
+/// mean of V or the softmax at scale x2 / x1/2 while they are visibly wrong is vacuous) and
+/// zero-trust (tolerance::untrustworthy); weights and lse against the reference's under
+/// tolerance::weights_bound / lse_bound, plus invariants.hpp's invariants on them.
+/// assert-close and ulp need no call (`c` may be null: then no decoys, weights or lse);
+/// data-aware and worst-case derive their bounds from the call's inputs and the reference's weights.
+judgement judge(const call* c, const judge_request& rq);
 
 }  // namespace attnref::python

@@ -197,7 +197,7 @@ PYBIND11_MODULE(_attnref, m) {
         [](const py_call* pc, const std::string& model, const std::string& format, double reference_u, const f64_array& expected_output,
            const std::optional<f64_array>& expected_weights, const std::optional<f64_array>& expected_lse,
            const f64_array& actual_output, const std::optional<f64_array>& actual_weights, const std::optional<f64_array>& actual_lse,
-           std::size_t output_row, double ulp_limit) {
+           std::size_t output_row, double ulp_limit, const std::string& empty_lse_name) {
             judge_request rq;
             rq.model = model;
             const auto f = tolerance::format_from_name(format);
@@ -209,13 +209,17 @@ PYBIND11_MODULE(_attnref, m) {
             rq.actual_output = to_vector(actual_output), rq.actual_weights = to_vector(actual_weights), rq.actual_lse = to_vector(actual_lse);
             rq.output_row = output_row;
             rq.ulp_limit = ulp_limit;
-            std::vector<tensor_judgement> js;
+            if (empty_lse_name == "-inf") rq.empty_lse = empty_row_lse::minus_inf;
+            else if (empty_lse_name == "+inf") rq.empty_lse = empty_row_lse::plus_inf;
+            else if (empty_lse_name == "any") rq.empty_lse = empty_row_lse::any;
+            else throw std::invalid_argument("empty_row_lse: expected '-inf', '+inf' or 'any', got '" + empty_lse_name + "'");
+            judgement js;
             {
                 py::gil_scoped_release release;
                 js = judge(pc ? &pc->c : nullptr, rq);
             }
-            py::list out;
-            for (const tensor_judgement& t : js) {
+            py::list tensors, invariants;
+            for (const tensor_judgement& t : js.tensors) {
                 py::dict d;
                 d["name"] = t.name;
                 d["elements"] = t.cmp.elements;
@@ -235,12 +239,29 @@ PYBIND11_MODULE(_attnref, m) {
                 d["vacuous_bound"] = t.vacuous.bound;
                 d["vacuous_scale"] = t.vacuous.scale;
                 d["untrustworthy"] = t.untrustworthy;
+                d["decoy"] = t.decoy;
+                d["wrong_empty_lse"] = t.wrong_empty_lse;
                 d["bound_max"] = t.bound_max;
-                out.append(d);
+                tensors.append(d);
             }
+            for (const invariant_report& i : js.invariants) {
+                py::dict d;
+                d["name"] = std::string(i.name);
+                d["ok"] = i.ok;
+                d["vacuous"] = i.vacuous;
+                d["checked"] = i.checked;
+                d["violations"] = i.violations;
+                d["worst"] = i.worst;
+                d["bound"] = i.bound;
+                d["index"] = py::make_tuple(i.index[0], i.index[1], i.index[2], i.index[3]);
+                invariants.append(d);
+            }
+            py::dict out;
+            out["tensors"] = tensors;
+            out["invariants"] = invariants;
             return out;
         },
         py::arg("call").none(true), py::arg("model"), py::arg("format"), py::arg("reference_u"), py::arg("expected_output"),
         py::arg("expected_weights"), py::arg("expected_lse"), py::arg("actual_output"), py::arg("actual_weights"), py::arg("actual_lse"),
-        py::arg("output_row"), py::arg("ulp_limit"));
+        py::arg("output_row"), py::arg("ulp_limit"), py::arg("empty_row_lse"));
 }
