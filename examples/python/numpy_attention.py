@@ -4,7 +4,7 @@ Written from the conventions' definitions (attnref's README table), not from att
 import numpy as np
 
 
-def sdpa(q, k, v, *, dtype=np.float32, scale=None, causal=None, diagonal_offset=0, window=None, key_lengths=None,
+def sdpa(q, k, v, *, dtype=np.float32, scale=None, causal=None, alignment=None, diagonal_offset=0, window=None, key_lengths=None,
          mask=None, mask_polarity="true_means_attend", additive_mask=None, empty_rows="zero", softcap=None,
          alibi_slopes=None):
     q, k, v = (np.asarray(x, dtype=dtype) for x in (q, k, v))
@@ -16,7 +16,7 @@ def sdpa(q, k, v, *, dtype=np.float32, scale=None, causal=None, diagonal_offset=
     logits = (q @ k.transpose(0, 1, 3, 2)) * s
     if softcap is not None:
         logits = dtype(softcap) * np.tanh(logits / dtype(softcap))
-    diag = np.arange(Sq)[:, None] + diagonal_offset + (Sk - Sq if causal == "bottom_right" else 0)
+    diag = np.arange(Sq)[:, None] + diagonal_offset + (Sk - Sq if (alignment or causal) == "bottom_right" else 0)
     j = np.arange(Sk)[None, :]
     if alibi_slopes is not None:
         logits = logits - np.asarray(alibi_slopes, dtype=dtype)[None, :, None, None] * np.abs(diag - j).astype(dtype)

@@ -69,3 +69,16 @@ def test_tensor_that_requires_grad_is_named():
     q = t["x_q"].transpose(0, 1).clone().requires_grad_()
     with pytest.raises(TypeError, match=r"x_q: .*detach"):
         attnref.mha(q, q, q, t["in_w"][:E].T, t["in_w"][E:2 * E].T, t["in_w"][2 * E:].T, t["out_w"].T, heads=H)
+
+
+def test_bfloat16_tensors():
+    # NumPy has no bfloat16: the reference refuses it by name; the assert reads it as bfloat16 (exact).
+    t = draw(7)
+    x = t["x_q"].transpose(0, 1).to(torch.bfloat16)
+    with pytest.raises(TypeError, match=r"x_q: .*\.float\(\)"):
+        attnref.mha(x, x, x, t["in_w"][:E].T, t["in_w"][E:2 * E].T, t["in_w"][2 * E:].T, t["out_w"].T, heads=H)
+    q = torch.randn(1, 2, 5, 8, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    ref = attnref.sdpa(q, q, q)
+    b = q.to(torch.bfloat16)  # torch 1.13 (Debian 12) has no F.scaled_dot_product_attention
+    out = torch.softmax((b @ b.transpose(-1, -2)) * 8 ** -0.5, dim=-1) @ b
+    assert_attention_close(out, ref)  # dtype bfloat16 from the tensor

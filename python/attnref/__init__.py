@@ -96,7 +96,9 @@ def _as_float64(x: ArrayLike, name: str, *, allow_neg_inf: bool = False) -> np.n
     if a is None or err is not None:
         hint = ""
         text = str(err)
-        if "grad" in text:
+        if "bfloat16" in str(getattr(x, "dtype", "")):
+            hint = f" (pass {name}.float(): exact for bfloat16)"
+        elif "grad" in text:
             hint = f" (pass {name}.detach())"
         elif "BFloat16" in text or "bfloat16" in text:
             hint = f" (pass {name}.float(): exact for bfloat16)"
@@ -154,13 +156,18 @@ def _choice(x: Any, name: str, options: Sequence[str]) -> str:
     return x
 
 
-def _conventions(scale: Any, scale_placement: Any, causal: Any, diagonal_offset: Any, window: Any, key_lengths: Any,
+def _conventions(scale: Any, scale_placement: Any, causal: Any, alignment: Any, diagonal_offset: Any, window: Any, key_lengths: Any,
                  mask: Any, mask_polarity: Any, additive_mask: Any, empty_rows: Any, softcap: Any, alibi_slopes: Any,
                  threads: Any) -> Dict[str, Any]:
     if causal is True or causal is False:
         raise TypeError('causal: expected None, "top_left" (PyTorch is_causal) or "bottom_right" (FlashAttention), got a bool')
     if causal is not None:
         _choice(causal, "causal", ("top_left", "bottom_right"))
+    if alignment is not None:
+        _choice(alignment, "alignment", ("top_left", "bottom_right"))
+        if causal is not None and alignment != causal:
+            raise ValueError(f"alignment: {alignment!r} contradicts causal={causal!r} (they share one diagonal)")
+    align = alignment or causal or "top_left"
     if isinstance(diagonal_offset, bool) or not isinstance(diagonal_offset, (int, np.integer)):
         raise TypeError(f"diagonal_offset: expected an int, got {type(diagonal_offset).__name__}")
     if abs(int(diagonal_offset)) > 2**53:
@@ -188,7 +195,7 @@ def _conventions(scale: Any, scale_placement: Any, causal: Any, diagonal_offset:
         raise ValueError(f"threads: expected an int >= 0 (0 = all cores), got {threads!r}")
     return dict(scale=_optional_float(scale, "scale"),
                 scale_placement=_choice(scale_placement, "scale_placement", ("on_product", "on_query", "split_sqrt")),
-                causal=causal if causal is not None else "none", diagonal_offset=int(diagonal_offset),
+                causal="none" if causal is None else "causal", alignment=align, diagonal_offset=int(diagonal_offset),
                 window_left=left, window_right=right, window=window is not None, key_lengths=lengths,
                 mask=None if mask is None else _mask4(mask, "mask", np.uint8),
                 mask_polarity=_choice(mask_polarity, "mask_polarity", ("true_means_attend", "true_means_masked")),
@@ -236,8 +243,8 @@ def _run(kind: str, arrays: Dict[str, Optional[np.ndarray]], heads: int, kv_head
 
 
 def sdpa(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale: Optional[float] = None, scale_placement: str = "on_product",
-         causal: Optional[str] = None, diagonal_offset: int = 0, window: Optional[Tuple[Optional[int], Optional[int]]] = None,
-         key_lengths: Optional[Sequence[int]] = None, mask: Optional[ArrayLike] = None,
+         causal: Optional[str] = None, alignment: Optional[str] = None, diagonal_offset: int = 0,
+         window: Optional[Tuple[Optional[int], Optional[int]]] = None, key_lengths: Optional[Sequence[int]] = None, mask: Optional[ArrayLike] = None,
          mask_polarity: str = "true_means_attend", additive_mask: Optional[ArrayLike] = None, empty_rows: str = "zero",
          softcap: Optional[float] = None, alibi_slopes: Optional[ArrayLike] = None, arith: str = "certified",
          return_weights: bool = False, return_lse: bool = False, threads: int = 0) -> Reference:
@@ -250,7 +257,7 @@ def sdpa(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale: Optional[float] = N
     Raises ValueError or TypeError naming the argument for bad shapes, dtypes or options, and
     attnref.UncertifiedError for an element that no precision certifies.
     """
-    conv = _conventions(scale, scale_placement, causal, diagonal_offset, window, key_lengths, mask, mask_polarity,
+    conv = _conventions(scale, scale_placement, causal, alignment, diagonal_offset, window, key_lengths, mask, mask_polarity,
                         additive_mask, empty_rows, softcap, alibi_slopes, threads)
     arrays = {"q": _as_float64(q, "q"), "k": _as_float64(k, "k"), "v": _as_float64(v, "v")}
     for n in ("q", "k", "v"):
@@ -262,7 +269,8 @@ def sdpa(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale: Optional[float] = N
 def mha(x_q: ArrayLike, x_k: ArrayLike, x_v: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: ArrayLike, w_o: ArrayLike,
         b_q: Optional[ArrayLike] = None, b_k: Optional[ArrayLike] = None, b_v: Optional[ArrayLike] = None,
         b_o: Optional[ArrayLike] = None, *, heads: int, kv_heads: Optional[int] = None, scale: Optional[float] = None,
-        scale_placement: str = "on_product", causal: Optional[str] = None, diagonal_offset: int = 0,
+        scale_placement: str = "on_product", causal: Optional[str] = None, alignment: Optional[str] = None,
+        diagonal_offset: int = 0,
         window: Optional[Tuple[Optional[int], Optional[int]]] = None, key_lengths: Optional[Sequence[int]] = None,
         mask: Optional[ArrayLike] = None, mask_polarity: str = "true_means_attend", additive_mask: Optional[ArrayLike] = None,
         empty_rows: str = "zero", softcap: Optional[float] = None, alibi_slopes: Optional[ArrayLike] = None,
@@ -288,7 +296,7 @@ def mha(x_q: ArrayLike, x_k: ArrayLike, x_v: ArrayLike, w_q: ArrayLike, w_k: Arr
     kvh = h if kv_heads is None else _optional_int(kv_heads, "kv_heads")
     if not kvh or h % kvh:
         raise ValueError(f"kv_heads: expected a divisor of heads={h}, got {kv_heads!r}")
-    conv = _conventions(scale, scale_placement, causal, diagonal_offset, window, key_lengths, mask, mask_polarity,
+    conv = _conventions(scale, scale_placement, causal, alignment, diagonal_offset, window, key_lengths, mask, mask_polarity,
                         additive_mask, empty_rows, softcap, alibi_slopes, threads)
     arrays: Dict[str, Optional[np.ndarray]] = {
         "q": _as_float64(x_q, "x_q"), "k": _as_float64(x_k, "x_k"), "v": _as_float64(x_v, "x_v"),

@@ -15,11 +15,14 @@ Conventions (attnref keyword = default; PyTorch / FlashAttention / ONNX Attentio
                         -- PyTorch ``is_causal=True`` (tril), ONNX without a KV cache, JAX.
                         "bottom_right": j <= i + diagonal_offset + (Sk - Sq) -- FlashAttention >= 2.1
                         ``causal=True``, PyTorch ``causal_lower_right``, cuDNN BOTTOM_RIGHT.
+  alignment=None        the diagonal diag(i) that causal, window and ALiBi share: "top_left" i +
+                        diagonal_offset, "bottom_right" i + diagonal_offset + (Sk - Sq). Default: the
+                        ``causal`` value, else "top_left". FlashAttention aligns window and ALiBi
+                        bottom_right also without causal: pass alignment="bottom_right".
   diagonal_offset=0     shifts the diagonal of causal, window and ALiBi; ONNX's past-sequence length.
   window=None           (left, right): keys within [diag(i) - left, diag(i) + right], None = unbounded
-                        side -- FlashAttention ``window_size=(left, right)`` (with causal="bottom_right"
-                        alignment of the diagonal; here the alignment follows ``causal``, top_left when
-                        causal is None). PyTorch, ONNX: none.
+                        side -- FlashAttention ``window_size=(left, right)`` (-1 there = None here).
+                        PyTorch, ONNX: none.
   key_lengths=None      valid keys per batch entry (keys j >= length masked) -- PyTorch
                         ``key_padding_mask`` (True = ignore, so lengths = (~mask).sum(-1) for a
                         right-padded batch), FlashAttention ``cu_seqlens`` / ``seqused_k``, ONNX

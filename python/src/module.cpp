@@ -112,7 +112,7 @@ PYBIND11_MODULE(_attnref, m) {
            const std::optional<f64_array>& w_k, const std::optional<f64_array>& w_v, const std::optional<f64_array>& w_o,
            const std::optional<f64_array>& b_q, const std::optional<f64_array>& b_k, const std::optional<f64_array>& b_v,
            const std::optional<f64_array>& b_o, std::size_t heads, std::size_t kv_heads, std::optional<double> scale,
-           const std::string& placement, const std::string& causal, long long diagonal_offset, std::optional<long long> window_left,
+           const std::string& placement, const std::string& causal, const std::string& alignment, long long diagonal_offset, std::optional<long long> window_left,
            std::optional<long long> window_right, bool window, std::optional<std::vector<long long>> key_lengths,
            std::optional<py::array_t<std::uint8_t, py::array::c_style>> mask, const std::string& polarity,
            std::optional<py::array_t<double, py::array::c_style>> additive, const std::string& empty_rows,
@@ -130,11 +130,10 @@ PYBIND11_MODULE(_attnref, m) {
                                                   {{"on_product", scale_placement::on_product},
                                                    {"on_query", scale_placement::on_query},
                                                    {"split_sqrt", scale_placement::split_sqrt}});
-            if (causal != "none") {
-                cv.causal = true;
-                cv.alignment = parse<causal_alignment>(causal, "causal",
-                                                       {{"top_left", causal_alignment::top_left}, {"bottom_right", causal_alignment::bottom_right}});
-            }
+            cv.causal = causal == "causal";
+            if (causal != "causal" && causal != "none") throw std::invalid_argument("causal: internal value '" + causal + "'");
+            cv.alignment = parse<causal_alignment>(alignment, "alignment",
+                                                   {{"top_left", causal_alignment::top_left}, {"bottom_right", causal_alignment::bottom_right}});
             cv.diagonal_offset = static_cast<std::ptrdiff_t>(diagonal_offset);
             if (window) {
                 sliding_window w;
@@ -167,7 +166,7 @@ PYBIND11_MODULE(_attnref, m) {
         },
         py::arg("kind"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("w_q"), py::arg("w_k"), py::arg("w_v"), py::arg("w_o"),
         py::arg("b_q"), py::arg("b_k"), py::arg("b_v"), py::arg("b_o"), py::arg("heads"), py::arg("kv_heads"), py::arg("scale"),
-        py::arg("scale_placement"), py::arg("causal"), py::arg("diagonal_offset"), py::arg("window_left"), py::arg("window_right"),
+        py::arg("scale_placement"), py::arg("causal"), py::arg("alignment"), py::arg("diagonal_offset"), py::arg("window_left"), py::arg("window_right"),
         py::arg("window"), py::arg("key_lengths"), py::arg("mask"), py::arg("mask_polarity"), py::arg("additive_mask"),
         py::arg("empty_rows"), py::arg("softcap"), py::arg("alibi_slopes"), py::arg("threads"));
 
