@@ -20,6 +20,7 @@ Not yet in the package (they need the golden-case library API): ``attnref.load_c
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -40,7 +41,7 @@ MPFR_BITS: Tuple[int, ...] = tuple(_attnref._mpfr_bits())
 ArrayLike = Any  # numpy.ndarray, torch.Tensor (CPU), anything with __array__ or __dlpack__
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Reference:
     """What ``attnref.sdpa`` / ``attnref.mha`` return.
 
@@ -313,8 +314,8 @@ def mha(x_q: ArrayLike, x_k: ArrayLike, x_v: ArrayLike, w_q: ArrayLike, w_k: Arr
     return _run("mha", arrays, h, kvh, conv, _arith(arith), return_weights, return_lse)
 
 
-sdpa.__doc__ = (sdpa.__doc__ or "") + CONVENTIONS
-mha.__doc__ = (mha.__doc__ or "") + CONVENTIONS
+sdpa.__doc__ = (sdpa.__doc__ or "") + textwrap.indent(CONVENTIONS, "    ")
+mha.__doc__ = (mha.__doc__ or "") + textwrap.indent(CONVENTIONS, "    ")
 
 
 def __getattr__(name: str) -> Any:
