@@ -148,3 +148,34 @@ def test_dlpack_only_object_is_read():
 
     a = attnref.sdpa(OnlyDLPack(Q), OnlyDLPack(K), OnlyDLPack(V))
     assert np.array_equal(a.output, attnref.sdpa(Q, K, V).output)
+
+
+def numpy_mha(xq, xk, xv, wq, wk, wv, wo, bq, bk, bv, bo, heads, kv_heads, dtype, **conv):
+    # Written from multi_head_attention.hpp's layout comment: y = x @ W + b, head h owns columns
+    # [h*d, (h+1)*d), query head h reads kv head h // (heads // kv_heads).
+    c = lambda a: np.asarray(a, dtype=dtype)
+    q, k, v = c(xq) @ c(wq) + c(bq), c(xk) @ c(wk) + c(bk), c(xv) @ c(wv) + c(bv)
+    B, Sq, Sk = q.shape[0], q.shape[1], k.shape[1]
+    split = lambda x, h: x.reshape(B, x.shape[1], h, -1).transpose(0, 2, 1, 3)
+    o, p, lse = numpy_sdpa(split(q, heads), split(k, kv_heads), split(v, kv_heads), dtype=dtype, **conv)
+    return o.transpose(0, 2, 1, 3).reshape(B, Sq, -1) @ c(wo) + c(bo), p, lse
+
+
+@pytest.mark.parametrize("conv", [dict(), dict(causal="bottom_right"), dict(key_lengths=[4, 7])], ids=["plain", "causal", "padding"])
+def test_mha_gqa_against_numpy(conv):
+    g = np.random.default_rng(31)
+    E, H, Hkv, d = 24, 6, 2, 4
+    xq, xk = g.standard_normal((2, 5, E)), g.standard_normal((2, 7, E))
+    wq, wk, wv = g.standard_normal((E, H * d)) / 5, g.standard_normal((E, Hkv * d)) / 5, g.standard_normal((E, Hkv * d)) / 5
+    wo = g.standard_normal((H * d, 10)) / 5
+    bq, bk, bv, bo = g.standard_normal(H * d), g.standard_normal(Hkv * d), g.standard_normal(Hkv * d), g.standard_normal(10)
+    ref = attnref.mha(xq, xk, xk, wq, wk, wv, wo, bq, bk, bv, bo, heads=H, kv_heads=Hkv, return_weights=True, **conv)
+    o64, p64, _ = numpy_mha(xq, xk, xk, wq, wk, wv, wo, bq, bk, bv, bo, H, Hkv, np.float64, **conv)
+    assert ref.output.shape == (2, 5, 10) and ref.weights.shape == (2, H, 5, 7)
+    assert np.abs(ref.output - o64).max() <= 1e-12 and np.abs(ref.weights - p64).max() <= 1e-13  # independent float64
+    o32, p32, _ = numpy_mha(xq, xk, xk, wq, wk, wv, wo, bq, bk, bv, bo, H, Hkv, np.float32, **conv)
+    attnref.testing.assert_attention_close(o32, ref, weights=p32)
+    # Deliberately wrong: the merged heads meet W_o's rows in reverse order (a head-merge bug).
+    wrong = numpy_mha(xq, xk, xk, wq, wk, wv, wo[::-1].copy(), bq, bk, bv, bo, H, Hkv, np.float32, **conv)[0]
+    with pytest.raises(AssertionError, match="is not close"):
+        attnref.testing.assert_attention_close(wrong, ref)

@@ -48,6 +48,8 @@ Conventions (attnref keyword = default; PyTorch / FlashAttention / ONNX Attentio
                         ``qk_matmul_output``.
   return_lse=False      also return lse (B, H, Sq), natural log -- FlashAttention ``softmax_lse``.
 
+  threads=0             worker threads (0 = every core); the results do not depend on it.
+
 Arithmetic (``arith=``):
   "certified" (default) every element correctly rounded to float64: computed in MPFI interval
                         arithmetic through attnref's own templates and accepted only when both ends of
