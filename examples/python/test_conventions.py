@@ -155,7 +155,7 @@ def numpy_mha(xq, xk, xv, wq, wk, wv, wo, bq, bk, bv, bo, heads, kv_heads, dtype
     # [h*d, (h+1)*d), query head h reads kv head h // (heads // kv_heads).
     c = lambda a: np.asarray(a, dtype=dtype)
     q, k, v = c(xq) @ c(wq) + c(bq), c(xk) @ c(wk) + c(bk), c(xv) @ c(wv) + c(bv)
-    B, Sq, Sk = q.shape[0], q.shape[1], k.shape[1]
+    B, Sq = q.shape[0], q.shape[1]
     split = lambda x, h: x.reshape(B, x.shape[1], h, -1).transpose(0, 2, 1, 3)
     o, p, lse = numpy_sdpa(split(q, heads), split(k, kv_heads), split(v, kv_heads), dtype=dtype, **conv)
     return o.transpose(0, 2, 1, 3).reshape(B, Sq, -1) @ c(wo) + c(bo), p, lse

@@ -1,5 +1,4 @@
 """Gate torch.nn.functional.multi_head_attention_forward (float32 and float64) with attnref.mha."""
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")

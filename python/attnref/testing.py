@@ -13,7 +13,6 @@ vacuous (as large as the row's largest |expected|, or not finite) or the output 
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, List, Optional
 
 import numpy as np
