@@ -1,0 +1,210 @@
+"""Gating in pytest: ``assert_attention_close``.
+
+    ref = attnref.sdpa(q, k, v, causal="top_left")                 # certified float64
+    attnref.testing.assert_attention_close(my_kernel(q32, k32, v32), ref, dtype="float32")
+
+The default tolerance, "data-aware", is attnref's per-element a-priori bound on the rounding error
+of any correct implementation in the candidate's precision (include/attnref/tolerance.hpp:
+probabilistic rounding-error analysis, lambda = 8, or the rigorous worst-case bound where that is
+smaller), computed from the reference's own inputs and weights. A check that finds no violation
+still fails, with InconclusiveError (an AssertionError), when a pass would prove nothing: a bound is
+vacuous (as large as the row's largest |expected|, or not finite) or the output is untrustworthy
+(> 30% exact zeros outside empty rows, or all rows identical). Never a silent pass.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from . import _attnref
+
+__all__ = ["assert_attention_close", "InconclusiveError"]
+
+_FORMATS = ("float64", "float32", "bfloat16", "float16")
+_MODELS = ("data-aware", "worst-case", "assert-close", "ulp")
+_MODEL_TEXT = {
+    "data-aware": "data-aware (probabilistic rounding-error bound, lambda=8, per element; tolerance.hpp)",
+    "worst-case": "worst-case (rigorous first-order a-priori bound per element; tolerance.hpp)",
+    "assert-close": "assert-close (torch.testing.assert_close's default rtol/atol for the dtype)",
+    "ulp": "ulp (distance in units in the last place of the dtype)",
+}
+
+
+class InconclusiveError(AssertionError):
+    """No element exceeded its bound, but a pass would prove nothing (vacuous bound or untrustworthy output)."""
+
+
+def _candidate(x: Any, name: str) -> "tuple[np.ndarray, Optional[str]]":
+    """(float64 C-contiguous values, the format its dtype implies or None)."""
+    fmt = None
+    dt = str(getattr(x, "dtype", ""))
+    if dt in ("torch.bfloat16", "bfloat16"):
+        fmt = "bfloat16"
+        x = x.float()  # exact
+    try:
+        a = np.asarray(x)
+    except Exception:
+        try:
+            a = np.from_dlpack(x)
+        except Exception as e:
+            raise TypeError(f"{name}: cannot read {type(x).__name__} as an array: {e}"
+                            f"{' (pass ' + name + '.detach())' if 'grad' in str(e) else ''}") from None
+    if not (np.issubdtype(a.dtype, np.floating)):
+        raise TypeError(f"{name}: expected floating-point values, got dtype {a.dtype}")
+    if fmt is None:
+        fmt = {np.dtype(np.float64): "float64", np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}.get(a.dtype)
+    return np.ascontiguousarray(a, dtype=np.float64), fmt
+
+
+def _format(dtype: Any, implied: Optional[str]) -> str:
+    if dtype is None:
+        if implied is None:
+            raise TypeError("dtype: cannot tell the candidate's format from its dtype; pass dtype='float32' (or float64, "
+                            "bfloat16, float16)")
+        return implied
+    name = str(dtype).replace("torch.", "").replace("numpy.", "")
+    name = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32", "double": "float64",
+            "fp32": "float32", "fp64": "float64"}.get(name, name)
+    if name not in _FORMATS:
+        raise ValueError(f"dtype: expected one of {', '.join(_FORMATS)}, got {dtype!r}")
+    return name
+
+
+def _index(flat: int, shape: "tuple[int, ...]") -> "tuple[int, ...]":
+    return tuple(int(i) for i in np.unravel_index(flat, shape)) if shape else ()
+
+
+def assert_attention_close(actual: Any, expected_or_reference: Any, *, dtype: Any = None, tolerance: str = "data-aware",
+                           weights: Any = None, lse: Any = None, empty_row_lse: str = "-inf", ulp: float = 4,
+                           msg: Optional[str] = None) -> None:
+    """Asserts that ``actual`` is a correct attention output for the reference's inputs.
+
+    Args:
+        actual: the implementation's output (NumPy array or CPU tensor), the reference's shape.
+        expected_or_reference: an ``attnref.Reference`` from ``attnref.sdpa``/``attnref.mha``
+            (needed by the data-aware and worst-case models, which derive the bounds from its
+            inputs), or a plain array of expected values (only with tolerance="assert-close" or "ulp").
+        dtype: the candidate's narrowest storage format ("float64", "float32", "bfloat16",
+            "float16", or a NumPy/PyTorch dtype); default: from ``actual``'s dtype. 16-bit formats
+            are assumed to accumulate in float32.
+        tolerance: "data-aware" (default), "worst-case", "assert-close" or "ulp".
+        weights: the implementation's attention weights (B, H, Sq, Sk), compared too if given,
+            and checked for invariants.hpp's invariants (rows sum to 1, masked weights exactly 0,
+            0 <= P <= 1; with ``lse`` also P = exp(S - lse)).
+        lse: the implementation's log-sum-exp (B, H, Sq), compared too if given.
+        empty_row_lse: the lse the implementation writes for a row whose keys are all masked:
+            "-inf" (attnref, PyTorch, FlashAttention's split-KV path), "+inf" (FlashAttention 2/3),
+            or "any".
+        ulp: the limit of the "ulp" model.
+        msg: prefixed to the failure message.
+
+    Raises:
+        AssertionError: an element exceeds its bound (the message gives the count, the worst
+            index, actual vs expected, the bound and the model), in the style of
+            torch.testing.assert_close.
+        InconclusiveError (an AssertionError): nothing exceeded a bound but a pass would prove
+            nothing: some bound is vacuous, the output bounds would also pass a trivially wrong
+            output (the mean of V, the softmax at scale x2 or x1/2), or the output is untrustworthy.
+        TypeError, ValueError: unusable arguments (named).
+    """
+    model = tolerance
+    if model not in _MODELS:
+        raise ValueError(f"tolerance: expected one of {', '.join(_MODELS)}, got {tolerance!r}")
+    a, implied = _candidate(actual, "actual")
+    fmt = _format(dtype, implied)
+    ref = expected_or_reference
+    from . import Reference  # the package imports this module at its end
+    if isinstance(ref, Reference):
+        expected = np.asarray(ref.output, dtype=np.float64)
+        call = ref._call
+        if ref.arith == "certified":
+            reference_u = 0.0
+        elif ref.arith in ("float64", "longdouble", "float128", "bin50") or ref.arith.startswith("mpfr:"):
+            # Not correctly rounded: its own error (at most a float64 computation's, rounding to
+            # float64 included) is bounded by the same model and added to the candidate's bound.
+            reference_u = 2.0 ** -53
+            if fmt == "float64":
+                raise ValueError(f"expected_or_reference: a reference computed with arith={ref.arith!r} is not accurate "
+                                 "enough to gate a float64 candidate; use arith='certified'")
+        else:
+            raise ValueError(f"expected_or_reference: a reference computed with arith={ref.arith!r} is itself a low-precision "
+                             "result; use arith='certified' (or 'float64', 'mpfr:BITS')")
+        exp_w = None if ref._bound_weights is None else np.asarray(ref._bound_weights, dtype=np.float64)
+        exp_l = None if ref._bound_lse is None else np.asarray(ref._bound_lse, dtype=np.float64)
+        wshape = None if exp_w is None else exp_w.shape
+        lshape = None if exp_l is None else exp_l.shape
+    else:
+        if model in ("data-aware", "worst-case"):
+            raise TypeError(f"expected_or_reference: the {model} tolerance derives its bounds from the reference's inputs; "
+                            "pass the Reference returned by attnref.sdpa/attnref.mha (a plain array works with "
+                            "tolerance='assert-close' or 'ulp')")
+        expected, _ = _candidate(ref, "expected_or_reference")
+        call, reference_u, exp_w, exp_l, wshape, lshape = None, 0.0, None, None, None, None
+        if weights is not None or lse is not None:
+            raise TypeError("weights, lse: comparing them needs a Reference (its weights and lse)")
+    if a.shape != expected.shape:
+        raise AssertionError(f"{msg + ': ' if msg else ''}The values for attribute 'shape' do not match: "
+                             f"{a.shape} != {expected.shape}.")
+    aw = al = None
+    if weights is not None:
+        aw, _ = _candidate(weights, "weights")
+        if aw.shape != wshape:
+            raise AssertionError(f"weights: shape {aw.shape} != {wshape}")
+    if lse is not None:
+        al, _ = _candidate(lse, "lse")
+        if al.shape != lshape:
+            raise AssertionError(f"lse: shape {al.shape} != {lshape}")
+    row = expected.shape[-1] if expected.ndim else 1
+    if empty_row_lse not in ("-inf", "+inf", "any"):
+        raise ValueError(f"empty_row_lse: expected '-inf', '+inf' or 'any', got {empty_row_lse!r}")
+    judged: Dict[str, Any] = _attnref._judge(call, model, fmt, reference_u, expected, exp_w, exp_l, a, aw, al, row, float(ulp),
+                                             empty_row_lse)
+    results: List[Dict[str, Any]] = judged["tensors"]
+    shapes = {"output": expected.shape, "weights": wshape, "lse": lshape}
+    prefix = (msg + ": ") if msg else ""
+    how = f"model: {_MODEL_TEXT[model]}; candidate format {fmt}" + (
+        f"; reference {ref.arith}" if isinstance(ref, Reference) else "")
+    # FAIL before INCONCLUSIVE, as `attnref check` decides.
+    for r in results:
+        if r["wrong_empty_lse"]:
+            raise AssertionError(f"{prefix}Attention lse: {r['wrong_empty_lse']} rows with every key masked do not hold the "
+                                 f"declared empty_row_lse={empty_row_lse!r}\n{how}")
+        bad = r["violations"]  # non-finite mismatches (NaN or inf where the reference has another value) included
+        if bad:
+            n = r["elements"]
+            idx = _index(r["worst_index"], shapes[r["name"]])
+            unit = " ULP" if model == "ulp" else ""
+            raise AssertionError(
+                f"{prefix}Attention {r['name']} is not close!\n\n"
+                f"Mismatched elements: {bad} / {n} ({100.0 * bad / max(n, 1):.1f}%)\n"
+                f"Greatest error relative to its bound: {r['worst_ratio']:.3g} at index {idx}\n"
+                f"  actual {r['worst_actual']!r} vs expected {r['worst_expected']!r}: "
+                f"|difference| {abs(r['worst_actual'] - r['worst_expected']):.3g}, bound {r['worst_bound']:.3g}{unit}\n"
+                f"Greatest absolute difference: {r['max_abs']:.3g}; greatest relative difference: {r['max_rel']:.3g}\n"
+                f"{how}")
+    for i in judged["invariants"]:
+        if not i["ok"]:
+            raise AssertionError(f"{prefix}Attention weights violate the invariant '{i['name']}': {i['violations']} of "
+                                 f"{i['checked']} checks fail; the first at index {i['index']}: deviation {i['worst']:.3g}, "
+                                 f"bound {i['bound']:.3g} (include/attnref/invariants.hpp)\n{how}")
+    for r in results:
+        if r["vacuous_elements"]:
+            idx = _index(r["vacuous_index"], shapes[r["name"]])
+            raise InconclusiveError(
+                f"{prefix}INCONCLUSIVE: attention {r['name']}: no element exceeded its bound, but the bound of "
+                f"{r['vacuous_elements']} of {r['elements']} elements is vacuous (first at index {idx}: bound "
+                f"{r['vacuous_bound']:.3g} vs scale {r['vacuous_scale']:.3g}, "
+                f"{'ln 2' if r['name'] == 'lse' else 'the largest |expected| of its row'}): a pass would prove nothing. "
+                f"This format cannot be judged on these inputs; test it on better-conditioned ones or in a wider format.\n{how}")
+        if r["decoy"]:
+            raise InconclusiveError(
+                f"{prefix}INCONCLUSIVE: attention {r['name']}: no element exceeded its bound, but the bounds also admit a "
+                f"trivially wrong output ({r['decoy']}): a pass would prove nothing.\n{how}")
+        if r["untrustworthy"]:
+            raise InconclusiveError(f"{prefix}INCONCLUSIVE: attention {r['name']} is untrustworthy: {r['untrustworthy']} "
+                                    f"(zero-trust, as benchdnn): a pass would prove nothing.\n{how}")
+    for i in judged["invariants"]:
+        if i["vacuous"]:
+            raise InconclusiveError(f"{prefix}INCONCLUSIVE: the bound of the invariant '{i['name']}' is vacuous: "
+                                    f"a pass would prove nothing.\n{how}")

@@ -1,0 +1,266 @@
+/// pybind11 bindings of the extension `attnref._attnref` (the public API is the Python package
+/// `attnref`, python/attnref/__init__.py, which validates arguments and documents conventions).
+/// Every computation runs with the GIL released.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "attnref/certify.hpp"
+#include "attnref/fp_environment.hpp"
+#include "core.hpp"
+
+namespace py = pybind11;
+using namespace attnref;
+using namespace attnref::python;
+
+namespace {
+
+using f64_array = py::array_t<double, py::array::c_style>;
+
+/// A call plus the arrays it reads (kept alive as long as the call).
+struct py_call {
+    call c;
+    std::vector<py::object> keep;
+};
+
+array_ref ref_of(py_call& pc, const std::optional<f64_array>& a) {
+    array_ref r;
+    if (!a) return r;
+    pc.keep.push_back(*a);
+    r.data = a->data();
+    for (py::ssize_t d = 0; d < a->ndim(); ++d) r.shape.push_back(static_cast<std::size_t>(a->shape(d)));
+    if (r.shape.empty()) r.shape.push_back(1);  // a 0-d array is rejected by the rank checks
+    return r;
+}
+
+template <class E>
+extents_t<4> extents4(const py::array_t<E, py::array::c_style>& a, const char* name) {
+    if (a.ndim() != 4) throw std::invalid_argument(std::string(name) + ": expected 4 dimensions after broadcasting, got " + std::to_string(a.ndim()));
+    return {static_cast<std::size_t>(a.shape(0)), static_cast<std::size_t>(a.shape(1)), static_cast<std::size_t>(a.shape(2)),
+            static_cast<std::size_t>(a.shape(3))};
+}
+
+template <class Enum>
+Enum parse(const std::string& value, const char* name, std::initializer_list<std::pair<const char*, Enum>> names) {
+    std::string known;
+    for (const auto& [n, e] : names) {
+        if (value == n) return e;
+        known += (known.empty() ? "" : ", ") + std::string("'") + n + "'";
+    }
+    throw std::invalid_argument(std::string(name) + ": expected one of " + known + ", got '" + value + "'");
+}
+
+py::array to_numpy(const std::vector<double>& v, const std::vector<std::size_t>& shape, bool single) {
+    std::vector<py::ssize_t> s(shape.begin(), shape.end());
+    if (single) {
+        py::array_t<float> a(s);
+        float* d = a.mutable_data();
+        for (std::size_t n = 0; n < v.size(); ++n) d[n] = static_cast<float>(v[n]);  // exact: float32 values
+        return a;
+    }
+    py::array_t<double> a(s);
+    std::copy(v.begin(), v.end(), a.mutable_data());
+    return a;
+}
+
+py::dict result_dict(const py_call& pc, const result& r, bool weights, bool lse) {
+    py::dict d;
+    d["output"] = to_numpy(r.output, pc.c.output_shape(), r.single);
+    d["weights"] = weights ? py::object(to_numpy(r.weights, pc.c.weights_shape(), r.single)) : py::none();
+    d["lse"] = lse ? py::object(to_numpy(r.lse, pc.c.lse_shape(), r.single)) : py::none();
+    py::list certs;
+    for (const certification& c : r.certifications) {
+        py::dict e;
+        e["tensor"] = c.tensor;
+        e["elements"] = c.elements;
+        e["certified"] = c.certified;
+        e["escalated"] = c.escalated;
+        e["precisions_bits"] = c.precisions_bits;
+        certs.append(e);
+    }
+    d["certification"] = certs;
+    d["precisions_bits"] = r.precisions_bits;
+    d["arith_bits"] = r.arith_bits;
+    return d;
+}
+
+std::vector<double> to_vector(const std::optional<f64_array>& a) {
+    if (!a) return {};
+    return std::vector<double>(a->data(), a->data() + a->size());
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_attnref, m) {
+    m.doc() = "attnref's compiled core; use the package `attnref`.";
+    static py::exception<certify::uncertified_error> uncertified(m, "UncertifiedError", PyExc_ArithmeticError);
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const certify::uncertified_error& e) {
+            uncertified(e.what());
+        } catch (const fp_environment_error& e) {
+            PyErr_SetString(PyExc_RuntimeError, e.what());
+        }
+    });
+
+    py::class_<py_call>(m, "_Call");
+
+    m.def(
+        "_make_call",
+        [](const std::string& kind, const f64_array& q, const f64_array& k, const f64_array& v, const std::optional<f64_array>& w_q,
+           const std::optional<f64_array>& w_k, const std::optional<f64_array>& w_v, const std::optional<f64_array>& w_o,
+           const std::optional<f64_array>& b_q, const std::optional<f64_array>& b_k, const std::optional<f64_array>& b_v,
+           const std::optional<f64_array>& b_o, std::size_t heads, std::size_t kv_heads, std::optional<double> scale,
+           const std::string& placement, const std::string& causal, const std::string& alignment, long long diagonal_offset, std::optional<long long> window_left,
+           std::optional<long long> window_right, bool window, std::optional<std::vector<long long>> key_lengths,
+           std::optional<py::array_t<std::uint8_t, py::array::c_style>> mask, const std::string& polarity,
+           std::optional<py::array_t<double, py::array::c_style>> additive, const std::string& empty_rows,
+           std::optional<double> softcap, std::optional<std::vector<double>> alibi, std::size_t threads) {
+            auto pc = std::make_unique<py_call>();
+            call& c = pc->c;
+            c.kind = kind == "sdpa" ? call_kind::sdpa : call_kind::mha;
+            c.q = ref_of(*pc, q), c.k = ref_of(*pc, k), c.v = ref_of(*pc, v);
+            c.w_q = ref_of(*pc, w_q), c.w_k = ref_of(*pc, w_k), c.w_v = ref_of(*pc, w_v), c.w_o = ref_of(*pc, w_o);
+            c.b_q = ref_of(*pc, b_q), c.b_k = ref_of(*pc, b_k), c.b_v = ref_of(*pc, b_v), c.b_o = ref_of(*pc, b_o);
+            c.heads = heads, c.kv_heads = kv_heads;
+            conventions& cv = c.conv;
+            cv.scale = scale;
+            cv.placement = parse<scale_placement>(placement, "scale_placement",
+                                                  {{"on_product", scale_placement::on_product},
+                                                   {"on_query", scale_placement::on_query},
+                                                   {"split_sqrt", scale_placement::split_sqrt}});
+            cv.causal = causal == "causal";
+            if (causal != "causal" && causal != "none") throw std::invalid_argument("causal: internal value '" + causal + "'");
+            cv.alignment = parse<causal_alignment>(alignment, "alignment",
+                                                   {{"top_left", causal_alignment::top_left}, {"bottom_right", causal_alignment::bottom_right}});
+            cv.diagonal_offset = static_cast<std::ptrdiff_t>(diagonal_offset);
+            if (window) {
+                sliding_window w;
+                if (window_left) w.left = static_cast<std::size_t>(*window_left);
+                if (window_right) w.right = static_cast<std::size_t>(*window_right);
+                cv.window = w;
+            }
+            if (key_lengths)
+                for (long long n : *key_lengths) cv.key_lengths.push_back(static_cast<std::size_t>(n));
+            if (mask) {
+                cv.mask_extents = extents4(*mask, "mask");
+                cv.boolean_mask.assign(mask->data(), mask->data() + mask->size());
+            }
+            cv.polarity = parse<mask_polarity>(polarity, "mask_polarity",
+                                               {{"true_means_attend", mask_polarity::true_means_attend},
+                                                {"true_means_masked", mask_polarity::true_means_masked}});
+            if (additive) {
+                cv.additive_extents = extents4(*additive, "additive_mask");
+                cv.additive_mask.assign(additive->data(), additive->data() + additive->size());
+            }
+            cv.empty_rows = parse<empty_row_policy>(empty_rows, "empty_rows",
+                                                    {{"zero", empty_row_policy::zero},
+                                                     {"nan", empty_row_policy::nan},
+                                                     {"uniform", empty_row_policy::uniform}});
+            cv.softcap = softcap;
+            if (alibi) cv.alibi_slopes = *alibi;
+            cv.threads = threads;
+            c.validate();
+            return pc;
+        },
+        py::arg("kind"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("w_q"), py::arg("w_k"), py::arg("w_v"), py::arg("w_o"),
+        py::arg("b_q"), py::arg("b_k"), py::arg("b_v"), py::arg("b_o"), py::arg("heads"), py::arg("kv_heads"), py::arg("scale"),
+        py::arg("scale_placement"), py::arg("causal"), py::arg("alignment"), py::arg("diagonal_offset"), py::arg("window_left"), py::arg("window_right"),
+        py::arg("window"), py::arg("key_lengths"), py::arg("mask"), py::arg("mask_polarity"), py::arg("additive_mask"),
+        py::arg("empty_rows"), py::arg("softcap"), py::arg("alibi_slopes"), py::arg("threads"));
+
+    m.def(
+        "_compute",
+        [](const py_call& pc, const std::string& arith, bool weights, bool lse) {
+            result r;
+            if (arith == "certified") {
+                py::gil_scoped_release release;
+                r = compute_certified(pc.c);
+            } else {
+                bool known = false;
+                {
+                    py::gil_scoped_release release;
+                    known = compute_arith(pc.c, arith, weights, lse, r);
+                }
+                if (!known) throw std::invalid_argument("arith: unknown arithmetic '" + arith + "'");
+            }
+            return result_dict(pc, r, weights || arith == "certified", lse || arith == "certified");
+        },
+        py::arg("call"), py::arg("arith"), py::arg("weights"), py::arg("lse"));
+
+    m.def("_mpfr_bits", &mpfr_bits);
+
+    m.def(
+        "_judge",
+        [](const py_call* pc, const std::string& model, const std::string& format, double reference_u, const f64_array& expected_output,
+           const std::optional<f64_array>& expected_weights, const std::optional<f64_array>& expected_lse,
+           const f64_array& actual_output, const std::optional<f64_array>& actual_weights, const std::optional<f64_array>& actual_lse,
+           std::size_t output_row, double ulp_limit, const std::string& empty_lse_name) {
+            judge_request rq;
+            rq.model = model;
+            const auto f = tolerance::format_from_name(format);
+            if (!f) throw std::invalid_argument("dtype: expected float64, float32, bfloat16 or float16, got '" + format + "'");
+            rq.format = *f;
+            rq.reference_u = reference_u;
+            rq.expected_output = to_vector(expected_output), rq.expected_weights = to_vector(expected_weights),
+            rq.expected_lse = to_vector(expected_lse);
+            rq.actual_output = to_vector(actual_output), rq.actual_weights = to_vector(actual_weights), rq.actual_lse = to_vector(actual_lse);
+            rq.output_row = output_row;
+            rq.ulp_limit = ulp_limit;
+            if (empty_lse_name == "-inf") rq.empty_lse = empty_row_lse::minus_inf;
+            else if (empty_lse_name == "+inf") rq.empty_lse = empty_row_lse::plus_inf;
+            else if (empty_lse_name == "any") rq.empty_lse = empty_row_lse::any;
+            else throw std::invalid_argument("empty_row_lse: expected '-inf', '+inf' or 'any', got '" + empty_lse_name + "'");
+            judgement js;
+            {
+                py::gil_scoped_release release;
+                js = judge(pc ? &pc->c : nullptr, rq);
+            }
+            py::list tensors, invariants;
+            for (const tensor_judgement& t : js.tensors) {
+                py::dict d;
+                d["name"] = t.name;
+                d["elements"] = t.cmp.elements;
+                d["violations"] = t.cmp.violations;
+                d["nonfinite_mismatches"] = t.cmp.nonfinite_mismatches;
+                d["max_abs"] = t.cmp.max_abs;
+                d["max_rel"] = t.cmp.max_rel;
+                d["max_ulp"] = t.cmp.max_ulp;
+                d["rms"] = t.cmp.rms;
+                d["worst_ratio"] = t.cmp.worst_ratio;
+                d["worst_index"] = t.cmp.worst_index;
+                d["worst_actual"] = t.cmp.worst_candidate;
+                d["worst_expected"] = t.cmp.worst_expected;
+                d["worst_bound"] = t.cmp.worst_bound;
+                d["vacuous_elements"] = t.vacuous.elements;
+                d["vacuous_index"] = t.vacuous.index;
+                d["vacuous_bound"] = t.vacuous.bound;
+                d["vacuous_scale"] = t.vacuous.scale;
+                d["untrustworthy"] = t.untrustworthy;
+                d["decoy"] = t.decoy;
+                d["wrong_empty_lse"] = t.wrong_empty_lse;
+                d["bound_max"] = t.bound_max;
+                tensors.append(d);
+            }
+            for (const invariant_report& i : js.invariants) {
+                py::dict d;
+                d["name"] = std::string(i.name);
+                d["ok"] = i.ok;
+                d["vacuous"] = i.vacuous;
+                d["checked"] = i.checked;
+                d["violations"] = i.violations;
+                d["worst"] = i.worst;
+                d["bound"] = i.bound;
+                d["index"] = py::make_tuple(i.index[0], i.index[1], i.index[2], i.index[3]);
+                invariants.append(d);
+            }
+            py::dict out;
+            out["tensors"] = tensors;
+            out["invariants"] = invariants;
+            return out;
+        },
+        py::arg("call").none(true), py::arg("model"), py::arg("format"), py::arg("reference_u"), py::arg("expected_output"),
+        py::arg("expected_weights"), py::arg("expected_lse"), py::arg("actual_output"), py::arg("actual_weights"), py::arg("actual_lse"),
+        py::arg("output_row"), py::arg("ulp_limit"), py::arg("empty_row_lse"));
+}
