@@ -387,7 +387,7 @@ namespace detail {
 template <class RunMPFI>
 void escalate(const std::vector<std::string>& names, const std::vector<certify::binary_format>& targets,
               std::vector<std::vector<std::vector<double>>>& values, const std::vector<std::vector<std::uint8_t>>& undecided,
-              const std::vector<std::size_t>& row_width_of, RunMPFI&& run, std::size_t rows_total, fast_stats& stats,
+              const std::vector<std::uint8_t>& nan_rows, RunMPFI&& run, std::size_t rows_total, fast_stats& stats,
               std::vector<int>& precisions) {
     const std::size_t nt = names.size();
     std::vector<std::vector<std::size_t>> idx(nt);
@@ -412,8 +412,13 @@ void escalate(const std::vector<std::string>& names, const std::vector<certify::
             for (std::size_t n : idx[t]) out[t].push_back(full[t][n]);
         return out;
     };
-    (void)row_width_of;
-    certify::result r = certify::certify(names, targets, compute);
+    // NaN is exact only in the rows that the mask alone leaves empty under empty_row_policy::nan
+    // (and what they feed), as in generation.
+    certify::options opts;
+    opts.nan_allowed.resize(nt);
+    for (std::size_t t = 0; t < nt; ++t)
+        for (std::size_t n : idx[t]) opts.nan_allowed[t].push_back(run.nan_by_construction(t, n, nan_rows) ? 1 : 0);
+    certify::result r = certify::certify(names, targets, compute, opts);
     precisions = r.precisions_bits;
     for (std::size_t t = 0; t < nt; ++t)
         for (std::size_t k = 0; k < targets.size(); ++k)
@@ -432,6 +437,16 @@ struct mpfi_runner {
     std::vector<std::uint8_t> need;  ///< per tensor: some element of it is undecided
     std::size_t threads;
 
+    bool nan_by_construction(std::size_t t, std::size_t n, const std::vector<std::uint8_t>& nan_rows) const {
+        if (want_lse && t == (want_weights ? 2u : 1u)) return false;  // lse of an empty row is −inf
+        if (t == 0 && p->mha) {
+            const std::size_t row = n / dout, b = row / Sq, i = row % Sq;
+            for (std::size_t h = 0; h < H; ++h)
+                if (nan_rows[(b * H + h) * Sq + i]) return true;
+            return false;
+        }
+        return nan_rows[n / (t == 0 ? dv : Sk)] != 0;
+    }
     void mark_rows(std::size_t t, std::size_t n, std::vector<std::uint8_t>& rows) const {
         if (t == 0 && p->mha) {
             const std::size_t row = n / dout, b = row / Sq, i = row % Sq;
@@ -866,7 +881,16 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
         for (std::size_t t = 0; t < nt; ++t)
             run.need[t] = std::find(undecided[t].begin(), undecided[t].end(), std::uint8_t{1}) != undecided[t].end();
         std::vector<int> precisions;
-        detail::escalate(names, targets, r.values, undecided, {}, run, B * H * Sq, stats, precisions);
+        std::vector<std::uint8_t> nan_rows(B * H * Sq, 0);
+        if (o.softmax.empty_rows == empty_row_policy::nan)
+            for (std::size_t b = 0; b < B; ++b)
+                for (std::size_t h = 0; h < H; ++h)
+                    for (std::size_t i = 0; i < Sq; ++i) {
+                        bool any = false;
+                        for (std::size_t j = 0; j < Sk && !any; ++j) any = !structurally_masked(o.mask, b, h, i, j, Sq, Sk);
+                        nan_rows[(b * H + h) * Sq + i] = any ? 0 : 1;
+                    }
+        detail::escalate(names, targets, r.values, undecided, nan_rows, run, B * H * Sq, stats, precisions);
         for (int bits : precisions) r.precisions_bits.push_back(bits);
         for (auto& rep : r.reports)
             if (rep.escalated) rep.precisions_bits.insert(rep.precisions_bits.end(), precisions.begin(), precisions.end());
