@@ -167,45 +167,81 @@ inline dd inv_sqrt(std::size_t n) {
     return r;
 }
 
-/// (5) Double-word dot products of one row a (n double-words) with the m columns of B (n × m,
-/// row stride ldb; bl may be null): out[j] = Σ_c a_c·B_cj with
+/// One column j of (5), the reference order of operations (the AVX2 kernel below performs the
+/// same operations on four columns at once, so both give identical bits).
+inline void dot_step(double x, double xl, double b, double bl, double& hi, double& lo) {
+    const double p = x * b;
+    const double r = std::fma(x, b, -p);
+    const double s = hi + p;
+    const double bb = s - hi;
+    const double e = (hi - (s - bb)) + (p - bb);
+    hi = s;
+    const double cross = x * bl + xl * b;
+    lo = lo + ((e + r) + cross);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(ATTNREF_SANITIZE_BUILD)
+#define ATTNREF_FAST_AVX2 1
+/// (5) on 16 columns at a time, accumulators in registers; columns j ≥ m − m % 16 by dot_step.
+__attribute__((target("avx2,fma"))) inline void dot_rows_avx2(const double* ah, const double* al, std::size_t n,
+                                                               const double* bh, const double* bl, std::size_t ldb,
+                                                               std::size_t m, double* out_hi, double* out_lo) {
+    typedef double v4 __attribute__((vector_size(32)));
+    typedef double v4u __attribute__((vector_size(32), aligned(8), may_alias));  // unaligned access
+    std::size_t j0 = 0;
+    for (; j0 + 16 <= m; j0 += 16) {
+        v4 hi[4] = {}, lo[4] = {};
+        for (std::size_t c = 0; c < n; ++c) {
+            const double xs = ah[c], xls = al ? al[c] : 0.0;
+            const v4 x = {xs, xs, xs, xs}, xl = {xls, xls, xls, xls};
+            const double* brow = bh + c * ldb + j0;
+            const double* lrow = bl ? bl + c * ldb + j0 : nullptr;
+            for (int k = 0; k < 4; ++k) {
+                const v4 b = *reinterpret_cast<const v4u*>(brow + 4 * k);
+                const v4 blv = lrow ? v4(*reinterpret_cast<const v4u*>(lrow + 4 * k)) : v4{0, 0, 0, 0};
+                const v4 p = x * b;
+                const v4 r = __builtin_ia32_vfmaddpd256(x, b, -p);  // fma(x, b, −p), exact
+                const v4 s = hi[k] + p;
+                const v4 bb = s - hi[k];
+                const v4 e = (hi[k] - (s - bb)) + (p - bb);
+                hi[k] = s;
+                const v4 cross = x * blv + xl * b;
+                lo[k] = lo[k] + ((e + r) + cross);
+            }
+        }
+        for (int k = 0; k < 4; ++k) {
+            *reinterpret_cast<v4u*>(out_hi + j0 + 4 * k) = hi[k];
+            *reinterpret_cast<v4u*>(out_lo + j0 + 4 * k) = lo[k];
+        }
+    }
+    for (std::size_t j = j0; j < m; ++j) {
+        double hi = 0, lo = 0;
+        for (std::size_t c = 0; c < n; ++c) dot_step(ah[c], al ? al[c] : 0.0, bh[c * ldb + j], bl ? bl[c * ldb + j] : 0.0, hi, lo);
+        out_hi[j] = hi;
+        out_lo[j] = lo;
+    }
+}
+#endif
+
+/// (5) Double-word dot products of one row a (n double-words; al may be null) with the m columns
+/// of B (n × m, row stride ldb; bl may be null): out[j] = Σ_c a_c·B_cj with
 ///   |out_j − Σ (ah+al)(bh+bl)| ≤ (n + 3)²u²·Σ|ah_c||bh_cj|          (plus underflow, (3)).
 /// Ogita, Rump & Oishi 2005 (Dot2) with the low-order cross terms folded into the compensation.
-/// Vectorises over j (independent dot products; the order over c is fixed).
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) && !defined(ATTNREF_SANITIZE_BUILD)
-__attribute__((target_clones("arch=haswell", "default")))
-#endif
+/// The order over c is fixed; columns are independent, so vectorising over them changes nothing.
 inline void dot_rows(const double* ah, const double* al, std::size_t n, const double* bh, const double* bl, std::size_t ldb,
                      std::size_t m, double* out_hi, double* out_lo) {
-    for (std::size_t j = 0; j < m; ++j) out_hi[j] = out_lo[j] = 0;
-    for (std::size_t c = 0; c < n; ++c) {
-        const double x = ah[c], xl = al ? al[c] : 0.0;
-        const double* brow = bh + c * ldb;
-        const double* lrow = bl ? bl + c * ldb : nullptr;
-        if (lrow) {
-            for (std::size_t j = 0; j < m; ++j) {
-                const double b = brow[j];
-                const double p = x * b;
-                const double r = std::fma(x, b, -p);
-                const double s = out_hi[j] + p;
-                const double bb = s - out_hi[j];
-                const double e = (out_hi[j] - (s - bb)) + (p - bb);
-                out_hi[j] = s;
-                const double cross = x * lrow[j] + xl * b;
-                out_lo[j] = out_lo[j] + ((e + r) + cross);
-            }
-        } else {
-            for (std::size_t j = 0; j < m; ++j) {
-                const double b = brow[j];
-                const double p = x * b;
-                const double r = std::fma(x, b, -p);
-                const double s = out_hi[j] + p;
-                const double bb = s - out_hi[j];
-                const double e = (out_hi[j] - (s - bb)) + (p - bb);
-                out_hi[j] = s;
-                const double cross = xl * b;
-                out_lo[j] = out_lo[j] + ((e + r) + cross);
-            }
+#ifdef ATTNREF_FAST_AVX2
+    static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (avx2) {
+        dot_rows_avx2(ah, al, n, bh, bl, ldb, m, out_hi, out_lo);
+    } else
+#endif
+    {
+        for (std::size_t j = 0; j < m; ++j) {
+            double hi = 0, lo = 0;
+            for (std::size_t c = 0; c < n; ++c) dot_step(ah[c], al ? al[c] : 0.0, bh[c * ldb + j], bl ? bl[c * ldb + j] : 0.0, hi, lo);
+            out_hi[j] = hi;
+            out_lo[j] = lo;
         }
     }
     for (std::size_t j = 0; j < m; ++j) {
@@ -504,7 +540,7 @@ struct head_context {
 /// Computes row i of head (b, h). Head outputs (dd + bound) are returned in ro.
 inline void attention_row(const head_context& hc, const head_inputs& in, const std::vector<double>& kn,
                           const std::vector<double>& ken, const std::vector<double>& vn, const std::vector<double>& ven,
-                          std::size_t b, std::size_t h, std::size_t i, std::vector<double>& sh, std::vector<double>& sl,
+                          const std::vector<double>& vmax, const std::vector<double>& evmax, std::size_t b, std::size_t h, std::size_t i, std::vector<double>& sh, std::vector<double>& sl,
                           row_outputs& ro) {
     const attention_options& o = *hc.o;
     const std::size_t Sq = hc.Sq, Sk = hc.Sk, dk = hc.dk, dv = hc.dv;
@@ -666,12 +702,19 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
             }
         }
     }
-    // (8f) o_c = Σ_j p_j v_jc: (n+3)²u²‖p‖‖v_c‖ + ‖e_p‖‖v_c‖ + ‖p‖‖e_v,c‖ + ‖e_p‖‖e_v,c‖.
+    // (8f) o_c = Σ_j p_j v_jc: (5) and the propagated errors, each bounded both by Cauchy–Schwarz
+    // (‖p‖₂‖v_c‖₂) and by Hölder (‖p‖₁·max_j|v_jc|; Σ p_j ≈ 1), whichever is smaller.
     dot_rows(ph.data(), pl.data(), Sk, in.vh, in.vl, dv, dv, ro.oh.data(), ro.ol.data());
     const double pn = norm_up(ph.data(), Sk), pen = norm_up(pe.data(), Sk);
+    double p1 = 0, ep1 = 0;
+    for (std::size_t j = 0; j < Sk; ++j) p1 += std::fabs(ph[j]), ep1 += pe[j];
+    p1 = dw::up(p1 * (1 + 0x1p-52));
+    ep1 = dw::up(ep1);
     const double cdot = dot_constant(Sk);
     for (std::size_t c = 0; c < dv; ++c) {
-        ro.oe[c] = dw::up(cdot * pn * vn[c] + pen * vn[c] + pn * ven[c] + pen * ven[c]);
+        const double cs = dw::up(cdot * pn * vn[c] + pen * vn[c] + pn * ven[c] + pen * ven[c]);
+        const double ho = dw::up(cdot * p1 * vmax[c] + ep1 * vmax[c] + p1 * evmax[c] + ep1 * evmax[c]);
+        ro.oe[c] = std::min(cs, ho);
         if (hc.out_sink) hc.out_sink->put(row * dv + c, bounded{{ro.oh[c], ro.ol[c]}, ro.oe[c], 0});
     }
 }
@@ -831,9 +874,14 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
                     kn[j] = detail::norm_up(kth.data() + j, dk, Sk);
                     if (mha) ken[j] = detail::norm_up(kte.data() + j, dk, Sk);
                 }
+                std::vector<double> vmax(dv, 0.0), evmax(dv, 0.0);
                 for (std::size_t c = 0; c < dv; ++c) {
                     vn[c] = detail::norm_up(vh.data() + c, Sk, dv);
                     if (mha) ven[c] = detail::norm_up(ve.data() + c, Sk, dv);
+                    for (std::size_t j = 0; j < Sk; ++j) {
+                        vmax[c] = std::max(vmax[c], std::fabs(vh[j * dv + c]) * (1 + 0x1p-52));
+                        if (mha) evmax[c] = std::max(evmax[c], ve[j * dv + c]);
+                    }
                 }
                 const detail::head_inputs in{Sq, Sk, dk, dv, qh.data(), mha ? ql.data() : nullptr, mha ? qe.data() : nullptr,
                                              kth.data(), mha ? ktl.data() : nullptr, mha ? kte.data() : nullptr,
@@ -841,7 +889,7 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
                 std::vector<double> sh(Sk), sl(Sk);
                 detail::row_outputs ro;
                 for (std::size_t i = 0; i < Sq; ++i) {
-                    detail::attention_row(hc, in, kn, ken, vn, ven, b, h, i, sh, sl, ro);
+                    detail::attention_row(hc, in, kn, ken, vn, ven, vmax, evmax, b, h, i, sh, sl, ro);
                     if (mha) {
                         const std::size_t base = (b * Sq + i) * (H * dv) + h * dv;
                         for (std::size_t c = 0; c < dv; ++c)
