@@ -49,7 +49,7 @@ BOOST_AUTO_TEST_CASE(committed_suite_identical) {
     for (const auto& e : fs::directory_iterator(golden))
         if (e.is_directory() && fs::exists(e.path() / "manifest.json")) cases.push_back(e.path());
     std::sort(cases.begin(), cases.end());
-    BOOST_TEST(cases.size() == 47u);
+    BOOST_TEST(cases.size() >= 47u);  // the committed suite (47 cases when this test was written)
     std::size_t elements = 0, escalated = 0, compared = 0, whole = 0;
     for (const fs::path& dir : cases) {
         const verify::loaded_case lc = verify::load_case(dir);
