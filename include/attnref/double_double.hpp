@@ -20,6 +20,7 @@
 /// reciprocal is bounded a posteriori, fast_certify.hpp).
 
 #include <cmath>
+#include <cstddef>
 #include <limits>
 
 namespace attnref::dw {
@@ -92,6 +93,13 @@ inline double mag(dd x) { return std::fabs(x.hi) * (1 + 0x1p-52); }
 inline double up(double computed) {
     if (!(computed < std::numeric_limits<double>::infinity())) return std::numeric_limits<double>::infinity();
     return std::nextafter(computed * (1 + 0x1p-46) + 0x1p-1000, std::numeric_limits<double>::infinity());
+}
+
+/// A bound accumulated as a sum of n ≥ 0 nonnegative terms in round-to-nearest (each term itself
+/// an `up` value): the exact sum is at most computed·(1 − u)^-(n+1) ≤ computed·(1 + (n + 2)·2^-52)
+/// for n ≤ 2^40; then `up` (docs/fast-certify.md (3)).
+inline double sum_up(double computed, std::size_t n) {
+    return up(computed * (1 + (static_cast<double>(n) + 2) * 0x1p-52));
 }
 
 }  // namespace attnref::dw

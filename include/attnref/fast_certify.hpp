@@ -257,12 +257,12 @@ inline double dot_constant(std::size_t n) {
     return dw::up(k * k * 0x1p-106);
 }
 
-/// Euclidean norm, rounded upward ((3): ≤ n + 1 operations, then up; sqrt is monotonic and
-/// correctly rounded, covered by the outer up).
+/// Euclidean norm, rounded upward ((3): the 2n operations of the sum by sum_up; sqrt is monotonic
+/// and correctly rounded, covered by the outer up).
 inline double norm_up(const double* x, std::size_t n, std::size_t stride = 1) {
     double s = 0;
     for (std::size_t c = 0; c < n; ++c) s += x[c * stride] * x[c * stride];
-    return dw::up(std::sqrt(dw::up(s)) * (1 + 0x1p-52));  // × (1 + 2^-52): |hi + lo| ≤ |hi|(1 + u)
+    return dw::up(std::sqrt(dw::sum_up(s, 2 * n)) * (1 + 0x1p-52));  // × (1 + 2^-52): |hi + lo| ≤ |hi|(1 + u)
 }
 
 /// (6) e^d for a double-word d with |exact − d| ≤ ed: returns 2^K·E with its bound in scaled
@@ -639,7 +639,7 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
         ++terms;
     }
     // (8b) the sum: n additions of positive terms, each relative η.
-    ey = dw::up(ey + 1.01 * static_cast<double>(terms) * dw::dd_eta * dw::mag(y));
+    ey = dw::up(dw::sum_up(ey, Sk) + 1.01 * static_cast<double>(terms) * dw::dd_eta * dw::mag(y));
     const double lowy = (y.hi - std::fabs(y.lo) - ey) * (1 - 0x1p-49);
     if (!(lowy >= 0.5)) return fail_row();
     // (8c) reciprocal z ≈ 1/ŷ, bounded a posteriori from ρ = 1 − ŷ·z0.
@@ -708,8 +708,8 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
     const double pn = norm_up(ph.data(), Sk), pen = norm_up(pe.data(), Sk);
     double p1 = 0, ep1 = 0;
     for (std::size_t j = 0; j < Sk; ++j) p1 += std::fabs(ph[j]), ep1 += pe[j];
-    p1 = dw::up(p1 * (1 + 0x1p-52));
-    ep1 = dw::up(ep1);
+    p1 = dw::sum_up(p1 * (1 + 0x1p-52), Sk + 1);
+    ep1 = dw::sum_up(ep1, Sk);
     const double cdot = dot_constant(Sk);
     for (std::size_t c = 0; c < dv; ++c) {
         const double cs = dw::up(cdot * pn * vn[c] + pen * vn[c] + pn * ven[c] + pen * ven[c]);
