@@ -151,6 +151,7 @@ inline const constants& consts() {
             k.inv_fact[i] = dd_of(x);
         }
         mpfr_clear(x);
+        mpfr_free_cache2(MPFR_FREE_LOCAL_CACHE);  // ln 2's cache, in whichever thread got here first
         return k;
     }();
     return c;
@@ -729,6 +730,7 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
                                     const std::vector<certify::binary_format>& targets, const fast_options& fo = {},
                                     fast_stats* stats_out = nullptr) {
     require_reference_fp_environment();
+    (void)detail::consts();  // MPFR constants once, on the calling thread
     fast_stats stats;
     const attention_options& o = p.options;
     std::size_t B, H, Hkv, Sq, Sk, dk, dv, dout = 0;
