@@ -1,34 +1,52 @@
-// Benchmark (not a test): time and multiply-adds per second of the golden-data paths for the seed
-// example (B=2, S=10, d_model=512, H=8) and for B=1, S=512, d_model=512, H=8:
-//   plain double            uniform_precision<double>
-//   certified path          uniform_precision<mpfr_interval<40>> (134-bit MPFI) + rounding check
-//   plain MPFR              uniform_precision<mpfr_real<40>> at the certified path's precision
-// Usage: golden.bench [--threads N] [--skip-large]
+// Benchmark (not a test): certified golden data, fast path vs PyTorch float64 and vs the MPFI
+// path, for the seed example (B=2, S=10, d_model=512, H=8), (1, 512, 512, 8) and (1, 2048, 1024, 16).
+// Per shape it prints: PyTorch float64 multi_head_attention_forward time (bench/torch_mha.py, run
+// as a child process with posix_spawn, no shell; torch.set_num_threads(N), OPENBLAS/OMP threads N),
+// attnref's fast certified time (include/attnref/fast_certify.hpp: output, weights and lse, float64,
+// every element correctly rounded), their ratio, the elements escalated to MPFI, and today's MPFI
+// path (generate_case) time for the two smaller shapes, whose values it compares with the fast ones.
+// With --fast-rung-only the escalated elements are counted but not sent to MPFI (the time is then
+// the fast rung's alone, and those elements are NOT certified; the table says so).
+// Usage: golden.bench [--threads N] [--skip-mpfi-large] [--skip-large] [--fast-rung-only] [--python PATH]
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "attnref/certify.hpp"
-#include "attnref/multiprecision.hpp"
 #include "compute.hpp"
+#include "fast_case.hpp"
 #include "golden_case.hpp"
 #include "manifest.hpp"
+
+extern char** environ;
 
 using namespace attnref;
 using namespace attnref::verify;
 
 namespace {
 
-case_spec mha_case(std::size_t batch, std::size_t length) {
+struct shape {
+    const char* label;
+    std::size_t batch, length, model_dim, heads;
+    bool mpfi;
+};
+
+case_spec mha_case(const shape& s) {
     const std::string json = fmt::format(
         R"({{"schema": "attnref.suite", "schema_version": 1, "cases": [{{"name": "bench", "kind": "mha",
-            "shapes": {{"batch": {0}, "heads": 8, "query_length": {1}, "key_length": {1}, "head_dim_qk": 64,
-                        "model_dim": 512, "output_dim": 512}}, "inputs": {{"seed": 1}}}}]}})",
-        batch, length);
+            "shapes": {{"batch": {0}, "heads": {3}, "query_length": {1}, "key_length": {1}, "head_dim_qk": {4},
+                        "model_dim": {2}, "output_dim": {2}}}, "conventions": {{"projection_bias": true}},
+            "inputs": {{"seed": 1}}}}]}})",
+        s.batch, s.length, s.model_dim, s.heads, s.model_dim / s.heads);
     return parse_suite(json, "bench").front();
 }
 
@@ -47,35 +65,112 @@ double seconds(F&& f) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void report(const char* label, const char* path, double macs, double s) {
-    std::printf("%s\n", fmt::format("{:<28} {:<34} {:>10.3f} s  {:>10.2f} M multiply-adds/s", label, path, s, macs / s / 1e6).c_str());
+/// Runs bench/torch_mha.py with posix_spawn (argument vector, no shell) and reads its one line.
+double torch_seconds(const std::string& python, const shape& s, std::size_t threads, int repeats) {
+    const std::string script = ATTNREF_BENCH_DIR "/torch_mha.py";
+    std::vector<std::string> args{python, script, std::to_string(s.batch), std::to_string(s.length), std::to_string(s.model_dim),
+                                  std::to_string(s.heads), std::to_string(threads), std::to_string(repeats)};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> env_store;
+    for (char** e = environ; *e; ++e)
+        if (std::strncmp(*e, "OPENBLAS_NUM_THREADS=", 21) && std::strncmp(*e, "OMP_NUM_THREADS=", 16) && std::strncmp(*e, "MKL_NUM_THREADS=", 16))
+            env_store.emplace_back(*e);
+    for (const char* v : {"OPENBLAS_NUM_THREADS=", "OMP_NUM_THREADS=", "MKL_NUM_THREADS="}) env_store.push_back(v + std::to_string(threads));
+    std::vector<char*> envp;
+    for (std::string& e : env_store) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    int fds[2];
+    if (pipe(fds) != 0) return -1;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, python.c_str(), &fa, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    if (rc != 0) {
+        close(fds[0]);
+        return -1;
+    }
+    std::string out;
+    char buf[256];
+    for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
+    try {
+        return std::stod(out);
+    } catch (...) {
+        return -1;
+    }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::size_t threads = 0;
-    bool skip_large = false;
+    std::size_t threads = 2;
+    bool skip_mpfi_large = false, skip_large = false, fast_rung_only = false;
+    std::string python = "/usr/bin/python3";
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::stoul(argv[++i]);
+        else if (!std::strcmp(argv[i], "--skip-mpfi-large")) skip_mpfi_large = true;
         else if (!std::strcmp(argv[i], "--skip-large")) skip_large = true;
+        else if (!std::strcmp(argv[i], "--fast-rung-only")) fast_rung_only = true;
+        else if (!std::strcmp(argv[i], "--python") && i + 1 < argc) python = argv[++i];
+        else {
+            std::fprintf(stderr, "golden.bench: unknown argument '%s'\n", argv[i]);
+            return 2;
+        }
     }
-    std::printf("%s\n", fmt::format("golden.bench: threads {} (0 = all cores); certified precision {} bits", threads,
-                                    certify::bits_of<40>).c_str());
-    struct setup {
-        const char* label;
-        std::size_t batch, length;
-    };
-    for (const setup& c : {setup{"seed example B2 S10", 2, 10}, setup{"B1 S512", 1, 512}}) {
-        if (skip_large && c.length > 10) continue;
-        const case_spec s = mha_case(c.batch, c.length);
-        const case_data data = generate_inputs(s);
-        const double macs = multiply_adds(s);
-        std::printf("%s\n", fmt::format("{}: {:.1f} M multiply-adds", c.label, macs / 1e6).c_str());
-        report(c.label, "plain double", macs, seconds([&] { compute_case<uniform_precision<double>, double>(s, data, threads); }));
-        report(c.label, "plain MPFR (134 bits)", macs,
-               seconds([&] { compute_case<uniform_precision<mpfr_real<40>>, double>(s, data, threads); }));
-        report(c.label, "certified (MPFI 134 bits + check)", macs, seconds([&] { generate_case(s, threads); }));
+    std::printf("%s\n", fmt::format("golden.bench: {} threads on both sides; certified: output, weights, lse in float64{}", threads,
+                                    fast_rung_only ? "; FAST RUNG ONLY: escalated elements are not certified" : "").c_str());
+    std::printf("%s\n", fmt::format("{:<22} {:>9} {:>12} {:>12} {:>8} {:>10} {:>11} {:>12}", "shape (B,S,E,H)", "G MACs",
+                                    "PyTorch f64", "fast cert.", "ratio", "elements", "escalated", "MPFI path").c_str());
+    const shape shapes[] = {{"seed (2,10,512,8)", 2, 10, 512, 8, true},
+                            {"(1,512,512,8)", 1, 512, 512, 8, !skip_mpfi_large},
+                            {"(1,2048,1024,16)", 1, 2048, 1024, 16, false}};
+    int status = 0;
+    for (const shape& s : shapes) {
+        if (skip_large && s.length > 512) continue;
+        const case_spec spec = mha_case(s);
+        const case_data data = generate_inputs(spec);
+        const double macs = multiply_adds(spec);
+        const double torch_s = torch_seconds(python, s, threads, s.length > 512 ? 3 : 10);
+        certify::result fast;
+        fast::fast_stats stats;
+        fast::fast_options fo;
+        fo.fallback = !fast_rung_only;
+        const double fast_s = seconds([&] { fast = certify_case_fast(spec, data, threads, &stats, fo); });
+        std::size_t elements = 0, escalated = 0;
+        for (const certify::tensor_report& r : fast.reports) elements += r.elements, escalated += r.escalated;
+        std::string mpfi = "-";
+        if (s.mpfi && !fast_rung_only) {
+            generated_case g;
+            const double mpfi_s = seconds([&] { g = generate_case(spec, threads); });
+            mpfi = fmt::format("{:.3f} s", mpfi_s);
+            // The two paths must agree byte for byte on every certified tensor.
+            generated_case f = g;
+            std::size_t t = 0;
+            for (const char* name : {"output", "weights", "lse"}) {
+                std::vector<std::size_t> shp;
+                for (const tensor_entry& e : g.m.tensors)
+                    if (e.role == name && !e.target) shp = e.shape;
+                const std::vector<std::byte> bytes = npy::serialize(npy::make_array("<f8", shp, fast.values[t][0]));
+                for (const case_file& cf : g.files)
+                    if (cf.name == std::string(name) + ".npy" && cf.bytes != bytes) {
+                        std::fprintf(stderr, "golden.bench: %s: fast %s.npy differs from the MPFI path\n", s.label, name);
+                        status = 1;
+                    }
+                ++t;
+            }
+        }
+        std::printf("%s\n", fmt::format("{:<22} {:>9.3f} {:>10.4f} s {:>10.3f} s {:>7.1f}x {:>10} {:>11} {:>12}", s.label, macs / 1e9,
+                                        torch_s, fast_s, torch_s > 0 ? fast_s / torch_s : 0.0, elements, escalated, mpfi).c_str());
+        std::fflush(stdout);
     }
-    return 0;
+    return status;
 }

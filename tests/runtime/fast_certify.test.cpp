@@ -1,0 +1,309 @@
+// The fast certified path (include/attnref/fast_certify.hpp, issue 13):
+//  1. on every committed golden case, every tensor and target equals the committed .npy files
+//     (produced by the MPFI ladder alone) element for element, bit for bit;
+//  2. every bound the fast rung states encloses the exact value, checked against 266-bit MPFI
+//     enclosures on adversarial inputs (large logits, near ties, tiny weights, cancelling outputs,
+//     masks, ALiBi, GQA, multi-head with biases), and a bound weakened by 2^-40 is caught;
+//  3. the rounding check against MPFR's rounding on near-midpoint values.
+#define BOOST_TEST_MODULE fast_certify
+#include <boost/test/unit_test.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "attnref/fast_certify.hpp"
+#include "attnref/formats.hpp"
+#include "attnref/multiprecision.hpp"
+#include "fast_case.hpp"
+#include "golden_case.hpp"
+
+namespace fs = std::filesystem;
+using namespace attnref;
+
+namespace {
+
+/// A certified value as the committed file stores it: float64/float32/float16 as their value,
+/// bfloat16 as its bit pattern ('<u2'), which npy::to_double returns as an integer.
+double stored(double v, const std::string& target) {
+    if (target == "bfloat16") return static_cast<double>(formats::bfloat16(v).bits());
+    return v;
+}
+
+bool same_bits(double a, double b) {
+    if (std::isnan(a) && std::isnan(b)) return true;
+    return std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(committed_suite_identical) {
+    const fs::path golden = ATTNREF_SOURCE_DIR "/golden";
+    std::vector<fs::path> cases;
+    for (const auto& e : fs::directory_iterator(golden))
+        if (e.is_directory() && fs::exists(e.path() / "manifest.json")) cases.push_back(e.path());
+    std::sort(cases.begin(), cases.end());
+    BOOST_TEST(cases.size() >= 47u);  // the committed suite (47 cases when this test was written)
+    std::size_t elements = 0, escalated = 0, compared = 0, whole = 0;
+    for (const fs::path& dir : cases) {
+        const verify::loaded_case lc = verify::load_case(dir);
+        const verify::case_spec& spec = lc.m.spec;
+        fast::fast_stats stats;
+        const certify::result r = verify::certify_case_fast(spec, lc.data, 2, &stats);
+        if (!stats.whole_case_reason.empty()) ++whole;
+        std::vector<std::string> names{"output"};
+        if (spec.outputs.weights) names.push_back("weights");
+        if (spec.outputs.lse) names.push_back("lse");
+        std::vector<std::string> targets{"float64"};
+        for (const std::string& t : spec.outputs.targets) targets.push_back(t);
+        std::size_t case_escalated = 0;
+        for (std::size_t t = 0; t < names.size(); ++t)
+            for (std::size_t k = 0; k < targets.size(); ++k) {
+                const verify::tensor_entry* entry = nullptr;
+                for (const verify::tensor_entry& te : lc.m.tensors)
+                    if (te.role == names[t] && (k == 0 ? !te.target : te.target == targets[k])) entry = &te;
+                BOOST_TEST_REQUIRE(entry != nullptr, dir.filename().string() << ": no file for " << names[t] << " " << targets[k]);
+                const std::vector<double> want = npy::to_double(npy::read(dir / entry->file));
+                const std::vector<double>& got = r.values[t][k];
+                BOOST_TEST_REQUIRE(want.size() == got.size());
+                std::size_t bad = 0;
+                for (std::size_t n = 0; n < got.size(); ++n)
+                    if (!same_bits(stored(got[n], targets[k]), want[n])) {
+                        if (bad++ < 3)
+                            BOOST_ERROR(dir.filename().string() << " " << entry->file << " element " << n << ": fast "
+                                                                << fmt::format("{:a}", got[n]) << ", committed " << fmt::format("{:a}", want[n]));
+                    }
+                compared += got.size();
+                const certify::tensor_report& rep = r.reports[t * targets.size() + k];
+                BOOST_TEST(rep.certified == got.size());
+                elements += rep.elements;
+                escalated += rep.escalated;
+                case_escalated += rep.escalated;
+            }
+        BOOST_TEST_MESSAGE(fmt::format("{:<40} escalated {:>6}  rows to MPFI {:>4}  {}", dir.filename().string(), case_escalated,
+                                       stats.escalated_rows, stats.whole_case_reason));
+    }
+    BOOST_TEST_MESSAGE(fmt::format("fast path: {} cases, {} certified elements compared with the committed files, {} escalated "
+                                   "to MPFI ({} cases whole)",
+                                   cases.size(), compared, escalated, whole));
+    BOOST_TEST(compared == elements);
+}
+
+namespace {
+
+/// Runs the fast rung alone (no fallback) with `scale` on every bound and compares every stated
+/// bound with a 266-bit MPFI enclosure of the exact value: returns the number of violations and
+/// the largest |mid − value| / bound seen.
+struct enclosure_check {
+    std::size_t checked = 0, violations = 0;
+    double worst_ratio = 0;
+};
+
+template <class Reference>
+enclosure_check check_bounds(const fast::fast_problem& p, double scale, Reference&& reference) {
+    using T = mpfr_interval<80>;
+    const std::vector<std::vector<T>> ref = reference();  // output, weights, lse
+    std::mutex lock;
+    enclosure_check c;
+    fast::fast_options fo;
+    fo.threads = 1;
+    fo.fallback = false;
+    fo.bound_scale = scale;
+    fo.observe = [&](std::size_t t, std::size_t n, const fast::bounded& x) {
+        if (std::isinf(x.bound)) return;  // "undecided", states nothing
+        mpfr_t v, lo, hi, b, d;
+        for (auto* z : {&v, &lo, &hi, &b, &d}) mpfr_init2(*z, 600);
+        mpfr_set_d(v, x.v.hi, MPFR_RNDN);
+        mpfr_add_d(v, v, x.v.lo, MPFR_RNDN);  // exact at 600 bits
+        mpfr_mul_2si(v, v, x.scale, MPFR_RNDN);
+        mpfr_set_d(b, x.bound, MPFR_RNDN);
+        mpfr_mul_2si(b, b, x.scale, MPFR_RNDN);
+        const T& e = ref[t][n];
+        mpfr_set(lo, &e.backend().data()[0].left, MPFR_RNDD);
+        mpfr_set(hi, &e.backend().data()[0].right, MPFR_RNDU);
+        // violation when the enclosure reaches outside [v − b, v + b]
+        mpfr_sub(d, v, b, MPFR_RNDN);
+        const bool below = mpfr_less_p(lo, d);
+        mpfr_add(d, v, b, MPFR_RNDN);
+        const bool above = mpfr_greater_p(hi, d);
+        mpfr_add(d, lo, hi, MPFR_RNDN);
+        mpfr_div_2ui(d, d, 1, MPFR_RNDN);
+        mpfr_sub(d, d, v, MPFR_RNDN);
+        mpfr_abs(d, d, MPFR_RNDN);
+        const double ratio = mpfr_zero_p(b) ? 0 : mpfr_get_d(d, MPFR_RNDU) / mpfr_get_d(b, MPFR_RNDD);
+        for (auto* z : {&v, &lo, &hi, &b, &d}) mpfr_clear(*z);
+        const std::lock_guard<std::mutex> g(lock);
+        ++c.checked;
+        if (below || above) ++c.violations;
+        if (ratio > c.worst_ratio) c.worst_ratio = ratio;
+    };
+    (void)fast::certify_fast(p, true, true, {certify::float64_target}, fo);
+    return c;
+}
+
+template <class T>
+std::vector<T> flat(const auto& t) {
+    return std::vector<T>(t.data(), t.data() + t.size());
+}
+
+/// Deterministic pseudo-random doubles in [−1, 1).
+std::vector<double> noise(std::size_t n, std::uint64_t seed, double scale = 1, double offset = 0) {
+    std::vector<double> v(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        v[i] = offset + scale * (static_cast<double>(seed >> 11) * 0x1p-53 * 2 - 1);
+    }
+    return v;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(bounds_enclose_the_exact_values_on_adversarial_inputs) {
+    using P = uniform_precision<mpfr_interval<80>>;
+    using T = mpfr_interval<80>;
+    const std::size_t B = 1, H = 4, Hkv = 2, S = 12, dk = 8;
+    struct family {
+        const char* name;
+        std::vector<double> q, k, v;
+        bool alibi = false, additive = false, seed = false, causal = false;
+    };
+    std::vector<family> families;
+    const std::size_t nq = B * H * S * dk, nk = B * Hkv * S * dk;
+    families.push_back({"standard", noise(nq, 1), noise(nk, 2), noise(nk, 3)});
+    families.push_back({"large logits (q·k ≈ 1000)", noise(nq, 4, 0.01, 11), noise(nk, 5, 0.01, 11), noise(nk, 6)});
+    {
+        family f{"near ties (two equal keys, tiny differences)", noise(nq, 7), noise(nk, 8), noise(nk, 9)};
+        for (std::size_t c = 0; c < dk; ++c) f.k[1 * dk + c] = f.k[0 * dk + c] * (1 + 0x1p-50);
+        families.push_back(f);
+    }
+    families.push_back({"tiny weights (logit gaps up to ~1400)", noise(nq, 10, 14), noise(nk, 11, 14), noise(nk, 12)});
+    {
+        family f{"cancelling outputs (V with ± pairs)", noise(nq, 13, 0.1), noise(nk, 14, 0.1), noise(nk, 15)};
+        for (std::size_t j = 0; j + 1 < S; j += 2)
+            for (std::size_t c = 0; c < dk; ++c) f.v[(j + 1) * dk + c] = -f.v[j * dk + c] * (1 - 0x1p-30);
+        families.push_back(f);
+    }
+    families.push_back({"masks + ALiBi + seed", noise(nq, 16, 3), noise(nk, 17, 3), noise(nk, 18), true, true, true, true});
+    const std::vector<double> slopes{0.5, 0.25, 0.125, 0.0625};
+    const std::vector<double> additive = noise(B * H * S * S, 19, 5);
+    std::vector<double> seed_mask(B * H * S * S);
+    for (std::size_t n = 0; n < seed_mask.size(); ++n) seed_mask[n] = (n % 7 == 3) ? 1.0 : 0.0;
+    for (const family& f : families) {
+        fast::fast_problem p;
+        p.q = {f.q.data(), {B, H, S, dk}};
+        p.k = {f.k.data(), {B, Hkv, S, dk}};
+        p.v = {f.v.data(), {B, Hkv, S, dk}};
+        if (f.alibi) p.options.alibi_slopes = slopes;
+        if (f.additive) p.options.mask.additive.values = {additive.data(), {B, H, S, S}};
+        if (f.seed) p.options.mask.seed.values = {seed_mask.data(), {B, H, S, S}};
+        p.options.mask.causal = f.causal;
+        auto reference = [&] {
+            const auto r = scaled_dot_product_attention<P>(p.q, p.k, p.v, p.options);
+            return std::vector<std::vector<T>>{flat<T>(r.output), flat<T>(r.weights), flat<T>(r.lse)};
+        };
+        const enclosure_check good = check_bounds(p, 1.0, reference);
+        BOOST_TEST_MESSAGE(fmt::format("{:<46} {:>5} bounds, 0 violations expected: {}, worst |error|/bound {:.3g}", f.name,
+                                       good.checked, good.violations, good.worst_ratio));
+        BOOST_TEST(good.checked > 0u);
+        BOOST_TEST(good.violations == 0u, f.name);
+        const enclosure_check broken = check_bounds(p, 0x1p-40, reference);
+        BOOST_TEST(broken.violations > 0u, f.name << ": a bound weakened by 2^-40 must be caught");
+    }
+}
+
+BOOST_AUTO_TEST_CASE(multi_head_bounds_enclose) {
+    using P = uniform_precision<mpfr_interval<80>>;
+    using T = mpfr_interval<80>;
+    const std::size_t B = 2, S = 6, E = 16, H = 4, Hkv = 2, dk = 4;
+    const std::vector<double> xq = noise(B * S * E, 21), xk = noise(B * S * E, 22), xv = noise(B * S * E, 23);
+    const std::vector<double> wq = noise(E * H * dk, 24), wk = noise(E * Hkv * dk, 25), wv = noise(E * Hkv * dk, 26),
+                              wo = noise(H * dk * E, 27), bq = noise(H * dk, 28), bk = noise(Hkv * dk, 29),
+                              bv = noise(Hkv * dk, 30), bo = noise(E, 31);
+    fast::fast_problem p;
+    p.mha = true;
+    p.heads = H;
+    p.kv_heads = Hkv;
+    p.x_q = {xq.data(), {B, S, E}};
+    p.x_k = {xk.data(), {B, S, E}};
+    p.x_v = {xv.data(), {B, S, E}};
+    p.params.w_q = {wq.data(), {E, H * dk}};
+    p.params.w_k = {wk.data(), {E, Hkv * dk}};
+    p.params.w_v = {wv.data(), {E, Hkv * dk}};
+    p.params.w_o = {wo.data(), {H * dk, E}};
+    p.params.b_q = {bq.data(), {H * dk}};
+    p.params.b_k = {bk.data(), {Hkv * dk}};
+    p.params.b_v = {bv.data(), {Hkv * dk}};
+    p.params.b_o = {bo.data(), {E}};
+    p.options.mask.causal = true;
+    p.options.mask.alignment = causal_alignment::bottom_right;
+    auto reference = [&] {
+        mha_options mo;
+        mo.heads = H;
+        mo.kv_heads = Hkv;
+        mo.attention = p.options;
+        const auto r = multi_head_attention<P>(p.x_q, p.x_k, p.x_v, p.params, mo);
+        return std::vector<std::vector<T>>{flat<T>(r.output), flat<T>(r.weights), flat<T>(r.lse)};
+    };
+    const enclosure_check good = check_bounds(p, 1.0, reference);
+    BOOST_TEST_MESSAGE(fmt::format("multi-head (GQA, biases, causal): {} bounds, {} violations, worst |error|/bound {:.3g}",
+                                   good.checked, good.violations, good.worst_ratio));
+    BOOST_TEST(good.violations == 0u);
+    BOOST_TEST(check_bounds(p, 0x1p-40, reference).violations > 0u);
+}
+
+BOOST_AUTO_TEST_CASE(rounding_check_agrees_with_mpfr_near_midpoints) {
+    // Values v = y ± (½ ulp − δ) around representable y, and bounds just inside/outside the
+    // midpoint: whenever round_check certifies, every point of [v − b, v + b] must round (MPFR,
+    // round_to of certify.hpp) to the certified value.
+    const certify::binary_format formats[] = {certify::float64_target, certify::float32_target, certify::bfloat16_target,
+                                              certify::float16_target};
+    std::size_t certified = 0, tried = 0, wrong = 0;
+    const std::vector<double> base = noise(200, 77, 3);
+    for (const certify::binary_format& f : formats)
+        for (double y : base)
+            for (int scale : {0, -30, -1000})
+                for (double frac : {0.499, 0.4999999, 0.25, 0.26, 0.01}) {
+                    for (double sgn : {1.0, -1.0}) {
+                        // a target value near y, its quantum, and the point frac quanta away
+                        mpfr_t t;
+                        mpfr_init2(t, 64);
+                        mpfr_set_d(t, y, MPFR_RNDN);
+                        const double yt = certify::round_to(t, f);
+                        const int e = std::ilogb(yt);
+                        const double quantum = std::ldexp(1.0, std::max(e, f.min_exponent) - (f.precision - 1));
+                        const dw::dd v = dw::two_sum(yt, sgn * frac * quantum);
+                        for (double bf : {0.0, 0.001, 0.2, 0.3}) {
+                            fast::bounded x{{std::ldexp(v.hi, -scale), std::ldexp(v.lo, -scale)}, std::ldexp(bf * quantum, -scale), scale};
+                            double out = 0;
+                            ++tried;
+                            if (!fast::round_check(x, f, out)) continue;
+                            ++certified;
+                            for (double side : {-1.0, 0.0, 1.0}) {
+                                mpfr_t z;
+                                mpfr_init2(z, 300);
+                                mpfr_set_d(z, v.hi, MPFR_RNDN);
+                                mpfr_add_d(z, z, v.lo, MPFR_RNDN);
+                                mpfr_t bb;
+                                mpfr_init2(bb, 300);
+                                mpfr_set_d(bb, bf * quantum, MPFR_RNDN);
+                                mpfr_mul_d(bb, bb, side, MPFR_RNDN);
+                                mpfr_add(z, z, bb, MPFR_RNDN);
+                                const double r = certify::round_to(z, f);
+                                if (!(r == out)) ++wrong;
+                                mpfr_clear(z);
+                                mpfr_clear(bb);
+                            }
+                        }
+                        mpfr_clear(t);
+                    }
+                }
+    BOOST_TEST_MESSAGE(fmt::format("round_check: {} tried, {} certified, {} wrong", tried, certified, wrong));
+    BOOST_TEST(wrong == 0u);
+    BOOST_TEST(certified > tried / 4);
+}
