@@ -20,6 +20,10 @@ struct sixteenths {
         ++n;
         return x;
     }
+    template <class T>
+    constexpr void fill(T* p, std::size_t count) {
+        for (std::size_t e = 0; e < count; ++e) p[e] = next<T>();
+    }
 };
 
 /// A 32-bit LCG: (((state >> 8) mod 2001) − 1000)/700, which is not exactly representable, so it
@@ -31,6 +35,10 @@ struct lcg_sevenhundredths {
         state = state * 1103515245u + 12345u;
         return T(static_cast<int>((state >> 8) % 2001) - 1000) / T(700);
     }
+    template <class T>
+    constexpr void fill(T* p, std::size_t count) {
+        for (std::size_t e = 0; e < count; ++e) p[e] = next<T>();
+    }
 };
 
 /// The seed example's recipe (examples/seed_example.cpp): a 64-bit LCG giving values exactly
@@ -40,18 +48,22 @@ struct seed_example_stream {
     double scale;
     constexpr seed_example_stream(std::uint64_t seed, double scale_) : state(seed * 0x9E3779B97F4A7C15ull + 1), scale(scale_) {}
     template <class T>
-    constexpr T next() {
-        state = state * 6364136223846793005ull + 1442695040888963407ull;
-        return T(static_cast<double>(static_cast<float>(scale * (static_cast<double>(state >> 40) * 0x1p-23 - 1))));
+    constexpr void fill(T* p, std::size_t count) {  // the loop inlined, with the state in a local
+        std::uint64_t s = state;
+        const double c = scale;
+        for (std::size_t e = 0; e < count; ++e) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            p[e] = T(static_cast<double>(static_cast<float>(c * (static_cast<double>(s >> 40) * 0x1p-23 - 1))));
+        }
+        state = s;
     }
 };
 
-/// Every element of a fixed_tensor (values in storage order) from the generator.
+/// Every element of a fixed_tensor (values in storage order) from the generator. (Its fill member:
+/// the seed example's inputs are 10^6 values, and the constant evaluator pays for a call per value.)
 template <class Gen, class Tensor>
 constexpr void fill(Gen& gen, Tensor& t) {
-    using T = typename decltype(t.values)::value_type;
-    T* p = t.values.data();
-    for (std::size_t n = 0; n < t.values.size(); ++n) p[n] = gen.template next<T>();
+    gen.fill(t.values.data(), t.values.size());
 }
 
 /// The tensors of fixed-shape attention inputs in declaration order from one generator; the MHA
