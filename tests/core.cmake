@@ -32,4 +32,17 @@ endif()
 set(ATTNREF_PYTHON /usr/bin/python3 CACHE FILEPATH "Python with numpy and torch, for the PyTorch comparisons")
 if(TARGET backward_torch.test)
   target_compile_definitions(backward_torch.test PRIVATE ATTNREF_PYTHON="${ATTNREF_PYTHON}")
+
+# The seed example constant-evaluated whole (issue 15): tests/static/seed_example.constexpr.cpp holds
+# static_asserts over the constant-evaluated forward pass (rows of P sum to 1 within row_sum_bound,
+# weights masked by the seed mask exactly 0) and a main() that compares it bitwise with the run-time
+# result. Clang 14 evaluates the 21 M multiply-adds in about a minute; GCC 12 is far slower and uses
+# far more memory (docs/compile-time.md, bench/compile_time.sh), so Clang builds it here, with the
+# step limit the evaluation needs (-fconstexpr-steps; docs/compile-time.md). Not a *.static.cpp file:
+# the GCC object library of the static tests must not pick it up.
+if(ATTNREF_CLANGXX AND NOT ATTNREF_SANITIZE)
+  set(_seed_exe ${CMAKE_CURRENT_BINARY_DIR}/seed_example_constexpr)
+  add_test(NAME seed_example_constexpr COMMAND sh -c
+    "rm -f ${_seed_exe} && ${ATTNREF_CLANGXX} -std=c++20 -O1 -Wall -Wextra -Wpedantic -Werror -ffp-contract=off -fconstexpr-steps=400000000 -I${PROJECT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/static/seed_example.constexpr.cpp -o ${_seed_exe} -pthread && ${_seed_exe}")
+  set_tests_properties(seed_example_constexpr PROPERTIES LABELS slow TIMEOUT 900)
 endif()

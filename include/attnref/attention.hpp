@@ -129,14 +129,13 @@ constexpr void logits_row(const logits_context<A>& ctx, std::size_t b, std::size
     const std::size_t dk = ctx.dims.head_dim_qk;
     const std::size_t sq = ctx.dims.query_length, sk = ctx.dims.key_length;
     const A minus_1e9 = A(-1e9);
+    const A* q = q_row.data();
     for (std::size_t j = 0; j < sk; ++j) {
         allowed[j] = !structurally_masked(opt.mask, b, h, i, j, sq, sk);
         if (!allowed[j]) continue;
         A s = A(0);
-        for (std::size_t c = 0; c < dk; ++c) {
-            const A product = q_row[c] * k_head[j * dk + c];
-            s = s + product;
-        }
+        const A* kj = k_head.data() + j * dk;
+        for (std::size_t c = 0; c < dk; ++c) s = s + q[c] * kj[c];
         if (opt.placement == scale_placement::on_product) s = s * ctx.scale;
         if (opt.softcap) {
             const A ratio = s / ctx.softcap;
@@ -167,16 +166,19 @@ constexpr void convert_head_inputs(const attention_options& options, const A& sc
     A q_factor = A(1), k_factor = A(1);
     if (options.placement == scale_placement::on_query) q_factor = scale;
     if (options.placement == scale_placement::split_sqrt) q_factor = k_factor = math::sqrt(scale);
-    for (std::size_t i = 0; i < sq; ++i)
-        for (std::size_t c = 0; c < dk; ++c) {
-            qh[i * dk + c] = convert<A>(q(b, h, i, c));
-            if (options.placement != scale_placement::on_product) qh[i * dk + c] = qh[i * dk + c] * q_factor;
-        }
-    for (std::size_t j = 0; j < sk; ++j)
-        for (std::size_t c = 0; c < dk; ++c) {
-            kh[j * dk + c] = convert<A>(k(b, hk, j, c));
-            if (options.placement == scale_placement::split_sqrt) kh[j * dk + c] = kh[j * dk + c] * k_factor;
-        }
+    // Head (b, h) of q is sq·dk contiguous elements, as is head (b, hk) of k (sk·dk).
+    const Q* qs = q.data + q.offset(b, h, 0, 0);
+    const K* ks = k.data + k.offset(b, hk, 0, 0);
+    A* qd = qh.data();
+    A* kd = kh.data();
+    for (std::size_t e = 0; e < sq * dk; ++e) {
+        qd[e] = convert<A>(qs[e]);
+        if (options.placement != scale_placement::on_product) qd[e] = qd[e] * q_factor;
+    }
+    for (std::size_t e = 0; e < sk * dk; ++e) {
+        kd[e] = convert<A>(ks[e]);
+        if (options.placement == scale_placement::split_sqrt) kd[e] = kd[e] * k_factor;
+    }
 }
 
 }  // namespace detail
@@ -229,24 +231,27 @@ constexpr void scaled_dot_product_attention_into(tensor_view<const Q, 4> q, tens
         std::vector<Lg> qh(sq * dk, Lg(0)), kh(sk * dk, Lg(0));
         std::vector<Vt> vh(sk * dv, Vt(0));
         detail::convert_head_inputs(options, ctx.scale, q, k, b, h, hk, qh, kh);
-        for (std::size_t j = 0; j < sk; ++j)
-            for (std::size_t c = 0; c < dv; ++c) vh[j * dv + c] = convert<Vt>(v(b, hk, j, c));
+        // Contiguous storage through raw pointers with precomputed offsets: the loops below are what
+        // the constant evaluator runs too, and it pays for every call and index computation.
+        const V* vs = v.data + v.offset(b, hk, 0, 0);
+        Vt* vd = vh.data();
+        for (std::size_t e = 0; e < sk * dv; ++e) vd[e] = convert<Vt>(vs[e]);
         std::vector<Lg> raw_logits(sk, Lg(0));
         std::vector<A> logits(sk, A(0)), p(sk, A(0));
-        std::vector<Vt> o(dv, Vt(0));
+        std::vector<Vt> o_storage(dv, Vt(0));
+        Vt* o = o_storage.data();
         std::vector<std::uint8_t> allowed(sk, 0);
+        const std::span<const Lg> q_head(qh);
         for (std::size_t i = 0; i < sq; ++i) {
             if (!options.rows.empty() && !options.rows[task * sq + i]) continue;
-            detail::logits_row<Lg>(ctx, b, h, i, std::span<const Lg>(qh).subspan(i * dk, dk), kh, raw_logits, allowed);
+            detail::logits_row<Lg>(ctx, b, h, i, q_head.subspan(i * dk, dk), kh, raw_logits, allowed);
             for (std::size_t j = 0; j < sk; ++j) logits[j] = convert<A>(raw_logits[j]);
             for (std::size_t c = 0; c < dv; ++c) o[c] = Vt(0);
             // o += round_P(w)·v_j  for one key
             auto accumulate = [&](const A& w, std::size_t j) {
                 const Vt w_rounded = convert<Vt>(convert<P>(w));
-                for (std::size_t c = 0; c < dv; ++c) {
-                    const Vt product = w_rounded * vh[j * dv + c];
-                    o[c] = o[c] + product;
-                }
+                const Vt* vj = vd + j * dv;
+                for (std::size_t c = 0; c < dv; ++c) o[c] = o[c] + w_rounded * vj[c];
             };
             A row_lse = A(0);
             const bool empty = count_allowed(allowed) == 0;
@@ -273,9 +278,12 @@ constexpr void scaled_dot_product_attention_into(tensor_view<const Q, 4> q, tens
                 row_lse = state.lse();
                 if (!weights.empty()) state.weights(logits, allowed, p);
             }
-            for (std::size_t c = 0; c < dv; ++c) out(b, h, i, c) = convert<O>(o[c]);
-            if (!weights.empty())
-                for (std::size_t j = 0; j < sk; ++j) weights(b, h, i, j) = convert<W>(convert<P>(p[j]));
+            O* out_row = out.data + out.offset(b, h, i, 0);
+            for (std::size_t c = 0; c < dv; ++c) out_row[c] = convert<O>(o[c]);
+            if (!weights.empty()) {
+                W* weights_row = weights.data + weights.offset(b, h, i, 0);
+                for (std::size_t j = 0; j < sk; ++j) weights_row[j] = convert<W>(convert<P>(p[j]));
+            }
             if (!lse.empty()) lse(b, h, i) = convert<L>(row_lse);
         }
     };

@@ -444,16 +444,9 @@ template <class T, mha_shape S>
 constexpr fixed_mha_gradients<T, S> multi_head_attention_backward(
     const fixed_mha_inputs<T, S>& in, const fixed_tensor<T, S.batch, S.query_length, S.model_dim>& grad_output,
     const attention_options& options = {}, const backward_options& backward = {}) {
-    mha_parameters<T> p{in.w_q.view(), in.w_k.view(), in.w_v.view(), in.w_o.view()};
-    if (in.has_bias) {
-        p.b_q = in.b_q.view();
-        p.b_k = in.b_k.view();
-        p.b_v = in.b_v.view();
-        p.b_o = in.b_o.view();
-    }
     const mha_options o{S.heads, S.kv_heads, options};
     const mha_gradients<uniform_precision<T>> g = multi_head_attention_backward<uniform_precision<T>, T, T, T>(
-        in.x_q.view(), in.x_k.view(), in.x_v.view(), p, o, grad_output.view(), backward);
+        in.x_q.view(), in.x_k.view(), in.x_v.view(), in.parameters(), o, grad_output.view(), backward);
     fixed_mha_gradients<T, S> r{};
     auto copy = [](const auto& from, auto& to) {
         for (std::size_t n = 0; n < to.values.size(); ++n) to.values[n] = from[n];

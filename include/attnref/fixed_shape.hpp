@@ -79,6 +79,18 @@ struct fixed_mha_inputs {
     fixed_tensor<T, S.kv_heads * S.head_dim_qk> b_k;
     fixed_tensor<T, S.kv_heads * S.head_dim_v> b_v;
     fixed_tensor<T, S.model_dim> b_o;
+
+    /// Views of the weights and, when has_bias, of the biases (multi_head_attention_into's parameters).
+    constexpr mha_parameters<T> parameters() const {
+        mha_parameters<T> p{w_q.view(), w_k.view(), w_v.view(), w_o.view()};
+        if (has_bias) {
+            p.b_q = b_q.view();
+            p.b_k = b_k.view();
+            p.b_v = b_v.view();
+            p.b_o = b_o.view();
+        }
+        return p;
+    }
 };
 
 template <class T, mha_shape S>
@@ -95,15 +107,8 @@ template <class T, mha_shape S>
 constexpr fixed_mha_outputs<T, S> multi_head_attention(const fixed_mha_inputs<T, S>& in,
                                                       const attention_options& options = {}) {
     fixed_mha_outputs<T, S> r{};
-    mha_parameters<T> p{in.w_q.view(), in.w_k.view(), in.w_v.view(), in.w_o.view()};
-    if (in.has_bias) {
-        p.b_q = in.b_q.view();
-        p.b_k = in.b_k.view();
-        p.b_v = in.b_v.view();
-        p.b_o = in.b_o.view();
-    }
     const mha_options o{S.heads, S.kv_heads, options};
-    multi_head_attention_into<uniform_precision<T>>(in.x_q.view(), in.x_k.view(), in.x_v.view(), p, o, r.output.view(),
+    multi_head_attention_into<uniform_precision<T>>(in.x_q.view(), in.x_k.view(), in.x_v.view(), in.parameters(), o, r.output.view(),
                                                     r.weights.view(), r.lse.view(), r.head_outputs.view());
     return r;
 }

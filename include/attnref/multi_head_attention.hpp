@@ -52,10 +52,15 @@ constexpr tensor<T, 4> split_heads(tensor_view<const T, 3> x, std::size_t heads)
                           ", got " + std::to_string(features));
     const std::size_t d = features / heads;
     tensor<T, 4> y({batch, heads, length, d});
+    // Contiguous runs of d elements through raw pointers (cheap in the constant evaluator too).
+    T* out = y.data();
     for (std::size_t b = 0; b < batch; ++b)
-        for (std::size_t s = 0; s < length; ++s)
-            for (std::size_t h = 0; h < heads; ++h)
-                for (std::size_t c = 0; c < d; ++c) y(b, h, s, c) = x(b, s, h * d + c);
+        for (std::size_t h = 0; h < heads; ++h)
+            for (std::size_t s = 0; s < length; ++s) {
+                const T* in = x.data + (b * length + s) * features + h * d;
+                for (std::size_t c = 0; c < d; ++c) out[c] = in[c];
+                out += d;
+            }
     return y;
 }
 
@@ -64,10 +69,14 @@ template <class T>
 constexpr tensor<T, 3> merge_heads(tensor_view<const T, 4> x) {
     const std::size_t batch = x.extents[0], heads = x.extents[1], length = x.extents[2], d = x.extents[3];
     tensor<T, 3> y({batch, length, heads * d});
+    const T* in = x.data;
     for (std::size_t b = 0; b < batch; ++b)
         for (std::size_t h = 0; h < heads; ++h)
-            for (std::size_t s = 0; s < length; ++s)
-                for (std::size_t c = 0; c < d; ++c) y(b, s, h * d + c) = x(b, h, s, c);
+            for (std::size_t s = 0; s < length; ++s) {
+                T* out = y.data() + (b * length + s) * heads * d + h * d;
+                for (std::size_t c = 0; c < d; ++c) out[c] = in[c];
+                in += d;
+            }
     return y;
 }
 
@@ -75,6 +84,12 @@ constexpr tensor<T, 3> merge_heads(tensor_view<const T, 4> x) {
 /// projection type (default: its accumulate type), then adds the bias, then rounds to Y. Rows run in
 /// parallel.
 /// `row_filter` (B·S flags, or empty for all): rows not selected are not written.
+///
+/// The loops walk contiguous storage through raw pointers with precomputed row offsets: this one
+/// loop is what both the compiler and the constant evaluator run, and the evaluator pays for every
+/// call, view and index computation per multiply-add (docs/compile-time.md). W is converted to the
+/// projection type once per call (not once per row) when its element type differs; the values are
+/// the same.
 template <PrecisionPolicy Policy, class X, class E, class Y>
 constexpr void linear_into(tensor_view<const X, 3> x, tensor_view<const E, 2> w, tensor_view<const E, 1> bias,
                            tensor_view<Y, 3> y, std::size_t threads, const char* name,
@@ -83,18 +98,40 @@ constexpr void linear_into(tensor_view<const X, 3> x, tensor_view<const E, 2> w,
     const std::size_t rows = x.extents[0] * x.extents[1], m = x.extents[2], n = w.extents[1];
     require_extent("weight axis 0 (input features)", w.extents[0], m, name);
     if (!bias.empty()) require_extent("bias size (output features)", bias.extents[0], n, name);
+    std::vector<A> w_converted;
+    const A* wa = nullptr;
+    if constexpr (std::is_same_v<E, A>) {
+        wa = w.data;
+    } else {
+        w_converted.reserve(m * n);
+        for (std::size_t e = 0; e < m * n; ++e) w_converted.push_back(convert<A>(w.data[e]));
+        wa = w_converted.data();
+    }
     auto row = [&](std::size_t r) {
         if (!row_filter.empty() && !row_filter[r]) return;
-        std::vector<A> acc(n, A(0)), xr(m, A(0));
-        for (std::size_t k = 0; k < m; ++k) xr[k] = convert<A>(x[r * m + k]);
-        for (std::size_t k = 0; k < m; ++k)  // i-k-j order: W's rows are contiguous; each acc[j] still sums k ascending
-            for (std::size_t j = 0; j < n; ++j) {
-                const A product = xr[k] * convert<A>(w(k, j));
-                acc[j] = acc[j] + product;
+        std::vector<A> acc_storage(n, A(0));
+        A* acc = acc_storage.data();
+        const X* xr = x.data + r * m;
+        const std::size_t cols = n;  // a local: the constant evaluator reads a capture at greater cost
+        for (std::size_t k = 0; k < m; ++k) {  // i-k-j order: W's rows are contiguous; each acc[j] still sums k ascending
+            const A xk = convert<A>(xr[k]);
+            const A* w_row = wa + k * cols;
+            A* a = acc;
+            // Four columns per iteration, through pointers bumped once: the constant evaluator spends
+            // less per multiply-add on fewer loop steps and index computations (docs/compile-time.md).
+            std::size_t j = 0;
+            for (; j + 4 <= cols; j += 4, a += 4, w_row += 4) {
+                a[0] = a[0] + xk * w_row[0];
+                a[1] = a[1] + xk * w_row[1];
+                a[2] = a[2] + xk * w_row[2];
+                a[3] = a[3] + xk * w_row[3];
             }
+            for (; j < cols; ++j, ++a, ++w_row) a[0] = a[0] + xk * w_row[0];
+        }
+        Y* yr = y.data + r * n;
         for (std::size_t j = 0; j < n; ++j) {
-            if (!bias.empty()) acc[j] = acc[j] + convert<A>(bias[j]);
-            y[r * n + j] = convert<Y>(acc[j]);
+            if (!bias.empty()) acc[j] = acc[j] + convert<A>(bias.data[j]);
+            yr[j] = convert<Y>(acc[j]);
         }
     };
     detail::parallel_for(rows, threads, row, &thread_cleanup<A>::run);

@@ -52,8 +52,11 @@ struct online_softmax {
     /// Absorbs keys [begin, end). Writes e_j = exp(x_j − m') to terms[j] for attendable keys (0 for
     /// masked ones) and returns the factor exp(m − m') by which anything accumulated so far must be
     /// rescaled (1 before the first attendable key). A block with no attendable key changes nothing.
-    constexpr T absorb(std::span<const T> logits, std::span<const std::uint8_t> allowed, std::size_t begin,
-                       std::size_t end, std::span<T> terms) {
+    constexpr T absorb(std::span<const T> logits_span, std::span<const std::uint8_t> allowed_span, std::size_t begin,
+                       std::size_t end, std::span<T> terms_span) {
+        const T* logits = logits_span.data();
+        const std::uint8_t* allowed = allowed_span.data();
+        T* terms = terms_span.data();
         bool any = false;
         T block_max = T(0);
         for (std::size_t j = begin; j < end; ++j) {
@@ -89,8 +92,11 @@ struct online_softmax {
         return max + log_sum;
     }
     /// Final weights p_j = exp(x_j − m) / S.
-    constexpr void weights(std::span<const T> logits, std::span<const std::uint8_t> allowed, std::span<T> out) const {
-        for (std::size_t j = 0; j < logits.size(); ++j) {
+    constexpr void weights(std::span<const T> logits_span, std::span<const std::uint8_t> allowed_span, std::span<T> out_span) const {
+        const T* logits = logits_span.data();
+        const std::uint8_t* allowed = allowed_span.data();
+        T* out = out_span.data();
+        for (std::size_t j = 0; j < logits_span.size(); ++j) {
             if (!allowed[j]) {
                 out[j] = T(0);
                 continue;
@@ -116,17 +122,22 @@ constexpr T empty_row_weight(empty_row_policy policy, std::size_t n) {
 /// Number of attendable keys.
 constexpr std::size_t count_allowed(std::span<const std::uint8_t> allowed) {
     std::size_t n = 0;
-    for (std::uint8_t a : allowed) n += a ? 1 : 0;
+    const std::uint8_t* a = allowed.data();
+    for (std::size_t j = 0; j < allowed.size(); ++j) n += a[j] ? 1 : 0;
     return n;
 }
 
 /// Softmax of one row: writes weights (same length as logits) and returns the lse.
 /// Logits of masked keys are not read. See the file comment for each algorithm's formula.
 template <Scalar T>
-constexpr T softmax_row(const softmax_options& options, std::span<const T> logits,
-                        std::span<const std::uint8_t> allowed, std::span<T> weights) {
-    const std::size_t n = logits.size();
-    if (count_allowed(allowed) == 0) {
+constexpr T softmax_row(const softmax_options& options, std::span<const T> logits_span,
+                        std::span<const std::uint8_t> allowed_span, std::span<T> weights_span) {
+    // Raw pointers in the loops: the constant evaluator pays for every span::operator[] call.
+    const std::size_t n = logits_span.size();
+    const T* logits = logits_span.data();
+    const std::uint8_t* allowed = allowed_span.data();
+    T* weights = weights_span.data();
+    if (count_allowed(allowed_span) == 0) {
         for (std::size_t j = 0; j < n; ++j) weights[j] = empty_row_weight<T>(options.empty_rows, n);
         return -infinity<T>();
     }
@@ -183,9 +194,9 @@ constexpr T softmax_row(const softmax_options& options, std::span<const T> logit
             const std::size_t block = options.block_size == 0 ? n : options.block_size;
             for (std::size_t begin = 0; begin < n; begin += block) {
                 const std::size_t end = begin + block < n ? begin + block : n;
-                state.absorb(logits, allowed, begin, end, weights);
+                state.absorb(logits_span, allowed_span, begin, end, weights_span);
             }
-            state.weights(logits, allowed, weights);
+            state.weights(logits_span, allowed_span, weights_span);
             return state.lse();
         }
     }

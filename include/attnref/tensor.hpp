@@ -53,13 +53,14 @@ struct tensor_view {
     /// by comparing the pointer, so it is a constant expression for views of temporaries too.
     constexpr bool empty() const { return size() == 0; }
 
-    /// Linear offset of a multi-index; row-major.
+    /// Linear offset of a multi-index; row-major. (A fold, not a loop over a temporary index array:
+    /// the constant evaluator pays per operation. Hot loops take a row pointer once, data +
+    /// offset(…, 0), and walk it.)
     template <class... I>
         requires(sizeof...(I) == Rank)
     constexpr std::size_t offset(I... index) const {
-        const std::array<std::size_t, Rank> idx{static_cast<std::size_t>(index)...};
-        std::size_t off = 0;
-        for (std::size_t a = 0; a < Rank; ++a) off = off * extents[a] + idx[a];
+        std::size_t off = 0, axis = 0;
+        ((off = off * extents[axis++] + static_cast<std::size_t>(index)), ...);
         return off;
     }
     template <class... I>

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "attnref/attnref.hpp"
+#include "fixed_inputs.hpp"
 
 using namespace attnref;
 
@@ -19,25 +20,8 @@ constexpr mha_shape shape{.batch = 1, .query_length = 4, .key_length = 5, .model
 template <class T>
 constexpr fixed_mha_inputs<T, shape> make_inputs(int seed) {
     fixed_mha_inputs<T, shape> in{};
-    unsigned state = static_cast<unsigned>(seed);
-    auto fill = [&state](auto& t) {
-        for (auto& x : t.values) {
-            state = state * 1103515245u + 12345u;
-            x = T(static_cast<int>((state >> 8) % 2001) - 1000) / T(700);  // not exactly representable: rounds in T
-        }
-    };
-    fill(in.x_q);
-    fill(in.x_k);
-    fill(in.x_v);
-    fill(in.w_q);
-    fill(in.w_k);
-    fill(in.w_v);
-    fill(in.w_o);
-    in.has_bias = true;
-    fill(in.b_q);
-    fill(in.b_k);
-    fill(in.b_v);
-    fill(in.b_o);
+    test::lcg_sevenhundredths gen{static_cast<unsigned>(seed)};  // not exactly representable: rounds in T
+    test::fill(gen, in, /*with_bias=*/true);
     return in;
 }
 

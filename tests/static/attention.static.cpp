@@ -1,6 +1,7 @@
 // Compile-only tests: the whole forward pass constant-evaluated on small fixed shapes, for every
 // literal arithmetic, with its invariants checked by static_assert. Built by GCC 12 (as an object
 // library) and by Clang 14 (ctest runs clang++ -fsyntax-only on this file).
+#include "../support/fixed_inputs.hpp"
 #include "attnref/attnref.hpp"
 
 namespace {
@@ -14,20 +15,8 @@ constexpr mha_shape small{.batch = 2, .query_length = 3, .key_length = 4, .model
 template <class T>
 constexpr fixed_mha_inputs<T, small> make_inputs() {
     fixed_mha_inputs<T, small> in{};
-    int n = 0;
-    auto fill = [&n](auto& t) {
-        for (auto& x : t.values) {
-            x = T((n * 37) % 17 - 8) / T(16);
-            ++n;
-        }
-    };
-    fill(in.x_q);
-    fill(in.x_k);
-    fill(in.x_v);
-    fill(in.w_q);
-    fill(in.w_k);
-    fill(in.w_v);
-    fill(in.w_o);
+    test::sixteenths gen;
+    test::fill(gen, in);
     return in;
 }
 

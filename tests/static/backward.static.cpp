@@ -1,6 +1,7 @@
 // Compile-only test of the backward pass (backward.hpp): gradients of a tiny GQA case with a padded
 // key constant-evaluated, with its invariants checked by static_assert. Built by GCC (object
 // library) and by Clang (ctest runs clang++ -fsyntax-only on this file).
+#include "../support/fixed_inputs.hpp"
 #include "attnref/attnref.hpp"
 
 namespace {
@@ -15,13 +16,8 @@ constexpr std::size_t key_lengths[] = {2};
 template <class T>
 constexpr fixed_sdpa_inputs<T, tiny> inputs() {
     fixed_sdpa_inputs<T, tiny> in{};
-    int n = 0;
-    auto fill = [&n](auto& t) {
-        for (auto& x : t.values) x = T((n++ * 37) % 17 - 8) / T(16);  // multiples of 1/16, exact
-    };
-    fill(in.q);
-    fill(in.k);
-    fill(in.v);
+    test::sixteenths gen;  // multiples of 1/16, exact
+    test::fill(gen, in);
     return in;
 }
 
@@ -85,24 +81,10 @@ constexpr mha_shape small_mha{.batch = 1, .query_length = 2, .key_length = 3, .m
 
 constexpr bool mha_backward_invariants_hold() {
     fixed_mha_inputs<double, small_mha> in{};
-    int n = 0;
-    auto fill = [&n](auto& t) {
-        for (auto& x : t.values) x = double((n++ * 37) % 17 - 8) / 16;
-    };
-    fill(in.x_q);
-    fill(in.x_k);
-    fill(in.x_v);
-    fill(in.w_q);
-    fill(in.w_k);
-    fill(in.w_v);
-    fill(in.w_o);
-    in.has_bias = true;
-    fill(in.b_q);
-    fill(in.b_k);
-    fill(in.b_v);
-    fill(in.b_o);
+    test::sixteenths gen;
+    test::fill(gen, in, /*with_bias=*/true);
     fixed_tensor<double, 1, 2, 3> grad_output{};
-    fill(grad_output);
+    test::fill(gen, grad_output);
     attention_options o;
     o.mask.causal = true;
     o.mask.alignment = causal_alignment::bottom_right;
