@@ -32,6 +32,7 @@ endif()
 set(ATTNREF_PYTHON /usr/bin/python3 CACHE FILEPATH "Python with numpy and torch, for the PyTorch comparisons")
 if(TARGET backward_torch.test)
   target_compile_definitions(backward_torch.test PRIVATE ATTNREF_PYTHON="${ATTNREF_PYTHON}")
+endif()
 
 # The seed example constant-evaluated whole (issue 15): tests/static/seed_example.constexpr.cpp holds
 # static_asserts over the constant-evaluated forward pass (rows of P sum to 1 within row_sum_bound,
