@@ -14,12 +14,11 @@
 
 #include "attnref/certify.hpp"
 #include "attnref/multiprecision.hpp"
-#include "compute.hpp"
-#include "golden_case.hpp"
-#include "manifest.hpp"
+#include "attnref/golden/generate.hpp"
+#include "attnref/golden/manifest.hpp"
 
 using namespace attnref;
-using namespace attnref::verify;
+using namespace attnref::golden;
 
 namespace {
 

@@ -16,9 +16,9 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "golden_case.hpp"
-#include "manifest.hpp"
-#include "safe_io.hpp"
+#include "attnref/golden/generate.hpp"
+#include "attnref/golden/manifest.hpp"
+#include "attnref/golden/safe_io.hpp"
 #include "summary.hpp"
 
 namespace attnref::verify {
@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 namespace {
 
 struct generate_args {
-    std::string suite = ATTNREF_DEFAULT_SUITE;
+    std::string suite = default_suite();
     std::vector<std::string> cases;
     std::string out;
     bool force = false;

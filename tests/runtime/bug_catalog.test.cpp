@@ -1,5 +1,5 @@
 // The bug catalog × every committed golden case × candidate formats float64, float32, bfloat16 and
-// float16, judged by the checker's own code (verify::judge_output under the default data-aware
+// float16, judged by the checker's own code (golden::judge_output under the default data-aware
 // bound): no wrong implementation may PASS unless it is provably undetectable in that format.
 //
 // Each wrong implementation is computed through attnref's templates in the format's precision
@@ -41,14 +41,13 @@
 
 #include "attnref/formats.hpp"
 #include "attnref/tolerance.hpp"
-#include "check.hpp"
-#include "compute.hpp"
-#include "golden_case.hpp"
+#include "attnref/golden/check.hpp"
+#include "attnref/golden/case.hpp"
 
 namespace fs = std::filesystem;
 namespace tol = attnref::tolerance;
 using namespace attnref;
-using namespace attnref::verify;
+using namespace attnref::golden;
 using F = tol::candidate_format;
 
 namespace {
@@ -91,7 +90,7 @@ golden load(const fs::path& dir) {
     golden g{dir, load_case(dir), {}, {}, 0};
     for (const tensor_entry& t : g.lc.m.tensors)
         if (t.role == "output" && !t.target) g.expected = npy::to_double(npy::read(dir / t.file));
-    g.scales = data_aware_scales_for(g.lc.m.spec, g.lc.data, reference_weights(dir, g.lc));
+    g.scales = data_aware_scales_for(g.lc.m.spec, g.lc.data, reference_weights(g.lc));
     g.row = output_shape(g.lc.m.spec).back();
     return g;
 }

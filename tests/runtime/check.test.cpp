@@ -15,14 +15,13 @@
 #include "attnref/formats.hpp"
 #include "attnref/multiprecision.hpp"
 #include "attnref/tolerance.hpp"
-#include "check.hpp"
-#include "compute.hpp"
-#include "golden_case.hpp"
+#include "attnref/golden/check.hpp"
+#include "attnref/golden/case.hpp"
 
 namespace fs = std::filesystem;
 namespace tol = attnref::tolerance;
 using namespace attnref;
-using namespace attnref::verify;
+using namespace attnref::golden;
 
 namespace {
 
@@ -47,7 +46,7 @@ golden load(const fs::path& dir) {
     golden g{dir, load_case(dir), {}, {}};
     for (const tensor_entry& t : g.lc.m.tensors)
         if (t.role == "output" && !t.target) g.expected = npy::to_double(npy::read(dir / t.file));
-    g.scales = data_aware_scales_for(g.lc.m.spec, g.lc.data, reference_weights(dir, g.lc));
+    g.scales = data_aware_scales_for(g.lc.m.spec, g.lc.data, reference_weights(g.lc));
     return g;
 }
 
@@ -89,7 +88,7 @@ tol::comparison judge(const golden& g, const std::vector<double>& candidate, tol
     return tol::compare_data_aware(candidate, g.expected, f, g.scales);
 }
 
-/// The checker's verdict on an output (verify::judge_output: FAIL, INCONCLUSIVE, untrustworthy or pass).
+/// The checker's verdict on an output (golden::judge_output: FAIL, INCONCLUSIVE, untrustworthy or pass).
 std::string verdict_of(const golden& g, const std::vector<double>& candidate, tol::candidate_format f) {
     return judge_output(candidate, g.expected, f, tol::element_bounds(g.scales, f), output_shape(g.lc.m.spec).back()).verdict;
 }

@@ -3,7 +3,7 @@
 
 #include <attnref/npy.hpp>
 
-#include "../../verify/sha256.hpp"
+#include "attnref/golden/sha256.hpp"
 
 #include <cmath>
 #include <cstdint>

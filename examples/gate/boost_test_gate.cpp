@@ -1,0 +1,32 @@
+// Gating a kernel in-process with Boost.Test: load a golden case, compute it with your own code,
+// check it with attnref's checker. ATTNREF_GOLDEN_CASE (a compile definition, see CMakeLists.txt)
+// is the installed golden/mha_seed_example.
+#define BOOST_TEST_MODULE attnref_gate
+#include <boost/test/included/unit_test.hpp>
+
+#include <attnref/golden/check.hpp>
+
+#include "my_attention.hpp"
+
+namespace golden = attnref::golden;
+using attnref::tolerance::candidate_format;
+
+BOOST_AUTO_TEST_CASE(my_float32_kernel_passes) {
+    const golden::loaded_case c = golden::load_case(ATTNREF_GOLDEN_CASE);
+    const std::vector<float> out = my_kernel::multi_head_attention(c);
+    const std::vector<double> widened(out.begin(), out.end());
+    const golden::check_result r = golden::check(c, widened, candidate_format::float32);
+    BOOST_TEST(r.passed, golden::report_table(r, false));
+}
+
+// The gate must be able to fail: one output element moved by 1% of its row's largest value.
+BOOST_AUTO_TEST_CASE(a_wrong_kernel_fails) {
+    const golden::loaded_case c = golden::load_case(ATTNREF_GOLDEN_CASE);
+    const std::vector<float> out = my_kernel::multi_head_attention(c);
+    std::vector<double> wrong(out.begin(), out.end());
+    double row_max = 0;
+    for (std::size_t f = 0; f < c.m.spec.shapes.output_dim; ++f) row_max = std::max(row_max, std::fabs(wrong[f]));
+    wrong[3] += 0.01 * row_max;
+    const golden::check_result r = golden::check(c, wrong, candidate_format::float32);
+    BOOST_TEST((r.overall == golden::verdict::fail), golden::report_table(r, false));
+}
