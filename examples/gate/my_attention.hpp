@@ -70,4 +70,15 @@ inline std::vector<float> multi_head_attention(const attnref::golden::loaded_cas
     return out;
 }
 
+// A broken kernel for the gates' negative test: the correct output widened to double with one
+// element (index 3 of the first row) moved by 1% of that row's largest |value|.
+inline std::vector<double> one_element_off(const attnref::golden::loaded_case& c) {
+    const std::vector<float> out = multi_head_attention(c);
+    std::vector<double> wrong(out.begin(), out.end());
+    double row_max = 0;
+    for (std::size_t f = 0; f < c.m.spec.shapes.output_dim; ++f) row_max = std::fmax(row_max, std::fabs(wrong[f]));
+    wrong[3] += 0.01 * row_max;
+    return wrong;
+}
+
 }  // namespace my_kernel

@@ -15,6 +15,8 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -178,6 +180,10 @@ inline const char* polarity_name(mask_polarity p);
 inline const char* empty_rows_name(empty_row_policy p);
 inline const char* softmax_name(softmax_algorithm a);
 inline std::optional<softmax_algorithm> softmax_from_name(const std::string& n);
+/// The value a JSON name stands for (the inverse of the names above), or nullopt: E is case_kind,
+/// scale_placement, causal_alignment, mask_polarity, empty_row_policy or generator::input_format.
+template <class E>
+std::optional<E> from_name(std::string_view n);
 
 
 // ---------------------------------------------------------------------------------------------
@@ -542,6 +548,23 @@ inline std::optional<softmax_algorithm> softmax_from_name(const std::string& n) 
     for (const auto& [name, a] : manifest_detail::softmaxes)
         if (n == name) return a;
     return std::nullopt;
+}
+template <class E>
+std::optional<E> from_name(std::string_view n) {
+    auto find = [&](const auto& table) -> std::optional<E> {
+        for (const auto& [name, e] : table)
+            if (n == name) return e;
+        return std::nullopt;
+    };
+    if constexpr (std::is_same_v<E, case_kind>) return find(manifest_detail::kinds);
+    else if constexpr (std::is_same_v<E, scale_placement>) return find(manifest_detail::placements);
+    else if constexpr (std::is_same_v<E, causal_alignment>) return find(manifest_detail::alignments);
+    else if constexpr (std::is_same_v<E, mask_polarity>) return find(manifest_detail::polarities);
+    else if constexpr (std::is_same_v<E, empty_row_policy>) return find(manifest_detail::empty_policies);
+    else {
+        static_assert(std::is_same_v<E, generator::input_format>, "no JSON names for this type");
+        return find(manifest_detail::input_formats);
+    }
 }
 
 inline std::vector<input_tensor_layout> input_layout(const case_spec& s) {
