@@ -15,6 +15,7 @@ set(root /tmp/attnref-install-test-${_r})
 set(stage ${root}/stage)
 set(prefix ${root}/moved/prefix)
 file(REMOVE_RECURSE ${root})
+file(MAKE_DIRECTORY ${root})
 
 function(run)
   cmake_parse_arguments(PARSE_ARGV 0 _a "" "EXPECT;OUTPUT" "COMMAND")
