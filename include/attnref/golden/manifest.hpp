@@ -1,8 +1,10 @@
 #pragma once
-/// \file manifest.hpp
-/// Golden case descriptions: the suite file (golden/suite.json, schema "attnref.suite") and the
-/// per-case manifest (golden/<case>/manifest.json, schema "attnref.golden"), both version 1, both
-/// documented field by field in golden/README.md.
+/// \file golden/manifest.hpp
+/// Owns golden case descriptions and their JSON — the one strict reader and the one writer
+/// (to_json), the enum names both ways (kind_name …, from_name) — for the suite file
+/// (golden/suite.json, schema "attnref.suite") and the per-case manifest
+/// (golden/<case>/manifest.json, schema "attnref.golden"), both version 1, both documented field by
+/// field in golden/README.md; the shapes a case implies and its memory estimate.
 ///
 /// Parsing is strict: unknown fields, wrong types and out-of-range values are errors, and every
 /// error is one line naming the file and the field, e.g.

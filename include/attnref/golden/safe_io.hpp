@@ -1,7 +1,9 @@
 #pragma once
-/// \file safe_io.hpp
-/// The one path by which the `attnref` command reads and writes files it did not create itself
-/// (candidate .npy files, golden cases, suites, study descriptions) and writes reports. Files come
+/// \file golden/safe_io.hpp
+/// Owns the golden module's error types (data_error: exit 2, check_failure: exit 1) and the one
+/// path by which the library and the `attnref` command read files they did not create themselves
+/// (candidate .npy files, golden cases, suites, study descriptions) and write reports and cases
+/// (write_file_atomic). Files come
 /// from other people's kernels, artifact caches and pull requests, so every reader here:
 /// - accepts regular files only (after following symlinks): a FIFO, socket or device (/dev/zero,
 ///   /dev/stdin) is refused before anything is read from it, so nothing blocks or streams forever;

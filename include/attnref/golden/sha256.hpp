@@ -1,6 +1,6 @@
 #pragma once
-/// \file sha256.hpp
-/// SHA-256 digests for the golden manifest, through OpenSSL's EVP interface (link
+/// \file golden/sha256.hpp
+/// Owns SHA-256 digests for the golden manifest, through OpenSSL's EVP interface (link
 /// OpenSSL::Crypto). The digest is returned as 64 lowercase hex digits, the form sha256sum prints
 /// and the manifest stores.
 ///
