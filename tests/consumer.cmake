@@ -12,7 +12,7 @@ foreach(step
     "${build}/consumer"
     "${CMAKE_COMMAND};-S;${SOURCE_DIR}/examples/gate;-B;${gate};-G;Ninja;-DCMAKE_CXX_COMPILER=${CXX};-DCMAKE_BUILD_TYPE=Release;-DCMAKE_PREFIX_PATH=${prefix}"
     "${CMAKE_COMMAND};--build;${gate}"
-    "${gate}/boost_test_gate;--log_level=test_suite"
+    "${gate}/boost_test_gate;--log_level=message"
     "${gate}/gtest_gate")
   execute_process(COMMAND ${step} RESULT_VARIABLE rc)
   if(NOT rc EQUAL 0)

@@ -16,6 +16,7 @@ BOOST_AUTO_TEST_CASE(my_float32_kernel_passes) {
     const std::vector<float> out = my_kernel::multi_head_attention(c);
     const std::vector<double> widened(out.begin(), out.end());
     const golden::check_result r = golden::check(c, widened, candidate_format::float32);
+    BOOST_TEST_MESSAGE(golden::report_table(r, false));  // shown with --log_level=message
     BOOST_TEST(r.passed, golden::report_table(r, false));
 }
 
