@@ -28,12 +28,12 @@
 
 #include "attnref/npy.hpp"
 #include "attnref/tolerance.hpp"
-#include "check.hpp"
+#include "attnref/golden/check.hpp"
 
 namespace fs = std::filesystem;
 namespace tol = attnref::tolerance;
 using namespace attnref;
-using namespace attnref::verify;
+using namespace attnref::golden;
 
 int main(int argc, char** argv) {
     std::size_t elements = std::size_t{1} << 25, repeat = 3;

@@ -1,10 +1,10 @@
-// libFuzzer target for attnref::verify::parse_manifest, the strict golden-case manifest parser
-// (verify/manifest.cpp, built into this fuzzer from source). Any input must either parse or throw
-// verify::data_error, the parser's one documented error; anything else (a crash, a sanitizer
+// libFuzzer target for attnref::golden::parse_manifest, the strict golden-case manifest parser
+// (include/attnref/golden/manifest.hpp, header-only). Any input must either parse or throw
+// golden::data_error, the parser's one documented error; anything else (a crash, a sanitizer
 // report, another exception such as one of nlohmann::json's) is a bug. A parsed manifest must also
 // survive manifest_text -> parse_manifest -> manifest_text unchanged.
 
-#include "manifest.hpp"
+#include "attnref/golden/manifest.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -12,7 +12,7 @@
 #include <string>
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-    namespace v = attnref::verify;
+    namespace v = attnref::golden;
     const std::string text(reinterpret_cast<const char*>(data), size);
     v::manifest parsed;
     try {

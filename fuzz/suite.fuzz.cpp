@@ -1,12 +1,12 @@
-// libFuzzer target for attnref::verify::parse_suite (golden/suite.json's strict reader, with the
-// JSON pre-pass of verify/safe_io.cpp: NUL bytes, depth, duplicate keys). Any input must either
-// parse or throw verify::data_error; anything else (a crash, a sanitizer report, another
+// libFuzzer target for attnref::golden::parse_suite (golden/suite.json's strict reader, with the
+// JSON pre-pass of include/attnref/golden/safe_io.hpp: NUL bytes, depth, duplicate keys). Any input must either
+// parse or throw golden::data_error; anything else (a crash, a sanitizer report, another
 // exception) is a bug. For every accepted case the memory estimate must not overflow (it
 // saturates), and a case under the default limit must have a well-formed tensor list; the case
 // written back as JSON must parse to the same JSON.
 
-#include "manifest.hpp"
-#include "safe_io.hpp"
+#include "attnref/golden/manifest.hpp"
+#include "attnref/golden/safe_io.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -14,7 +14,7 @@
 #include <string>
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-    namespace v = attnref::verify;
+    namespace v = attnref::golden;
     const std::string text(reinterpret_cast<const char*>(data), size);
     std::vector<v::case_spec> cases;
     try {

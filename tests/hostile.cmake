@@ -15,9 +15,9 @@ if(TARGET attnref_cli)
     set_tests_properties(hostile_${_category} PROPERTIES TIMEOUT 300 ENVIRONMENT XDG_CACHE_HOME=${CMAKE_CURRENT_BINARY_DIR}/hostile/cache)
   endforeach()
 endif()
-# tests/runtime/hostile.test.cpp calls verify/safe_io and the manifest parser directly.
+# tests/runtime/hostile.test.cpp calls golden/safe_io.hpp and the manifest parser directly.
 if(TARGET attnref_verify)
-  target_link_libraries(hostile.test PRIVATE attnref_verify)
+  target_link_libraries(hostile.test PRIVATE attnref::golden)
 else()
   set_target_properties(hostile.test PROPERTIES EXCLUDE_FROM_ALL ON)
   set_tests_properties(hostile PROPERTIES DISABLED ON)

@@ -5,11 +5,34 @@
 /// throwing data_error (exit 2, one line on stderr) and failed checks by throwing check_failure
 /// (exit 1).
 
+#include <filesystem>
 #include <string>
+#include <system_error>
 
 #include <CLI/CLI.hpp>
 
+namespace attnref::golden {}
+
 namespace attnref::verify {
+
+// The commands are the library's golden module (include/attnref/golden/) behind a command line.
+using namespace attnref::golden;
+
+/// <prefix>/share/attnref, found from the executable's own path (/proc/self/exe, symlinks
+/// resolved): the installed layout is <prefix>/bin/attnref beside <prefix>/share/attnref/golden
+/// (the default suite) and <prefix>/share/attnref/tools (the plot script). The build tree mirrors
+/// it (<build>/verify/attnref, <build>/share/attnref/* linking to the source tree; verify/
+/// CMakeLists.txt). No path of the build machine is compiled in. Empty if /proc is not mounted.
+inline std::filesystem::path data_dir() {
+    std::error_code ec;
+    const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec || exe.empty()) return {};
+    return exe.parent_path().parent_path() / "share" / "attnref";
+}
+/// The default --suite: data_dir()/golden/suite.json.
+inline std::string default_suite() { return (data_dir() / "golden" / "suite.json").string(); }
+/// The default --plot-script of `study`: data_dir()/tools/plot_study.py.
+inline std::string default_plot_script() { return (data_dir() / "tools" / "plot_study.py").string(); }
 
 /// Validator for options stored in unsigned integers: the text must be decimal digits only, so
 /// "-1" is refused with the flag's name instead of wrapping to 2^64 − 1.

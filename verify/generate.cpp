@@ -16,10 +16,10 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "golden_case.hpp"
-#include "manifest.hpp"
-#include "safe_io.hpp"
-#include "sha256.hpp"
+#include "attnref/golden/generate.hpp"
+#include "attnref/golden/manifest.hpp"
+#include "attnref/golden/safe_io.hpp"
+#include "attnref/golden/sha256.hpp"
 #include "shard.hpp"
 #include "summary.hpp"
 
@@ -30,7 +30,7 @@ namespace fs = std::filesystem;
 namespace {
 
 struct generate_args {
-    std::string suite = ATTNREF_DEFAULT_SUITE;
+    std::string suite = default_suite();
     std::vector<std::string> cases;
     std::string out;
     bool force = false;
@@ -50,6 +50,7 @@ struct generate_args {
     std::uint64_t seed = 0;
     std::vector<std::string> targets;
     std::string max_memory;
+    std::string method = "fast";
     std::string shard;  ///< "I/N": only shard I of N of the selected cases (shard.hpp)
 };
 
@@ -68,52 +69,53 @@ case_spec ad_hoc_case(const generate_args& a) {
     finite_positive("--softcap", a.softcap);
     for (double slope : a.alibi_slopes)
         if (!std::isfinite(slope)) throw data_error("command line: --alibi-slopes: expected finite numbers, got " + std::to_string(slope));
-    nlohmann::ordered_json c;
-    c["name"] = a.name;
-    c["description"] = a.description;
-    c["kind"] = a.kind;
-    nlohmann::ordered_json sh{{"batch", a.batch}, {"heads", a.heads}, {"kv_heads", a.kv_heads ? a.kv_heads : a.heads},
-                              {"query_length", a.sq}, {"key_length", a.sk ? a.sk : a.sq}, {"head_dim_qk", a.dk},
-                              {"head_dim_v", a.dv ? a.dv : a.dk}};
-    if (a.kind == "mha") {
-        if (a.model_dim) sh["model_dim"] = a.model_dim;
-        if (a.output_dim) sh["output_dim"] = a.output_dim;
-    }
-    c["shapes"] = sh;
-    nlohmann::ordered_json cv;
-    if (a.scale) cv["scale"] = *a.scale;
-    cv["scale_placement"] = a.placement;
-    if (a.softcap) cv["softcap"] = *a.softcap;
-    cv["alibi_slopes"] = a.alibi_slopes;
+    // The flags as a case description, written to suite JSON by the library's one writer
+    // (to_json) and read back by the same strict reader as golden/suite.json: defaults, ranges
+    // and cross-field rules all come from there. The names were checked by CLI11 (IsMember).
+    case_spec s;
+    s.name = a.name;
+    s.description = a.description;
+    s.kind = *from_name<case_kind>(a.kind);
+    s.shapes = {a.batch, a.heads, a.kv_heads ? a.kv_heads : a.heads, a.sq, a.sk ? a.sk : a.sq, a.dk, a.dv ? a.dv : a.dk,
+                a.model_dim, a.output_dim};
+    case_conventions& cv = s.conventions;
+    cv.scale = a.scale;
+    cv.placement = *from_name<scale_placement>(a.placement);
+    cv.softcap = a.softcap;
+    cv.alibi_slopes = a.alibi_slopes;
     if (!a.causal.empty()) {
-        cv["causal"] = true;
-        cv["causal_alignment"] = a.causal;
+        cv.causal = true;
+        cv.alignment = *from_name<causal_alignment>(a.causal);
     }
-    cv["diagonal_offset"] = a.diagonal_offset;
+    cv.diagonal_offset = a.diagonal_offset;
     if (!a.window_left.empty() || !a.window_right.empty()) {
-        auto bound = [](const std::string& s) -> nlohmann::ordered_json {
-            if (s.empty() || s == "none") return nullptr;
+        auto bound = [](const std::string& t) -> std::optional<std::size_t> {
+            if (t.empty() || t == "none") return std::nullopt;
             // Digits only: std::stoull would accept "-1" (wrapping to 2^64 − 1) and leading spaces.
-            if (s.find_first_not_of("0123456789") == std::string::npos && s.size() <= 20) {
+            if (t.find_first_not_of("0123456789") == std::string::npos && t.size() <= 20) {
                 try {
-                    return static_cast<std::uint64_t>(std::stoull(s));
+                    return static_cast<std::size_t>(std::stoull(t));
                 } catch (const std::exception&) {
                 }
             }
-            throw data_error("command line: --window-left/--window-right: expected a non-negative integer or 'none', got '" + s + "'");
+            throw data_error("command line: --window-left/--window-right: expected a non-negative integer or 'none', got '" + t + "'");
         };
-        cv["window"] = {{"left", bound(a.window_left)}, {"right", bound(a.window_right)}};
+        cv.window = sliding_window{bound(a.window_left), bound(a.window_right)};
     }
-    cv["key_lengths"] = a.key_lengths;
-    cv["boolean_mask"] = a.boolean_mask;
-    cv["mask_polarity"] = a.polarity;
-    cv["additive_mask"] = a.additive_mask;
-    cv["seed_mask"] = a.seed_mask;
-    cv["empty_rows"] = a.empty_rows;
-    cv["projection_bias"] = a.bias;
-    c["conventions"] = cv;
-    c["inputs"] = {{"format", a.input_format}, {"seed", a.seed}};
-    c["outputs"] = {{"weights", !a.no_weights}, {"lse", !a.no_lse}, {"targets", a.targets}};
+    cv.key_lengths = a.key_lengths;
+    cv.boolean_mask = a.boolean_mask;
+    cv.polarity = *from_name<mask_polarity>(a.polarity);
+    cv.additive_mask = a.additive_mask;
+    cv.seed_mask = a.seed_mask;
+    cv.empty_rows = *from_name<empty_row_policy>(a.empty_rows);
+    cv.projection_bias = a.bias;
+    s.inputs.format = *from_name<generator::input_format>(a.input_format);
+    s.inputs.seed = a.seed;
+    s.outputs = {!a.no_weights, !a.no_lse, a.targets};
+    nlohmann::ordered_json c = to_json(s);
+    // Omitted, the multi-head widths take the suite's defaults (model_dim = heads × dk, output_dim = model_dim).
+    if (s.kind == case_kind::mha && !a.model_dim) c["shapes"].erase("model_dim");
+    if (s.kind == case_kind::mha && !a.output_dim) c["shapes"].erase("output_dim");
     nlohmann::ordered_json suite{{"schema", suite_schema}, {"schema_version", schema_version}, {"cases", {c}}};
     return parse_suite(suite.dump(), "command line").front();
 }
@@ -181,8 +183,9 @@ void run_generate(const generate_args& a) {
     auto process = [&](std::size_t i, std::size_t inner_threads) {
         const case_spec& s = cases[i];
         const bool long_case = case_cost(s) > 2e6;
-        const generated_case g = generate_case(s, inner_threads, long_case ? std::function<void(const std::string&)>(say)
-                                                                            : std::function<void(const std::string&)>());
+        const generated_case g = generate_case(s, inner_threads,
+                                               long_case ? std::function<void(const std::string&)>(say) : std::function<void(const std::string&)>(),
+                                               a.method == "mpfi" ? certification_method::mpfi : certification_method::fast);
         case_outcome& o = outcomes[i];
         o.seconds = g.seconds;
         o.certified = g.certified_elements;
@@ -283,6 +286,10 @@ void register_generate(CLI::App& app) {
     g->add_flag("--quiet", a->quiet, "no progress lines on stderr");
     g->add_option("--threads", a->threads, "threads (0 = all cores); results do not depend on it")
         ->check(unsigned_text())->capture_default_str();
+    g->add_option("--method", a->method,
+                  "fast: double-double with rigorous bounds, undecided rows through MPFI (default); mpfi: the MPFI ladder "
+                  "alone. Same values; the manifest records the method")
+        ->check(CLI::IsMember({"fast", "mpfi"}))->capture_default_str();
     g->add_option("--shard", a->shard,
                   "compute only shard I of N (I/N, 0-based) of the selected cases into --out, with shard.json; "
                   "`attnref merge` assembles the shards");

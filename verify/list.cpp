@@ -8,13 +8,13 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "manifest.hpp"
+#include "attnref/golden/manifest.hpp"
 #include "summary.hpp"
 
 namespace attnref::verify {
 
 void register_list(CLI::App& app) {
-    auto suite = std::make_shared<std::string>(ATTNREF_DEFAULT_SUITE);
+    auto suite = std::make_shared<std::string>(default_suite());
     auto verbose = std::make_shared<bool>(false);
     CLI::App* l = app.add_subcommand("list", "List the suite's cases with one-line descriptions");
     l->add_option("--suite", *suite, "suite definition")->capture_default_str();

@@ -1,6 +1,6 @@
 /// The `attnref` command: golden data for attention (see golden/README.md).
 /// Exit codes: 0 success, 1 a check failed, 2 usage or data error (one line on stderr: control
-/// characters in it, e.g. a newline in a file name, are escaped by verify::printable).
+/// characters in it, e.g. a newline in a file name, are escaped by golden::printable).
 
 #include <csignal>
 #include <cstdio>
@@ -12,12 +12,12 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
-#include "manifest.hpp"
-#include "safe_io.hpp"
+#include "attnref/golden/manifest.hpp"
+#include "attnref/golden/safe_io.hpp"
 
 namespace {
 void say(const std::string& prefix, const char* what) {
-    std::fprintf(stderr, "%s%s\n", prefix.c_str(), attnref::verify::printable(what).c_str());
+    std::fprintf(stderr, "%s%s\n", prefix.c_str(), attnref::golden::printable(what).c_str());
 }
 }  // namespace
 
@@ -51,10 +51,10 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         say("attnref: ", (std::string(e.what()) + " (see --help)").c_str());
         return 2;
-    } catch (const attnref::verify::check_failure& e) {
+    } catch (const attnref::golden::check_failure& e) {
         say("attnref: ", e.what());
         return 1;
-    } catch (const attnref::verify::data_error& e) {
+    } catch (const attnref::golden::data_error& e) {
         say("", e.what());
         return 2;
     } catch (const std::bad_alloc&) {

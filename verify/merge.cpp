@@ -15,20 +15,22 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "golden_case.hpp"
-#include "manifest.hpp"
-#include "safe_io.hpp"
-#include "sha256.hpp"
+#include "attnref/golden/case.hpp"
+#include "attnref/golden/manifest.hpp"
+#include "attnref/golden/safe_io.hpp"
+#include "attnref/golden/sha256.hpp"
 #include "shard.hpp"
 
 namespace attnref::verify {
+
+using namespace attnref::golden;
 
 namespace fs = std::filesystem;
 
 namespace {
 
 struct merge_args {
-    std::string suite = ATTNREF_DEFAULT_SUITE;
+    std::string suite = default_suite();
     std::string out;
     std::vector<std::string> shards;
     bool force = false;

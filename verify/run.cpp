@@ -17,9 +17,8 @@
 #include "attnref/npy.hpp"
 #include "attnref/policies.hpp"
 #include "commands.hpp"
-#include "compute.hpp"
-#include "golden_case.hpp"
-#include "safe_io.hpp"
+#include "attnref/golden/case.hpp"
+#include "attnref/golden/safe_io.hpp"
 
 namespace attnref::verify {
 

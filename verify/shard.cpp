@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <numeric>
 
-#include "safe_io.hpp"
+#include "attnref/golden/safe_io.hpp"
 
 namespace attnref::verify {
+
+using namespace attnref::golden;
 
 shard_id parse_shard(const std::string& text, const std::string& flag) {
     const std::size_t slash = text.find('/');

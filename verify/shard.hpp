@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "manifest.hpp"
+#include "attnref/golden/manifest.hpp"
 
 namespace attnref::verify {
 
@@ -31,10 +31,10 @@ struct shard_id {
 shard_id parse_shard(const std::string& text, const std::string& flag);
 
 /// Multiply-adds of a case in exact arithmetic (a cost estimate for scheduling and sharding).
-double case_cost(const case_spec& s);
+double case_cost(const golden::case_spec& s);
 
 /// Indices (into `cases`, ascending) of the cases shard `s` computes.
-std::vector<std::size_t> shard_cases(const std::vector<case_spec>& cases, shard_id s);
+std::vector<std::size_t> shard_cases(const std::vector<golden::case_spec>& cases, shard_id s);
 
 inline constexpr const char* shard_schema = "attnref.shard";
 inline constexpr const char* shard_file = "shard.json";

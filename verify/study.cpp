@@ -27,8 +27,8 @@
 
 #include "attnref/study.hpp"
 #include "commands.hpp"
-#include "manifest.hpp"
-#include "safe_io.hpp"
+#include "attnref/golden/manifest.hpp"
+#include "attnref/golden/safe_io.hpp"
 
 namespace attnref::verify {
 
@@ -193,10 +193,6 @@ std::string shell_quote(const std::string& s) {
     return q + "'";
 }
 
-std::string default_plot_script() {
-    // ATTNREF_DEFAULT_SUITE is <source>/golden/suite.json.
-    return (std::filesystem::path(ATTNREF_DEFAULT_SUITE).parent_path().parent_path() / "tools" / "plot_study.py").string();
-}
 
 void run_study(const study_flags& f) {
     std::vector<study::sweep> sweeps;
@@ -268,7 +264,7 @@ void register_study(CLI::App& app) {
     s->add_option("--spread", f->spread, "noise amplitude of direct logits (default 4)");
     s->add_flag("--positive-values", f->positive_values, "values uniform on [0, 1)");
     s->add_option("--threads", f->threads, "worker threads (0: all cores); results do not depend on it");
-    s->add_option("--plot-script", f->plot_script, "plot script (default tools/plot_study.py in the source tree)");
+    s->add_option("--plot-script", f->plot_script, "plot script (default: share/attnref/tools/plot_study.py beside the attnref executable)");
     s->add_flag("--no-plot", f->no_plot, "do not draw plots");
     s->callback([f] { run_study(*f); });
 }

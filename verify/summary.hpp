@@ -6,9 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "manifest.hpp"
+#include "attnref/golden/manifest.hpp"
 
+namespace attnref::golden {}
 namespace attnref::verify {
+using namespace attnref::golden;
 
 struct summary_row {
     const case_spec* spec;

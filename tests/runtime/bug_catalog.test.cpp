@@ -1,5 +1,5 @@
 // The bug catalog × every committed golden case × candidate formats float64, float32, bfloat16 and
-// float16, judged by the checker's own code (verify::judge_output under the default data-aware
+// float16, judged by the checker's own code (golden::judge_output under the default data-aware
 // bound): no wrong implementation may PASS unless it is provably undetectable in that format.
 //
 // Each wrong implementation is computed through attnref's templates in the format's precision
@@ -41,14 +41,13 @@
 
 #include "attnref/formats.hpp"
 #include "attnref/tolerance.hpp"
-#include "check.hpp"
-#include "compute.hpp"
-#include "golden_case.hpp"
+#include "attnref/golden/check.hpp"
+#include "attnref/golden/case.hpp"
 
 namespace fs = std::filesystem;
 namespace tol = attnref::tolerance;
 using namespace attnref;
-using namespace attnref::verify;
+using namespace attnref::golden;
 using F = tol::candidate_format;
 
 namespace {
@@ -79,7 +78,7 @@ std::vector<double> run_in(F f, const case_spec& s, const case_data& d, softmax_
     return {};
 }
 
-struct golden {
+struct golden_case {
     fs::path dir;
     loaded_case lc;
     std::vector<double> expected;
@@ -87,11 +86,11 @@ struct golden {
     std::size_t row = 0;  // output row length
 };
 
-golden load(const fs::path& dir) {
-    golden g{dir, load_case(dir), {}, {}, 0};
+golden_case load(const fs::path& dir) {
+    golden_case g{dir, load_case(dir), {}, {}, 0};
     for (const tensor_entry& t : g.lc.m.tensors)
         if (t.role == "output" && !t.target) g.expected = npy::to_double(npy::read(dir / t.file));
-    g.scales = data_aware_scales_for(g.lc.m.spec, g.lc.data, reference_weights(dir, g.lc));
+    g.scales = data_aware_scales_for(g.lc.m.spec, g.lc.data, reference_weights(g.lc));
     g.row = output_shape(g.lc.m.spec).back();
     return g;
 }
@@ -155,12 +154,12 @@ std::vector<double> softmax_over_queries(F f, const case_spec& s, const case_dat
 /// apply (it would compute the correct result, or the case lacks the feature).
 struct bug {
     const char* name;
-    std::function<std::optional<std::vector<double>>(const golden&, F)> apply;
+    std::function<std::optional<std::vector<double>>(const golden_case&, F)> apply;
 };
 
 std::vector<bug> catalog() {
     auto mutated = [](auto&& change) {
-        return [change](const golden& g, F f) -> std::optional<std::vector<double>> {
+        return [change](const golden_case& g, F f) -> std::optional<std::vector<double>> {
             case_spec s = g.lc.m.spec;
             case_data d = g.lc.data;
             if (!change(s, d)) return std::nullopt;
@@ -200,7 +199,7 @@ std::vector<bug> catalog() {
                                                                                                      : causal_alignment::top_left;
                      return true;
                  })});
-    r.push_back({"softmax over the wrong axis", [](const golden& g, F f) -> std::optional<std::vector<double>> {
+    r.push_back({"softmax over the wrong axis", [](const golden_case& g, F f) -> std::optional<std::vector<double>> {
                      const case_spec& s = g.lc.m.spec;
                      // SDPA cases with more than one query and no per-key-row conventions this
                      // hand-written kernel would have to repeat (softcap, ALiBi, additive/seed masks).
@@ -229,7 +228,7 @@ std::vector<bug> catalog() {
                      d.w_q = w;
                      return true;
                  })});
-    r.push_back({"interleaved GQA", [](const golden& g, F f) -> std::optional<std::vector<double>> {
+    r.push_back({"interleaved GQA", [](const golden_case& g, F f) -> std::optional<std::vector<double>> {
                      // Query head h reads kv head h % Hkv instead of h / G. The correct (blocked) code
                      // runs on query heads permuted by pi(hp) = (hp % G)·Hkv + hp / G (then kv head
                      // hp / G = pi(hp) % Hkv), with the per-head masks and slopes permuted alike.
@@ -278,7 +277,7 @@ std::vector<bug> catalog() {
                      s.conventions.projection_bias = false;
                      return true;
                  })});
-    r.push_back({"one row off by 0.1%", [](const golden& g, F f) -> std::optional<std::vector<double>> {
+    r.push_back({"one row off by 0.1%", [](const golden_case& g, F f) -> std::optional<std::vector<double>> {
                      // The correct output with one row moved by a factor 1.001 (a wrong constant, a
                      // dropped correction term), rounded to f: the first row with a finite, nonzero
                      // reference where 0.1% is at least 100× the format's own error (attnref's in f):
@@ -341,7 +340,7 @@ void run_matrix(const std::vector<F>& formats) {
     std::sort(cases.begin(), cases.end());
     BOOST_REQUIRE_GE(cases.size(), 40u);
     for (const fs::path& dir : cases) {
-        const golden g = load(dir);
+        const golden_case g = load(dir);
         const case_spec& s = g.lc.m.spec;
         const std::vector<decoy> decoys = decoy_outputs(s, g.lc.data);
         for (const F f : formats) {

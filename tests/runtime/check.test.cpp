@@ -15,14 +15,13 @@
 #include "attnref/formats.hpp"
 #include "attnref/multiprecision.hpp"
 #include "attnref/tolerance.hpp"
-#include "check.hpp"
-#include "compute.hpp"
-#include "golden_case.hpp"
+#include "attnref/golden/check.hpp"
+#include "attnref/golden/case.hpp"
 
 namespace fs = std::filesystem;
 namespace tol = attnref::tolerance;
 using namespace attnref;
-using namespace attnref::verify;
+using namespace attnref::golden;
 
 namespace {
 
@@ -36,18 +35,18 @@ std::vector<fs::path> committed_cases() {
     return r;
 }
 
-struct golden {
+struct golden_case {
     fs::path dir;
     loaded_case lc;
     std::vector<double> expected;
     tol::data_aware_scales scales;
 };
 
-golden load(const fs::path& dir) {
-    golden g{dir, load_case(dir), {}, {}};
+golden_case load(const fs::path& dir) {
+    golden_case g{dir, load_case(dir), {}, {}};
     for (const tensor_entry& t : g.lc.m.tensors)
         if (t.role == "output" && !t.target) g.expected = npy::to_double(npy::read(dir / t.file));
-    g.scales = data_aware_scales_for(g.lc.m.spec, g.lc.data, reference_weights(dir, g.lc));
+    g.scales = data_aware_scales_for(g.lc.m.spec, g.lc.data, reference_weights(g.lc));
     return g;
 }
 
@@ -79,22 +78,22 @@ weights_lse run_weights_lse(const case_spec& s, const case_data& d) {
 }
 
 /// The case's golden tensor with this role ("weights", "lse"); empty when the case does not store it.
-std::vector<double> golden_tensor(const golden& g, const std::string& role) {
+std::vector<double> golden_tensor(const golden_case& g, const std::string& role) {
     for (const tensor_entry& t : g.lc.m.tensors)
         if (t.role == role && !t.target) return npy::to_double(npy::read(g.dir / t.file));
     return {};
 }
 
-tol::comparison judge(const golden& g, const std::vector<double>& candidate, tol::candidate_format f) {
+tol::comparison judge(const golden_case& g, const std::vector<double>& candidate, tol::candidate_format f) {
     return tol::compare_data_aware(candidate, g.expected, f, g.scales);
 }
 
-/// The checker's verdict on an output (verify::judge_output: FAIL, INCONCLUSIVE, untrustworthy or pass).
-std::string verdict_of(const golden& g, const std::vector<double>& candidate, tol::candidate_format f) {
+/// The checker's verdict on an output (golden::judge_output: FAIL, INCONCLUSIVE, untrustworthy or pass).
+std::string verdict_of(const golden_case& g, const std::vector<double>& candidate, tol::candidate_format f) {
     return judge_output(candidate, g.expected, f, tol::element_bounds(g.scales, f), output_shape(g.lc.m.spec).back()).verdict;
 }
 /// Not passed: FAIL, INCONCLUSIVE or untrustworthy.
-bool fails(const golden& g, const std::vector<double>& candidate, tol::candidate_format f) { return verdict_of(g, candidate, f) != "pass"; }
+bool fails(const golden_case& g, const std::vector<double>& candidate, tol::candidate_format f) { return verdict_of(g, candidate, f) != "pass"; }
 
 /// Summation orders of the hand-written SDPA below: reversed; all positive terms first (largest
 /// first), then the negative ones — the order with the largest partial sums, the one the data-aware
@@ -193,7 +192,7 @@ BOOST_AUTO_TEST_CASE(correct_implementations_pass_every_committed_case) {
     BOOST_REQUIRE_GE(cases.size(), 10u);
     double worst64 = 0, worst32 = 0, worstld = 0, worstbf = 0, worsthf = 0, worst_custom = 0;
     for (const fs::path& dir : cases) {
-        const golden g = load(dir);
+        const golden_case g = load(dir);
         const case_spec& s = g.lc.m.spec;
         BOOST_TEST_CONTEXT(s.name) {
             const auto c64 = judge(g, run_policy<uniform_precision<double>>(s, g.lc.data), tol::candidate_format::float64);
@@ -258,7 +257,7 @@ BOOST_AUTO_TEST_CASE(correct_implementations_pass_every_committed_case) {
 BOOST_AUTO_TEST_CASE(bug_catalog_fails_the_default_model) {
     using F = tol::candidate_format;
     auto bug = [](const char* name, auto&& mutate, F f = F::float64) {
-        const golden g = load(golden_dir / name);
+        const golden_case g = load(golden_dir / name);
         case_spec s = g.lc.m.spec;
         case_data d = g.lc.data;
         const std::vector<double> out = mutate(s, d);
@@ -360,7 +359,7 @@ BOOST_AUTO_TEST_CASE(bug_catalog_fails_the_default_model) {
 BOOST_AUTO_TEST_CASE(small_row_corruption_fails_the_default_model) {
     std::size_t missed_worst_case = 0, mha = 0, tested = 0, skipped = 0;
     for (const fs::path& dir : committed_cases()) {
-        const golden g = load(dir);
+        const golden_case g = load(dir);
         const case_spec& s = g.lc.m.spec;
         const std::size_t row = output_shape(s).back();
         std::vector<double> out = run_policy<uniform_precision<float>>(s, g.lc.data);
@@ -411,7 +410,7 @@ BOOST_AUTO_TEST_CASE(weights_and_lse_against_golden) {
     double worst_w = 0, worst_l = 0;
     std::size_t caught_w = 0, cases_w = 0, caught_l = 0, cases_l = 0;
     for (const fs::path& dir : committed_cases()) {
-        const golden g = load(dir);
+        const golden_case g = load(dir);
         const case_spec& s = g.lc.m.spec;
         const std::vector<double> pe = golden_tensor(g, "weights"), le = golden_tensor(g, "lse");
         BOOST_TEST_CONTEXT(s.name) {
@@ -464,7 +463,7 @@ BOOST_AUTO_TEST_CASE(weights_and_lse_against_golden) {
                                                << " of the bound; an error of 1e-4 caught on " << caught_l << " of " << cases_l
                                                << " cases");
     // A missing scale changes the weights far beyond the bound.
-    const golden g = load(golden_dir / "sdpa_basic");
+    const golden_case g = load(golden_dir / "sdpa_basic");
     case_spec s = g.lc.m.spec;
     s.conventions.scale = 1.0;
     BOOST_TEST(!tol::compare_weights(run_weights_lse<uniform_precision<double>>(s, g.lc.data).weights, golden_tensor(g, "weights"),
@@ -480,7 +479,7 @@ BOOST_AUTO_TEST_CASE(weights_and_lse_files_through_run_check) {
     fs::create_directories(work);
     for (const char* name : {"mha_bias_gqa", "sdpa_causal_top_left"}) {
         BOOST_TEST_CONTEXT(name) {
-            const golden g = load(golden_dir / name);
+            const golden_case g = load(golden_dir / name);
             case_spec spec = g.lc.m.spec;
             spec.outputs.weights = spec.outputs.lse = true;
             const auto r = compute_case<uniform_precision<float>>(spec, g.lc.data, 1);
@@ -575,7 +574,7 @@ BOOST_AUTO_TEST_CASE(vacuous_bounds_are_inconclusive) {
 
     std::size_t seen = 0;
     for (const char* name : {"sdpa_adv_logit_offset_1000", "sdpa_adv_bf16_exp_overflow"}) {
-        const golden g = load(golden_dir / name);
+        const golden_case g = load(golden_dir / name);
         for (const F f : {F::bfloat16, F::float16}) {
             BOOST_TEST_CONTEXT(name << " " << tol::format_name(f)) {
                 using pol = uniform_precision<double>;
@@ -602,7 +601,7 @@ BOOST_AUTO_TEST_CASE(vacuous_bounds_are_inconclusive) {
     // exceeds the bound, but the bound exceeds the outputs — INCONCLUSIVE, with the reason.
     const fs::path work = fs::temp_directory_path() / ("attnref-check-vacuous-" + std::to_string(::getpid()));
     fs::create_directories(work);
-    const golden g = load(golden_dir / "sdpa_adv_logit_offset_1000");
+    const golden_case g = load(golden_dir / "sdpa_adv_logit_offset_1000");
     std::vector<std::uint16_t> bits(g.expected.size());
     for (std::size_t n = 0; n < bits.size(); ++n) bits[n] = formats::bfloat16(g.expected[n]).bits();
     npy::write(work / "out.npy", npy::make_array("<u2", output_shape(g.lc.m.spec), bits));
@@ -702,7 +701,7 @@ BOOST_AUTO_TEST_CASE(golden_float32_copies_pass_with_lse) {
 BOOST_AUTO_TEST_CASE(empty_row_lse_conventions) {
     const fs::path work = fs::temp_directory_path() / ("attnref-check-else-" + std::to_string(::getpid()));
     fs::create_directories(work);
-    const golden g = load(golden_dir / "sdpa_empty_rows_zero");
+    const golden_case g = load(golden_dir / "sdpa_empty_rows_zero");
     const case_spec& spec = g.lc.m.spec;
     const weights_lse w = run_weights_lse<uniform_precision<double>>(spec, g.lc.data);
     std::vector<double> fa_lse = w.lse;

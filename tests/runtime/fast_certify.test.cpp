@@ -21,8 +21,7 @@
 #include "attnref/fast_certify.hpp"
 #include "attnref/formats.hpp"
 #include "attnref/multiprecision.hpp"
-#include "fast_case.hpp"
-#include "golden_case.hpp"
+#include "attnref/golden/generate.hpp"
 
 namespace fs = std::filesystem;
 using namespace attnref;
@@ -52,10 +51,10 @@ BOOST_AUTO_TEST_CASE(committed_suite_identical) {
     BOOST_TEST(cases.size() >= 47u);  // the committed suite (47 cases when this test was written)
     std::size_t elements = 0, escalated = 0, compared = 0, whole = 0;
     for (const fs::path& dir : cases) {
-        const verify::loaded_case lc = verify::load_case(dir);
-        const verify::case_spec& spec = lc.m.spec;
+        const golden::loaded_case lc = golden::load_case(dir);
+        const golden::case_spec& spec = lc.m.spec;
         fast::fast_stats stats;
-        const certify::result r = verify::certify_case_fast(spec, lc.data, 2, &stats);
+        const certify::result r = golden::certify_case_fast(spec, lc.data, 2, &stats);
         if (!stats.whole_case_reason.empty()) ++whole;
         std::vector<std::string> names{"output"};
         if (spec.outputs.weights) names.push_back("weights");
@@ -65,8 +64,8 @@ BOOST_AUTO_TEST_CASE(committed_suite_identical) {
         std::size_t case_escalated = 0;
         for (std::size_t t = 0; t < names.size(); ++t)
             for (std::size_t k = 0; k < targets.size(); ++k) {
-                const verify::tensor_entry* entry = nullptr;
-                for (const verify::tensor_entry& te : lc.m.tensors)
+                const golden::tensor_entry* entry = nullptr;
+                for (const golden::tensor_entry& te : lc.m.tensors)
                     if (te.role == names[t] && (k == 0 ? !te.target : te.target == targets[k])) entry = &te;
                 BOOST_TEST_REQUIRE(entry != nullptr, dir.filename().string() << ": no file for " << names[t] << " " << targets[k]);
                 const std::vector<double> want = npy::to_double(npy::read(dir / entry->file));

@@ -14,8 +14,8 @@
 
 #include "attnref/generator.hpp"
 #include "attnref/npy.hpp"
-#include "golden_case.hpp"
-#include "manifest.hpp"
+#include "attnref/golden/case.hpp"
+#include "attnref/golden/manifest.hpp"
 
 namespace fs = std::filesystem;
 using namespace attnref;
@@ -44,14 +44,14 @@ BOOST_AUTO_TEST_CASE(rounding_to_input_formats) {
 
 BOOST_AUTO_TEST_CASE(cpp_regenerates_the_stored_inputs_of_every_committed_case) {
     const std::string suite = ATTNREF_SOURCE_DIR "/golden/suite.json";
-    const auto cases = verify::parse_suite(verify::read_text(suite), suite);
+    const auto cases = golden::parse_suite(golden::read_text(suite), suite);
     BOOST_TEST_REQUIRE(cases.size() > 30u);
-    for (const verify::case_spec& s : cases) {
+    for (const golden::case_spec& s : cases) {
         const fs::path dir = fs::path(ATTNREF_SOURCE_DIR "/golden") / s.name;
-        const verify::loaded_case stored = verify::load_case(dir);  // checks every sha256 too
-        verify::case_data mine = verify::generate_inputs(s);
-        verify::case_data theirs = stored.data;
-        for (const verify::input_tensor_layout& t : verify::input_layout(s)) {
+        const golden::loaded_case stored = golden::load_case(dir);  // checks every sha256 too
+        golden::case_data mine = golden::generate_inputs(s);
+        golden::case_data theirs = stored.data;
+        for (const golden::input_tensor_layout& t : golden::input_layout(s)) {
             if (t.role == generator::role::mask) {
                 BOOST_TEST((mine.mask == theirs.mask), s.name << " mask");
                 continue;

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "attnref/npy.hpp"
-#include "manifest.hpp"
+#include "attnref/golden/manifest.hpp"
 
 namespace fs = std::filesystem;
 
@@ -150,10 +150,10 @@ BOOST_AUTO_TEST_CASE(strict_manifest_errors_are_one_line_naming_file_and_field) 
     // Found by fuzz/manifest.fuzz.cpp: a number no double holds made nlohmann::json throw
     // out_of_range (not parse_error), which escaped the parser as a foreign exception.
     check(replace("\"scale\": null,", "\"scale\": 1e400,"), "not valid JSON: number overflow parsing '1e400'");
-    BOOST_CHECK_THROW(attnref::verify::parse_manifest(replace("\"scale\": null,", "\"scale\": -1e999,"), "m.json"),
-                      attnref::verify::data_error);
-    BOOST_CHECK_THROW(attnref::verify::parse_suite(R"({"schema": "attnref.suite", "schema_version": 1e400, "cases": []})", "s.json"),
-                      attnref::verify::data_error);
+    BOOST_CHECK_THROW(attnref::golden::parse_manifest(replace("\"scale\": null,", "\"scale\": -1e999,"), "m.json"),
+                      attnref::golden::data_error);
+    BOOST_CHECK_THROW(attnref::golden::parse_suite(R"({"schema": "attnref.suite", "schema_version": 1e400, "cases": []})", "s.json"),
+                      attnref::golden::data_error);
     // A tensor whose bytes do not match its sha256.
     write(manifest, text);
     const fs::path key = s.dir / "case" / "key.npy";

@@ -1,6 +1,6 @@
 #define BOOST_TEST_MODULE hostile
 // Unit tests for the hostile-input defences (issue 10): bounded npy reads, checked tensor sizes,
-// exact masks at extreme offsets, and verify/safe_io (regular files, symlink escapes, JSON
+// exact masks at extreme offsets, and golden/safe_io.hpp (regular files, symlink escapes, JSON
 // pre-pass, atomic no-clobber writes). The CLI-level probes are tests/hostile/hostile.py.
 #include <boost/test/unit_test.hpp>
 
@@ -8,9 +8,9 @@
 #include <attnref/npy.hpp>
 #include <attnref/tensor.hpp>
 
-#include "manifest.hpp"
-#include "safe_io.hpp"
-#include "sha256.hpp"
+#include "attnref/golden/manifest.hpp"
+#include "attnref/golden/safe_io.hpp"
+#include "attnref/golden/sha256.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -21,7 +21,7 @@
 
 namespace npy = attnref::npy;
 namespace fs = std::filesystem;
-namespace v = attnref::verify;
+namespace v = attnref::golden;
 
 namespace {
 

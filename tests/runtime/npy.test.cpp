@@ -3,7 +3,7 @@
 
 #include <attnref/npy.hpp>
 
-#include "../../verify/sha256.hpp"
+#include "attnref/golden/sha256.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -686,7 +686,7 @@ BOOST_AUTO_TEST_SUITE(sha256)
 
 // FIPS 180-2 / NIST CSRC example vectors.
 BOOST_AUTO_TEST_CASE(nist_vectors) {
-    using attnref::verify::sha256_hex;
+    using attnref::golden::sha256_hex;
     const auto hash = [](std::string_view text) { return sha256_hex(std::as_bytes(std::span(text.data(), text.size()))); };
     BOOST_TEST(hash("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     BOOST_TEST(hash("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
@@ -700,11 +700,11 @@ BOOST_AUTO_TEST_CASE(file_digest_matches_memory_digest) {
     std::string text;
     for (int i = 0; i < 200000; ++i) text += static_cast<char>((i * 131 + 7) & 0xff);  // spans several read blocks
     write_text(dir / "blob", text);
-    BOOST_TEST(attnref::verify::sha256_file(dir / "blob") == attnref::verify::sha256_hex(bytes_of(text)));
+    BOOST_TEST(attnref::golden::sha256_file(dir / "blob") == attnref::golden::sha256_hex(bytes_of(text)));
     write_text(dir / "empty", "");
-    BOOST_TEST(attnref::verify::sha256_file(dir / "empty") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-    BOOST_CHECK_THROW(attnref::verify::sha256_file(dir / "absent"), std::runtime_error);
-    BOOST_CHECK_THROW(attnref::verify::sha256_file(dir), std::runtime_error);
+    BOOST_TEST(attnref::golden::sha256_file(dir / "empty") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    BOOST_CHECK_THROW(attnref::golden::sha256_file(dir / "absent"), std::runtime_error);
+    BOOST_CHECK_THROW(attnref::golden::sha256_file(dir), std::runtime_error);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

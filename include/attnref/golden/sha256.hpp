@@ -1,10 +1,10 @@
 #pragma once
-/// \file sha256.hpp
-/// SHA-256 digests for the golden manifest, through OpenSSL's EVP interface (link
+/// \file golden/sha256.hpp
+/// Owns SHA-256 digests for the golden manifest, through OpenSSL's EVP interface (link
 /// OpenSSL::Crypto). The digest is returned as 64 lowercase hex digits, the form sha256sum prints
 /// and the manifest stores.
 ///
-///     attnref::verify::sha256_hex(std::as_bytes(std::span(std::string_view("abc"))))
+///     attnref::golden::sha256_hex(std::as_bytes(std::span(std::string_view("abc"))))
 ///     // "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
 
 #include <array>
@@ -18,7 +18,7 @@
 
 #include <openssl/evp.h>
 
-namespace attnref::verify {
+namespace attnref::golden {
 
 namespace detail {
 
@@ -84,4 +84,4 @@ inline std::string sha256_file(const std::filesystem::path& path) {
     return context.hex();
 }
 
-}  // namespace attnref::verify
+}  // namespace attnref::golden

@@ -1,7 +1,33 @@
-#include "manifest.hpp"
+#pragma once
+/// \file golden/manifest.hpp
+/// Owns golden case descriptions and their JSON — the one strict reader and the one writer
+/// (to_json), the enum names both ways (kind_name …, from_name) — for the suite file
+/// (golden/suite.json, schema "attnref.suite") and the per-case manifest
+/// (golden/<case>/manifest.json, schema "attnref.golden"), both version 1, both documented field by
+/// field in golden/README.md; the shapes a case implies and its memory estimate.
+///
+/// Parsing is strict: unknown fields, wrong types and out-of-range values are errors, and every
+/// error is one line naming the file and the field, e.g.
+///     golden/x/manifest.json: field 'shapes.heads': expected a positive integer, got -1
+/// In a suite, omitted fields take the defaults documented in golden/README.md; in a manifest every
+/// field must be present.
 
-#include "safe_io.hpp"
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "attnref/attention.hpp"
+#include "attnref/generator.hpp"
+
+// Used by the definitions below.
+#include "attnref/golden/safe_io.hpp"
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -11,16 +37,183 @@
 #include <sstream>
 #include <utility>
 
-namespace attnref::verify {
+namespace attnref::golden {
+
+inline constexpr const char* manifest_schema = "attnref.golden";
+inline constexpr const char* suite_schema = "attnref.suite";
+inline constexpr int schema_version = 1;
+
+enum class case_kind { sdpa, mha };
+
+struct case_shapes {
+    std::size_t batch = 1, heads = 2, kv_heads = 2, query_length = 8, key_length = 8, head_dim_qk = 8, head_dim_v = 8;
+    std::size_t model_dim = 0, output_dim = 0;  ///< mha only (0 and JSON null for sdpa)
+};
+
+struct case_conventions {
+    std::optional<double> scale;  ///< nullopt: 1/√dk
+    scale_placement placement = scale_placement::on_product;
+    std::optional<double> softcap;
+    std::vector<double> alibi_slopes;
+    bool causal = false;
+    causal_alignment alignment = causal_alignment::top_left;
+    std::ptrdiff_t diagonal_offset = 0;
+    std::optional<sliding_window> window;
+    std::vector<std::size_t> key_lengths;
+    bool boolean_mask = false;
+    mask_polarity polarity = mask_polarity::true_means_attend;
+    bool additive_mask = false;
+    bool seed_mask = false;
+    empty_row_policy empty_rows = empty_row_policy::zero;
+    bool projection_bias = false;  ///< mha only
+};
+
+struct case_inputs {
+    generator::input_format format = generator::input_format::float64;
+    std::uint64_t seed = 0;
+    generator::input_family family;
+};
+
+struct case_outputs {
+    bool weights = true;
+    bool lse = true;
+    std::vector<std::string> targets;  ///< extra correctly rounded copies: float32, bfloat16, float16
+};
+
+/// Everything needed to regenerate a case.
+struct case_spec {
+    std::string name;
+    std::string description;
+    case_kind kind = case_kind::sdpa;
+    case_shapes shapes;
+    case_conventions conventions;
+    case_inputs inputs;
+    case_outputs outputs;
+};
+
+/// One stored tensor.
+struct tensor_entry {
+    std::string role;
+    std::optional<std::string> target;  ///< correctly rounded copies only
+    std::string file;
+    std::string dtype;
+    std::vector<std::size_t> shape;
+    std::string sha256;
+};
+
+/// One entry of the manifest's reference.certification[] (golden/README.md): for one tensor and
+/// target format, how many elements the certification decided and at which precisions. Written by
+/// golden/generate.hpp from certify::tensor_report; kept as its own record here so that reading a
+/// manifest does not need MPFR (certify.hpp).
+struct certification_record {
+    std::string role;
+    std::string target;
+    std::size_t elements = 0;
+    std::size_t certified = 0;
+    std::size_t escalated = 0;
+    std::vector<int> precisions_bits;
+};
+
+struct reference_info {
+    std::string method;                ///< how the values were certified (reference_method_fast or _mpfi text)
+    std::vector<int> precisions_bits;  ///< every precision the certification computed at
+    std::vector<certification_record> certification;
+};
+
+/// The manifest's reference.method text for each way generate certifies (certification_method).
+inline constexpr const char* reference_method_mpfi =
+    "mpfi-interval: attnref's templates in MPFI interval arithmetic; each stored value is the common rounding "
+    "(to nearest even) of both interval ends, precision raised Ziv-style until every element agrees";
+inline constexpr const char* reference_method_fast =
+    "double-double then mpfi-interval: every element computed in double-double with a rigorous error bound "
+    "(include/attnref/fast_certify.hpp; 106 in precisions_bits) and stored where value +- bound rounds (to nearest "
+    "even) to one value; the query rows holding undecided elements recomputed in MPFI interval arithmetic through "
+    "attnref's templates, each stored value the common rounding of both interval ends, precision raised Ziv-style";
+
+struct manifest {
+    case_spec spec;
+    reference_info reference;
+    std::vector<tensor_entry> tensors;
+};
+
+/// The roles a case generates as inputs, in file order, with their stored shapes.
+struct input_tensor_layout {
+    generator::role role;
+    std::vector<std::size_t> shape;
+};
+inline std::vector<input_tensor_layout> input_layout(const case_spec& spec);
+/// Shapes of output, weights and lse.
+inline std::vector<std::size_t> output_shape(const case_spec& spec);
+inline std::vector<std::size_t> weights_shape(const case_spec& spec);
+inline std::vector<std::size_t> lse_shape(const case_spec& spec);
+
+/// A tensor a case's manifest must list: role, target copy (nullopt: the float64 values), the
+/// '.npy' descr and the shape, all implied by the case description. Inputs are '<f8' (the boolean
+/// mask '|b1'); outputs '<f8', their float32 copies '<f4', float16 '<f2', bfloat16 '<u2' (bits).
+struct expected_tensor {
+    std::string role;
+    std::optional<std::string> target;
+    std::string dtype;
+    std::vector<std::size_t> shape;
+};
+inline std::vector<expected_tensor> expected_tensors(const case_spec& spec);
+
+/// Fills the family's affine map for every real-valued role the case generates (defaults from
+/// generator::default_affine where the suite gave none) and validates the whole spec.
+/// Errors name `file` and the field.
+inline void complete_and_validate(case_spec& spec, const std::string& file, const std::string& prefix = "");
+
+/// JSON of the case description (all fields explicit, stable order).
+inline nlohmann::ordered_json to_json(const case_spec& spec);
+/// The manifest's text: JSON with 2-space indentation and a final newline; deterministic.
+inline std::string manifest_text(const manifest& m);
+
+/// Strict parsers. `file` names the source in error messages.
+inline manifest parse_manifest(const std::string& text, const std::string& file);
+inline std::vector<case_spec> parse_suite(const std::string& text, const std::string& file);
+/// Reads a whole JSON file (regular files only, at most max_json_bytes, see safe_io.hpp);
+/// data_error naming it if it cannot be read.
+inline std::string read_text(const std::string& file);
+
+/// Estimated peak memory (bytes) of loading and checking a case, from its shapes alone:
+/// 8 bytes per value of the inputs, plus 4 copies of the output (golden, candidate, bounds and
+/// their terms), 4 of the weights B·H·Sq·Sk (golden, candidate, exact logits, per-element terms)
+/// and 2 of lse; `bytes_per_value` replaces 8 for `generate`'s interval arithmetic. Saturates at
+/// 2^64 − 1 instead of overflowing.
+inline std::uint64_t case_memory_estimate(const case_spec& spec, std::uint64_t bytes_per_value = 8);
+/// Throws data_error "<file>: field 'shapes': ..." naming the estimate and the limit if the case's
+/// estimate exceeds max_memory().
+inline void check_case_memory(const case_spec& spec, const std::string& file, std::uint64_t bytes_per_value = 8);
+
+/// Names used in JSON for the enums.
+inline const char* kind_name(case_kind k);
+inline const char* placement_name(scale_placement p);
+inline const char* alignment_name(causal_alignment a);
+inline const char* polarity_name(mask_polarity p);
+inline const char* empty_rows_name(empty_row_policy p);
+inline const char* softmax_name(softmax_algorithm a);
+inline std::optional<softmax_algorithm> softmax_from_name(const std::string& n);
+/// The value a JSON name stands for (the inverse of the names above), or nullopt: E is case_kind,
+/// scale_placement, causal_alignment, mask_polarity, empty_row_policy or generator::input_format.
+template <class E>
+std::optional<E> from_name(std::string_view n);
+
+
+// ---------------------------------------------------------------------------------------------
+// Definitions.
+
 
 using json = nlohmann::ordered_json;
 
-namespace {
+namespace manifest_detail {
+
+/// The formats a case may ask correctly rounded output copies in (outputs.targets).
+inline bool is_target_name(const std::string& t) { return t == "float32" || t == "bfloat16" || t == "float16"; }
 
 // ---------------------------------------------------------------------------------------------
 // Strict reader: a JSON value, the file it came from and its dotted field path.
 
-std::string excerpt(const json& j) {
+inline std::string excerpt(const json& j) {
     std::string s = j.dump();
     if (s.size() > 40) s = s.substr(0, 37) + "...";
     return s;
@@ -114,38 +307,35 @@ private:
     bool strict_;
 };
 
-constexpr std::pair<const char*, case_kind> kinds[] = {{"sdpa", case_kind::sdpa}, {"mha", case_kind::mha}};
-constexpr std::pair<const char*, scale_placement> placements[] = {
+inline constexpr std::pair<const char*, case_kind> kinds[] = {{"sdpa", case_kind::sdpa}, {"mha", case_kind::mha}};
+inline constexpr std::pair<const char*, scale_placement> placements[] = {
     {"on_product", scale_placement::on_product}, {"on_query", scale_placement::on_query}, {"split_sqrt", scale_placement::split_sqrt}};
-constexpr std::pair<const char*, causal_alignment> alignments[] = {{"top_left", causal_alignment::top_left},
+inline constexpr std::pair<const char*, causal_alignment> alignments[] = {{"top_left", causal_alignment::top_left},
                                                                    {"bottom_right", causal_alignment::bottom_right}};
-constexpr std::pair<const char*, mask_polarity> polarities[] = {{"true_means_attend", mask_polarity::true_means_attend},
+inline constexpr std::pair<const char*, mask_polarity> polarities[] = {{"true_means_attend", mask_polarity::true_means_attend},
                                                                 {"true_means_masked", mask_polarity::true_means_masked}};
-constexpr std::pair<const char*, empty_row_policy> empty_policies[] = {
+inline constexpr std::pair<const char*, empty_row_policy> empty_policies[] = {
     {"zero", empty_row_policy::zero}, {"nan", empty_row_policy::nan}, {"uniform", empty_row_policy::uniform}};
-constexpr std::pair<const char*, softmax_algorithm> softmaxes[] = {{"naive", softmax_algorithm::naive},
+inline constexpr std::pair<const char*, softmax_algorithm> softmaxes[] = {{"naive", softmax_algorithm::naive},
                                                                    {"shifted_division", softmax_algorithm::shifted_division},
                                                                    {"division_free", softmax_algorithm::division_free},
                                                                    {"online", softmax_algorithm::online}};
-constexpr std::pair<const char*, generator::input_format> input_formats[] = {
+inline constexpr std::pair<const char*, generator::input_format> input_formats[] = {
     {"float64", generator::input_format::float64}, {"float32", generator::input_format::float32},
     {"bfloat16", generator::input_format::bfloat16}, {"float16", generator::input_format::float16}};
 
 template <class E, std::size_t N>
-const char* name_of(const std::pair<const char*, E> (&options)[N], E e) {
+inline const char* name_of(const std::pair<const char*, E> (&options)[N], E e) {
     for (const auto& [n, v] : options)
         if (v == e) return n;
     return "?";
 }
 
-constexpr const char* projection_layout = "y = x·W + b";
-constexpr const char* gqa_mapping = "h / (H / H_kv)";
-constexpr const char* reference_method =
-    "mpfi-interval: attnref's templates in MPFI interval arithmetic; each stored value is the common rounding "
-    "(to nearest even) of both interval ends, precision raised Ziv-style until every element agrees";
+inline constexpr const char* projection_layout = "y = x·W + b";
+inline constexpr const char* gqa_mapping = "h / (H / H_kv)";
 
-json optional_number(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
-std::optional<double> read_optional_number(const reader& r) {
+inline json optional_number(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+inline std::optional<double> read_optional_number(const reader& r) {
     if (r.value().is_null()) return std::nullopt;
     return r.number();
 }
@@ -153,7 +343,7 @@ std::optional<double> read_optional_number(const reader& r) {
 // ---------------------------------------------------------------------------------------------
 // case_spec ⇄ JSON
 
-void read_shapes(const reader& r, case_spec& s) {
+inline void read_shapes(const reader& r, case_spec& s) {
     r.object({"batch", "heads", "kv_heads", "query_length", "key_length", "head_dim_qk", "head_dim_v", "model_dim", "output_dim"});
     case_shapes& sh = s.shapes;
     if (auto v = r.get("batch")) sh.batch = v->size(true);
@@ -187,7 +377,7 @@ void read_shapes(const reader& r, case_spec& s) {
     if (sh.heads % sh.kv_heads != 0) r.required("kv_heads").fail("expected a divisor of heads " + std::to_string(sh.heads) + ", got " + std::to_string(sh.kv_heads));
 }
 
-void read_conventions(const reader& r, case_spec& s) {
+inline void read_conventions(const reader& r, case_spec& s) {
     r.object({"scale", "scale_placement", "softcap", "alibi_slopes", "causal", "causal_alignment", "diagonal_offset", "window",
               "key_lengths", "boolean_mask", "mask_polarity", "additive_mask", "seed_mask", "empty_rows", "softmax_algorithm",
               "projection", "projection_bias", "gqa_mapping"});
@@ -259,7 +449,7 @@ void read_conventions(const reader& r, case_spec& s) {
         if (v->string() != gqa_mapping) v->expected(std::string("'") + gqa_mapping + "'");
 }
 
-void read_family(const reader& r, generator::input_family& f) {
+inline void read_family(const reader& r, generator::input_family& f) {
     r.object({"name", "roles", "query_feature0", "key_feature0", "key_feature0_keys", "tied_keys", "negate_odd_value_rows",
               "mask_true_probability", "additive_inf_probability"});
     if (auto v = r.get("name")) f.name = v->string();
@@ -287,7 +477,7 @@ void read_family(const reader& r, generator::input_family& f) {
         }
 }
 
-void read_inputs(const reader& r, case_spec& s) {
+inline void read_inputs(const reader& r, case_spec& s) {
     r.object({"format", "generator", "seed", "family"});
     if (auto v = r.get("format")) s.inputs.format = v->choice(input_formats);
     if (auto v = r.get("generator"))
@@ -296,7 +486,7 @@ void read_inputs(const reader& r, case_spec& s) {
     if (auto v = r.get("family")) read_family(*v, s.inputs.family);
 }
 
-void read_outputs(const reader& r, case_spec& s) {
+inline void read_outputs(const reader& r, case_spec& s) {
     r.object({"weights", "lse", "targets"});
     if (auto v = r.get("weights")) s.outputs.weights = v->boolean();
     if (auto v = r.get("lse")) s.outputs.lse = v->boolean();
@@ -304,7 +494,7 @@ void read_outputs(const reader& r, case_spec& s) {
         s.outputs.targets.clear();
         for (std::size_t i = 0; i < v->array().size(); ++i) {
             const std::string t = v->at(i).string();
-            if (t != "float32" && t != "bfloat16" && t != "float16") v->at(i).expected("one of float32, bfloat16, float16");
+            if (!is_target_name(t)) v->at(i).expected("one of float32, bfloat16, float16");
             if (std::find(s.outputs.targets.begin(), s.outputs.targets.end(), t) != s.outputs.targets.end())
                 v->at(i).fail("target '" + t + "' listed twice");
             s.outputs.targets.push_back(t);
@@ -312,7 +502,7 @@ void read_outputs(const reader& r, case_spec& s) {
     }
 }
 
-case_spec read_case(const reader& r, std::initializer_list<const char*> extra_allowed) {
+inline case_spec read_case(const reader& r, std::initializer_list<const char*> extra_allowed) {
     std::vector<const char*> allowed{"name", "description", "kind", "shapes", "conventions", "inputs", "outputs"};
     allowed.insert(allowed.end(), extra_allowed.begin(), extra_allowed.end());
     if (!r.value().is_object()) r.expected("an object");
@@ -335,7 +525,7 @@ case_spec read_case(const reader& r, std::initializer_list<const char*> extra_al
     return s;
 }
 
-json parse_json(const std::string& text, const std::string& file) {
+inline json parse_json(const std::string& text, const std::string& file) {
     json_prepass(text, file);  // NUL bytes, depth and duplicate keys, without recursion
     try {
         return json::parse(text);
@@ -349,7 +539,7 @@ json parse_json(const std::string& text, const std::string& file) {
     }
 }
 
-void check_schema(const reader& root, const char* schema) {
+inline void check_schema(const reader& root, const char* schema) {
     const reader name = root.required("schema");
     if (name.string() != schema) name.expected(std::string("'") + schema + "'");
     const reader version = root.required("schema_version");
@@ -357,28 +547,37 @@ void check_schema(const reader& root, const char* schema) {
         version.expected(std::to_string(schema_version));
 }
 
-}  // namespace
-
-const char* kind_name(case_kind k) { return name_of(kinds, k); }
-const char* placement_name(scale_placement p) { return name_of(placements, p); }
-const char* alignment_name(causal_alignment a) { return name_of(alignments, a); }
-const char* polarity_name(mask_polarity p) { return name_of(polarities, p); }
-const char* empty_rows_name(empty_row_policy p) { return name_of(empty_policies, p); }
-const char* softmax_name(softmax_algorithm a) { return name_of(softmaxes, a); }
-std::optional<softmax_algorithm> softmax_from_name(const std::string& n) {
-    for (const auto& [name, a] : softmaxes)
+}  // namespace manifest_detail
+inline const char* kind_name(case_kind k) { return manifest_detail::name_of(manifest_detail::kinds, k); }
+inline const char* placement_name(scale_placement p) { return manifest_detail::name_of(manifest_detail::placements, p); }
+inline const char* alignment_name(causal_alignment a) { return manifest_detail::name_of(manifest_detail::alignments, a); }
+inline const char* polarity_name(mask_polarity p) { return manifest_detail::name_of(manifest_detail::polarities, p); }
+inline const char* empty_rows_name(empty_row_policy p) { return manifest_detail::name_of(manifest_detail::empty_policies, p); }
+inline const char* softmax_name(softmax_algorithm a) { return manifest_detail::name_of(manifest_detail::softmaxes, a); }
+inline std::optional<softmax_algorithm> softmax_from_name(const std::string& n) {
+    for (const auto& [name, a] : manifest_detail::softmaxes)
         if (n == name) return a;
     return std::nullopt;
 }
-const certify::binary_format* target_format(const std::string& name) {
-    if (name == "float64") return &certify::float64_target;
-    if (name == "float32") return &certify::float32_target;
-    if (name == "bfloat16") return &certify::bfloat16_target;
-    if (name == "float16") return &certify::float16_target;
-    return nullptr;
+template <class E>
+std::optional<E> from_name(std::string_view n) {
+    auto find = [&](const auto& table) -> std::optional<E> {
+        for (const auto& [name, e] : table)
+            if (n == name) return e;
+        return std::nullopt;
+    };
+    if constexpr (std::is_same_v<E, case_kind>) return find(manifest_detail::kinds);
+    else if constexpr (std::is_same_v<E, scale_placement>) return find(manifest_detail::placements);
+    else if constexpr (std::is_same_v<E, causal_alignment>) return find(manifest_detail::alignments);
+    else if constexpr (std::is_same_v<E, mask_polarity>) return find(manifest_detail::polarities);
+    else if constexpr (std::is_same_v<E, empty_row_policy>) return find(manifest_detail::empty_policies);
+    else {
+        static_assert(std::is_same_v<E, generator::input_format>, "no JSON names for this type");
+        return find(manifest_detail::input_formats);
+    }
 }
 
-std::vector<input_tensor_layout> input_layout(const case_spec& s) {
+inline std::vector<input_tensor_layout> input_layout(const case_spec& s) {
     using generator::role;
     const case_shapes& d = s.shapes;
     std::vector<input_tensor_layout> out;
@@ -408,17 +607,17 @@ std::vector<input_tensor_layout> input_layout(const case_spec& s) {
     return out;
 }
 
-std::vector<std::size_t> output_shape(const case_spec& s) {
+inline std::vector<std::size_t> output_shape(const case_spec& s) {
     const case_shapes& d = s.shapes;
     if (s.kind == case_kind::sdpa) return {d.batch, d.heads, d.query_length, d.head_dim_v};
     return {d.batch, d.query_length, d.output_dim};
 }
-std::vector<std::size_t> weights_shape(const case_spec& s) {
+inline std::vector<std::size_t> weights_shape(const case_spec& s) {
     return {s.shapes.batch, s.shapes.heads, s.shapes.query_length, s.shapes.key_length};
 }
-std::vector<std::size_t> lse_shape(const case_spec& s) { return {s.shapes.batch, s.shapes.heads, s.shapes.query_length}; }
+inline std::vector<std::size_t> lse_shape(const case_spec& s) { return {s.shapes.batch, s.shapes.heads, s.shapes.query_length}; }
 
-void complete_and_validate(case_spec& s, const std::string& file, const std::string& prefix) {
+inline void complete_and_validate(case_spec& s, const std::string& file, const std::string& prefix) {
     auto fail = [&](const std::string& field, const std::string& what) {
         throw data_error(file + ": field '" + prefix + field + "': " + what);
     };
@@ -463,7 +662,7 @@ void complete_and_validate(case_spec& s, const std::string& file, const std::str
         fail("conventions.key_lengths", "expected one length per batch");
 }
 
-json to_json(const case_spec& s) {
+inline json to_json(const case_spec& s) {
     json j;
     j["name"] = s.name;
     j["description"] = s.description;
@@ -482,9 +681,9 @@ json to_json(const case_spec& s) {
     j["shapes"] = sh;
     const case_conventions& c = s.conventions;
     json cv;
-    cv["scale"] = optional_number(c.scale);
+    cv["scale"] = manifest_detail::optional_number(c.scale);
     cv["scale_placement"] = placement_name(c.placement);
-    cv["softcap"] = optional_number(c.softcap);
+    cv["softcap"] = manifest_detail::optional_number(c.softcap);
     cv["alibi_slopes"] = c.alibi_slopes;
     cv["causal"] = c.causal;
     cv["causal_alignment"] = alignment_name(c.alignment);
@@ -504,9 +703,9 @@ json to_json(const case_spec& s) {
     cv["seed_mask"] = c.seed_mask;
     cv["empty_rows"] = empty_rows_name(c.empty_rows);
     cv["softmax_algorithm"] = "shifted_division";
-    cv["projection"] = projection_layout;
+    cv["projection"] = manifest_detail::projection_layout;
     cv["projection_bias"] = c.projection_bias;
-    cv["gqa_mapping"] = gqa_mapping;
+    cv["gqa_mapping"] = manifest_detail::gqa_mapping;
     j["conventions"] = cv;
     const generator::input_family& f = s.inputs.family;
     json fam;
@@ -517,8 +716,8 @@ json to_json(const case_spec& s) {
         if (auto it = f.roles.find(n); it != f.roles.end()) roles[n] = json{{"scale", it->second.scale}, {"offset", it->second.offset}};
     }
     fam["roles"] = roles;
-    fam["query_feature0"] = optional_number(f.query_feature0);
-    fam["key_feature0"] = optional_number(f.key_feature0);
+    fam["query_feature0"] = manifest_detail::optional_number(f.query_feature0);
+    fam["key_feature0"] = manifest_detail::optional_number(f.key_feature0);
     fam["key_feature0_keys"] = f.key_feature0_keys;
     fam["tied_keys"] = f.tied_keys;
     fam["negate_odd_value_rows"] = f.negate_odd_value_rows;
@@ -534,18 +733,18 @@ json to_json(const case_spec& s) {
     return j;
 }
 
-std::string manifest_text(const manifest& m) {
+inline std::string manifest_text(const manifest& m) {
     json j;
     j["schema"] = manifest_schema;
     j["schema_version"] = schema_version;
     const json spec = to_json(m.spec);
     for (auto it = spec.begin(); it != spec.end(); ++it) j[it.key()] = it.value();
     json ref;
-    ref["method"] = reference_method;
+    ref["method"] = m.reference.method;
     ref["precisions_bits"] = m.reference.precisions_bits;
     json cert = json::array();
-    for (const certify::tensor_report& r : m.reference.certification)
-        cert.push_back(json{{"role", r.tensor}, {"target", r.target}, {"elements", r.elements}, {"certified", r.certified},
+    for (const certification_record& r : m.reference.certification)
+        cert.push_back(json{{"role", r.role}, {"target", r.target}, {"elements", r.elements}, {"certified", r.certified},
                             {"escalated", r.escalated}, {"precisions_bits", r.precisions_bits}});
     ref["certification"] = cert;
     j["reference"] = ref;
@@ -564,48 +763,53 @@ std::string manifest_text(const manifest& m) {
     return j.dump(2) + "\n";
 }
 
-manifest parse_manifest(const std::string& text, const std::string& file) {
-    const json j = parse_json(text, file);
-    const reader root(j, file, "", true);
+inline manifest parse_manifest(const std::string& text, const std::string& file) {
+    const json j = manifest_detail::parse_json(text, file);
+    const manifest_detail::reader root(j, file, "", true);
     if (!j.is_object()) root.expected("an object");
-    check_schema(root, manifest_schema);
+    manifest_detail::check_schema(root, manifest_schema);
     manifest m;
-    m.spec = read_case(root, {"schema", "schema_version", "reference", "tensors"});
+    m.spec = manifest_detail::read_case(root, {"schema", "schema_version", "reference", "tensors"});
     complete_and_validate(m.spec, file);
 
-    const reader ref = root.required("reference");
+    const manifest_detail::reader ref = root.required("reference");
     ref.object({"method", "precisions_bits", "certification"});
-    ref.required("method").string();
-    const reader bits = ref.required("precisions_bits");
+    {
+        const manifest_detail::reader method = ref.required("method");
+        m.reference.method = method.string();
+        if (m.reference.method != reference_method_mpfi && m.reference.method != reference_method_fast)
+            method.expected("the text of one of attnref's certification methods (golden/README.md)");
+    }
+    const manifest_detail::reader bits = ref.required("precisions_bits");
     for (std::size_t i = 0; i < bits.array().size(); ++i) m.reference.precisions_bits.push_back(static_cast<int>(bits.at(i).size(true)));
-    const reader cert = ref.required("certification");
+    const manifest_detail::reader cert = ref.required("certification");
     for (std::size_t i = 0; i < cert.array().size(); ++i) {
-        const reader c = cert.at(i);
+        const manifest_detail::reader c = cert.at(i);
         c.object({"role", "target", "elements", "certified", "escalated", "precisions_bits"});
-        certify::tensor_report r;
-        r.tensor = c.required("role").string();
+        certification_record r;
+        r.role = c.required("role").string();
         r.target = c.required("target").string();
         r.elements = c.required("elements").size(false);
         r.certified = c.required("certified").size(false);
         r.escalated = c.required("escalated").size(false);
         if (r.certified != r.elements) c.required("certified").expected("all " + std::to_string(r.elements) + " elements certified");
-        const reader p = c.required("precisions_bits");
+        const manifest_detail::reader p = c.required("precisions_bits");
         for (std::size_t k = 0; k < p.array().size(); ++k) r.precisions_bits.push_back(static_cast<int>(p.at(k).size(true)));
         m.reference.certification.push_back(r);
     }
 
-    const reader tensors = root.required("tensors");
+    const manifest_detail::reader tensors = root.required("tensors");
     std::set<std::string> files;
     for (std::size_t i = 0; i < tensors.array().size(); ++i) {
-        const reader t = tensors.at(i);
+        const manifest_detail::reader t = tensors.at(i);
         t.object({"role", "target", "file", "dtype", "shape", "sha256"});
         tensor_entry e;
         e.role = t.required("role").string();
         if (t.has("target")) {
             e.target = t.required("target").string();
-            if (!target_format(*e.target)) t.required("target").expected("one of float32, bfloat16, float16");
+            if (!manifest_detail::is_target_name(*e.target)) t.required("target").expected("one of float32, bfloat16, float16");
         }
-        const reader f = t.required("file");
+        const manifest_detail::reader f = t.required("file");
         e.file = f.string();
         if (e.file.empty() || e.file.find('/') != std::string::npos || e.file.find('\\') != std::string::npos || e.file[0] == '.' ||
             e.file.size() < 5 || e.file.substr(e.file.size() - 4) != ".npy" ||
@@ -613,9 +817,9 @@ manifest parse_manifest(const std::string& text, const std::string& file) {
             f.expected("a plain file name ending in .npy (no '/', '\\', leading '.', NUL or control characters)");
         if (!files.insert(e.file).second) f.fail("file listed twice");
         e.dtype = t.required("dtype").string();
-        const reader sh = t.required("shape");
+        const manifest_detail::reader sh = t.required("shape");
         for (std::size_t k = 0; k < sh.array().size(); ++k) e.shape.push_back(sh.at(k).size(false));
-        const reader h = t.required("sha256");
+        const manifest_detail::reader h = t.required("sha256");
         e.sha256 = h.string();
         if (e.sha256.size() != 64 || e.sha256.find_first_not_of("0123456789abcdef") != std::string::npos)
             h.expected("64 lowercase hex digits");
@@ -628,7 +832,7 @@ manifest parse_manifest(const std::string& text, const std::string& file) {
     std::vector<bool> seen(want.size(), false);
     for (std::size_t i = 0; i < m.tensors.size(); ++i) {
         const tensor_entry& e = m.tensors[i];
-        const reader t = tensors.at(i);
+        const manifest_detail::reader t = tensors.at(i);
         std::size_t k = 0;
         while (k < want.size() && !(want[k].role == e.role && want[k].target == e.target)) ++k;
         if (k == want.size())
@@ -649,7 +853,7 @@ manifest parse_manifest(const std::string& text, const std::string& file) {
     return m;
 }
 
-std::vector<expected_tensor> expected_tensors(const case_spec& s) {
+inline std::vector<expected_tensor> expected_tensors(const case_spec& s) {
     std::vector<expected_tensor> out;
     for (const input_tensor_layout& t : input_layout(s))
         out.push_back({std::string(generator::role_name(t.role)), std::nullopt, t.role == generator::role::mask ? "|b1" : "<f8", t.shape});
@@ -664,16 +868,16 @@ std::vector<expected_tensor> expected_tensors(const case_spec& s) {
     return out;
 }
 
-std::vector<case_spec> parse_suite(const std::string& text, const std::string& file) {
-    const json j = parse_json(text, file);
-    const reader root(j, file, "", false);
+inline std::vector<case_spec> parse_suite(const std::string& text, const std::string& file) {
+    const json j = manifest_detail::parse_json(text, file);
+    const manifest_detail::reader root(j, file, "", false);
     root.object({"schema", "schema_version", "description", "cases"});
-    check_schema(root, suite_schema);
-    const reader cases = root.required("cases");
+    manifest_detail::check_schema(root, suite_schema);
+    const manifest_detail::reader cases = root.required("cases");
     std::vector<case_spec> out;
     std::set<std::string> names;
     for (std::size_t i = 0; i < cases.array().size(); ++i) {
-        case_spec s = read_case(cases.at(i), {});
+        case_spec s = manifest_detail::read_case(cases.at(i), {});
         if (!names.insert(s.name).second) cases.at(i).required("name").fail("duplicate case name '" + s.name + "'");
         complete_and_validate(s, file, "cases[" + std::to_string(i) + "].");
         out.push_back(std::move(s));
@@ -681,6 +885,26 @@ std::vector<case_spec> parse_suite(const std::string& text, const std::string& f
     return out;
 }
 
-std::string read_text(const std::string& file) { return read_file_capped(file, max_json_bytes); }
+inline std::string read_text(const std::string& file) { return read_file_capped(file, max_json_bytes); }
 
-}  // namespace attnref::verify
+inline std::uint64_t case_memory_estimate(const case_spec& spec, std::uint64_t bytes_per_value) {
+    std::uint64_t values = 0;
+    for (const input_tensor_layout& t : input_layout(spec)) values = safe_io_detail::sat_add(values, safe_io_detail::sat_count(t.shape));
+    values = safe_io_detail::sat_add(values, safe_io_detail::sat_mul(4, safe_io_detail::sat_count(output_shape(spec))));
+    values = safe_io_detail::sat_add(values, safe_io_detail::sat_mul(4, safe_io_detail::sat_count(weights_shape(spec))));
+    values = safe_io_detail::sat_add(values, safe_io_detail::sat_mul(2, safe_io_detail::sat_count(lse_shape(spec))));
+    return safe_io_detail::sat_mul(values, bytes_per_value);
+}
+
+inline void check_case_memory(const case_spec& spec, const std::string& file, std::uint64_t bytes_per_value) {
+    const std::uint64_t estimate = case_memory_estimate(spec, bytes_per_value);
+    if (estimate <= max_memory()) return;
+    const case_shapes& d = spec.shapes;
+    throw data_error(file + ": field 'shapes': the case would need about " +
+                     (estimate == UINT64_MAX ? std::string("more than 2^64 bytes") : safe_io_detail::gib(estimate)) + " (B=" + std::to_string(d.batch) +
+                     " H=" + std::to_string(d.heads) + " Sq=" + std::to_string(d.query_length) + " Sk=" + std::to_string(d.key_length) +
+                     " dk=" + std::to_string(d.head_dim_qk) + " dv=" + std::to_string(d.head_dim_v) + "), above the limit of " +
+                     safe_io_detail::gib(max_memory()) + " (raise it with --max-memory)");
+}
+
+}  // namespace attnref::golden

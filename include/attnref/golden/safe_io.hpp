@@ -1,50 +1,148 @@
-#include "safe_io.hpp"
+#pragma once
+/// \file golden/safe_io.hpp
+/// Owns the golden module's error types (data_error: exit 2, check_failure: exit 1) and the one
+/// path by which the library and the `attnref` command read files they did not create themselves
+/// (candidate .npy files, golden cases, suites, study descriptions) and write reports and cases
+/// (write_file_atomic). Files come
+/// from other people's kernels, artifact caches and pull requests, so every reader here:
+/// - accepts regular files only (after following symlinks): a FIFO, socket or device (/dev/zero,
+///   /dev/stdin) is refused before anything is read from it, so nothing blocks or streams forever;
+/// - inside a golden case directory, refuses a symlink that resolves outside that directory
+///   (without reading, hashing or naming what it points to);
+/// - bounds memory before spending it: JSON files are capped at max_json_bytes, .npy files are read
+///   through npy::read with the expected descr and shape (npy::expectation), and a case whose
+///   shapes imply more than max_memory() bytes is refused up front (case_memory_estimate).
+/// Every failure is a data_error (exit 2) with one line naming the file and the field.
 
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <stdexcept>
+
+// Used by the definitions below.
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <set>
 #include <vector>
-
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
-namespace attnref::verify {
+namespace attnref::golden {
 
-namespace fs = std::filesystem;
+/// Usage or data error: exit code 2, what() is the one-line message.
+class data_error : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+/// A check failed (e.g. --verify found a difference): exit code 1.
+class check_failure : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
 
-namespace {
-std::atomic<std::uint64_t> memory_limit{default_max_memory};
 
-std::string gib(std::uint64_t bytes) {
+/// Largest JSON file (manifest.json, suite, study description) read: 16 MiB. The largest committed
+/// manifest is below 16 KiB and the suite below 64 KiB; a file near the cap is not a real manifest.
+inline constexpr std::size_t max_json_bytes = std::size_t{16} << 20;
+/// Deepest nesting of JSON arrays and objects accepted (a manifest needs 5 levels): deeper input is
+/// refused by a non-recursive pre-pass before any recursive code (JSON DOM, error formatting) sees it.
+inline constexpr std::size_t max_json_depth = 64;
+/// Default limit on the memory one case may make a command spend: 4 GiB (--max-memory raises it).
+inline constexpr std::uint64_t default_max_memory = std::uint64_t{4} << 30;
+
+/// The process-wide memory limit for a case (bytes), set from --max-memory.
+inline std::uint64_t max_memory();
+inline void set_max_memory(std::uint64_t bytes);
+/// Parses a --max-memory value: bytes with an optional K, M, G or T suffix (powers of 1024), e.g.
+/// "8G". Throws data_error naming the flag.
+inline std::uint64_t parse_memory_size(const std::string& text, const std::string& flag);
+
+/// `text` for a one-line message: bytes 0x00-0x1f and 0x7f as \n, \t, \r or \xNN, backslash doubled.
+inline std::string printable(std::string_view text);
+
+/// Checks that `path` is a regular file (following symlinks) and returns its size. With
+/// `case_dir`, a symlink must resolve to a file inside `case_dir` (after resolving `case_dir`'s
+/// own symlinks). `what` names the role in the message, e.g. "--output" or "manifest.json field
+/// 'tensors[3].file'". Throws data_error naming the path.
+inline std::uintmax_t require_regular_file(const std::filesystem::path& path, const std::string& what,
+                                    const std::optional<std::filesystem::path>& case_dir = std::nullopt);
+
+/// Reads a whole regular file of at most `cap` bytes (opened non-blocking and checked with fstat, so
+/// a FIFO swapped in after require_regular_file cannot block either). Throws data_error naming it.
+inline std::string read_file_capped(const std::filesystem::path& path, std::size_t cap,
+                             const std::optional<std::filesystem::path>& case_dir = std::nullopt);
+
+/// Non-recursive pre-pass over JSON text: refuses NUL bytes anywhere (e.g. bytes after a NUL at the
+/// end of a manifest), nesting deeper than max_json_depth and duplicate keys in an object, each
+/// with data_error "<file>: ..." naming the offset or field. Syntax errors are left to the parser.
+inline void json_prepass(const std::string& text, const std::string& file);
+
+/// a × b, or nullopt if it overflows 64 bits.
+inline std::optional<std::uint64_t> checked_mul(std::uint64_t a, std::uint64_t b);
+/// a + b, or nullopt if it overflows 64 bits.
+inline std::optional<std::uint64_t> checked_add(std::uint64_t a, std::uint64_t b);
+
+/// An exclusive advisory lock (flock) on a directory, held until destruction; blocks while another
+/// process holds it. Serialises concurrent `generate` runs publishing into the same --out.
+class directory_lock {
+public:
+    explicit directory_lock(const std::filesystem::path& dir);
+    ~directory_lock();
+    directory_lock(const directory_lock&) = delete;
+    directory_lock& operator=(const directory_lock&) = delete;
+
+private:
+    int fd_ = -1;
+};
+
+/// Writes `text` to `path` atomically (temporary file in the same directory, then rename). Without
+/// `overwrite`, an existing `path` is an error and is left untouched (the final step is link(2),
+/// which fails if the name exists, so a file that appears concurrently is not replaced either).
+inline void write_file_atomic(const std::filesystem::path& path, std::string_view text, bool overwrite);
+
+/// True if `a` and `b` name the same existing file (same device and inode).
+inline bool same_file(const std::filesystem::path& a, const std::filesystem::path& b);
+
+
+// ---------------------------------------------------------------------------------------------
+// Definitions.
+
+
+namespace safe_io_detail {
+inline std::atomic<std::uint64_t> memory_limit{default_max_memory};
+
+inline std::string gib(std::uint64_t bytes) {
     char buffer[64];
     std::snprintf(buffer, sizeof buffer, "%.3g GiB", static_cast<double>(bytes) / double(1u << 30));
     return buffer;
 }
 
-std::uint64_t sat_mul(std::uint64_t a, std::uint64_t b) {
+inline std::uint64_t sat_mul(std::uint64_t a, std::uint64_t b) {
     const std::optional<std::uint64_t> r = checked_mul(a, b);
     return r ? *r : UINT64_MAX;
 }
-std::uint64_t sat_add(std::uint64_t a, std::uint64_t b) {
+inline std::uint64_t sat_add(std::uint64_t a, std::uint64_t b) {
     const std::optional<std::uint64_t> r = checked_add(a, b);
     return r ? *r : UINT64_MAX;
 }
-std::uint64_t sat_count(const std::vector<std::size_t>& shape) {
+inline std::uint64_t sat_count(const std::vector<std::size_t>& shape) {
     std::uint64_t n = 1;
     for (std::size_t e : shape) n = e == 0 ? 0 : (n == 0 ? 0 : sat_mul(n, e));
     return n;
 }
-}  // namespace
+}  // namespace safe_io_detail
+inline std::uint64_t max_memory() { return safe_io_detail::memory_limit.load(); }
+inline void set_max_memory(std::uint64_t bytes) { safe_io_detail::memory_limit.store(bytes); }
 
-std::uint64_t max_memory() { return memory_limit.load(); }
-void set_max_memory(std::uint64_t bytes) { memory_limit.store(bytes); }
-
-std::uint64_t parse_memory_size(const std::string& text, const std::string& flag) {
+inline std::uint64_t parse_memory_size(const std::string& text, const std::string& flag) {
     std::size_t digits = 0;
     while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
     const std::string suffix = text.substr(digits);
@@ -65,7 +163,7 @@ std::uint64_t parse_memory_size(const std::string& text, const std::string& flag
     return value << shift;
 }
 
-std::string printable(std::string_view text) {
+inline std::string printable(std::string_view text) {
     std::string out;
     out.reserve(text.size());
     for (const char ch : text) {
@@ -86,34 +184,34 @@ std::string printable(std::string_view text) {
     return out;
 }
 
-std::uintmax_t require_regular_file(const fs::path& path, const std::string& what, const std::optional<fs::path>& case_dir) {
+inline std::uintmax_t require_regular_file(const std::filesystem::path& path, const std::string& what, const std::optional<std::filesystem::path>& case_dir) {
     const std::string name = path.string();
     auto fail = [&](const std::string& why) -> void { throw data_error(name + ": " + what + ": " + why); };
     std::error_code ec;
-    const fs::file_status link = fs::symlink_status(path, ec);
-    if (ec || !fs::exists(link)) fail("cannot open for reading (no such file)");
-    if (case_dir && fs::is_symlink(link)) {
+    const std::filesystem::file_status link = std::filesystem::symlink_status(path, ec);
+    if (ec || !std::filesystem::exists(link)) fail("cannot open for reading (no such file)");
+    if (case_dir && std::filesystem::is_symlink(link)) {
         // Where the link leads is the case's business only if it stays inside the case: the target
         // of an escaping link is neither opened, hashed nor named.
-        const fs::path base = fs::canonical(*case_dir, ec);
+        const std::filesystem::path base = std::filesystem::canonical(*case_dir, ec);
         if (ec) fail("cannot resolve the case directory");
-        const fs::path target = fs::canonical(path, ec);
+        const std::filesystem::path target = std::filesystem::canonical(path, ec);
         if (ec) fail("a symlink that cannot be resolved (refused)");
         auto b = base.begin(), t = target.begin();
         for (; b != base.end() && t != target.end() && *b == *t; ++b, ++t) {
         }
         if (b != base.end() || t == target.end()) fail("a symlink that resolves outside the case directory (refused)");
     }
-    const fs::file_status status = fs::status(path, ec);
+    const std::filesystem::file_status status = std::filesystem::status(path, ec);
     if (ec) fail("cannot open for reading");
-    if (fs::is_directory(status)) fail("is a directory");
-    if (!fs::is_regular_file(status)) fail("not a regular file (a FIFO, socket or device is refused)");
-    const std::uintmax_t size = fs::file_size(path, ec);
+    if (std::filesystem::is_directory(status)) fail("is a directory");
+    if (!std::filesystem::is_regular_file(status)) fail("not a regular file (a FIFO, socket or device is refused)");
+    const std::uintmax_t size = std::filesystem::file_size(path, ec);
     if (ec) fail("cannot read its size");
     return size;
 }
 
-std::string read_file_capped(const fs::path& path, std::size_t cap, const std::optional<fs::path>& case_dir) {
+inline std::string read_file_capped(const std::filesystem::path& path, std::size_t cap, const std::optional<std::filesystem::path>& case_dir) {
     const std::string name = path.string();
     require_regular_file(path, "file", case_dir);
     const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -145,8 +243,7 @@ std::string read_file_capped(const fs::path& path, std::size_t cap, const std::o
     return text;
 }
 
-namespace {
-
+namespace safe_io_detail {
 /// SAX handler for json_prepass: depth and duplicate keys. Keeps one frame per open container
 /// (at most max_json_depth), never recurses.
 class prepass_handler : public nlohmann::json_sax<nlohmann::json> {
@@ -218,12 +315,11 @@ private:
     std::vector<frame> frames_;
 };
 
-}  // namespace
-
-void json_prepass(const std::string& text, const std::string& file) {
+}  // namespace safe_io_detail
+inline void json_prepass(const std::string& text, const std::string& file) {
     if (const std::size_t nul = text.find('\0'); nul != std::string::npos)
         throw data_error(file + ": byte " + std::to_string(nul) + ": NUL byte in a JSON text (refused)");
-    prepass_handler handler(file);
+    safe_io_detail::prepass_handler handler(file);
     try {
         (void)nlohmann::json::sax_parse(text, &handler);
     } catch (const nlohmann::json::exception&) {
@@ -231,38 +327,18 @@ void json_prepass(const std::string& text, const std::string& file) {
     }
 }
 
-std::optional<std::uint64_t> checked_mul(std::uint64_t a, std::uint64_t b) {
+inline std::optional<std::uint64_t> checked_mul(std::uint64_t a, std::uint64_t b) {
     std::uint64_t r = 0;
     if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
     return r;
 }
-std::optional<std::uint64_t> checked_add(std::uint64_t a, std::uint64_t b) {
+inline std::optional<std::uint64_t> checked_add(std::uint64_t a, std::uint64_t b) {
     std::uint64_t r = 0;
     if (__builtin_add_overflow(a, b, &r)) return std::nullopt;
     return r;
 }
 
-std::uint64_t case_memory_estimate(const case_spec& spec, std::uint64_t bytes_per_value) {
-    std::uint64_t values = 0;
-    for (const input_tensor_layout& t : input_layout(spec)) values = sat_add(values, sat_count(t.shape));
-    values = sat_add(values, sat_mul(4, sat_count(output_shape(spec))));
-    values = sat_add(values, sat_mul(4, sat_count(weights_shape(spec))));
-    values = sat_add(values, sat_mul(2, sat_count(lse_shape(spec))));
-    return sat_mul(values, bytes_per_value);
-}
-
-void check_case_memory(const case_spec& spec, const std::string& file, std::uint64_t bytes_per_value) {
-    const std::uint64_t estimate = case_memory_estimate(spec, bytes_per_value);
-    if (estimate <= max_memory()) return;
-    const case_shapes& d = spec.shapes;
-    throw data_error(file + ": field 'shapes': the case would need about " +
-                     (estimate == UINT64_MAX ? std::string("more than 2^64 bytes") : gib(estimate)) + " (B=" + std::to_string(d.batch) +
-                     " H=" + std::to_string(d.heads) + " Sq=" + std::to_string(d.query_length) + " Sk=" + std::to_string(d.key_length) +
-                     " dk=" + std::to_string(d.head_dim_qk) + " dv=" + std::to_string(d.head_dim_v) + "), above the limit of " +
-                     gib(max_memory()) + " (raise it with --max-memory)");
-}
-
-directory_lock::directory_lock(const fs::path& dir) {
+inline directory_lock::directory_lock(const std::filesystem::path& dir) {
     fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd_ < 0) throw data_error(dir.string() + ": cannot open the directory to lock it: " + std::strerror(errno));
     int rc = 0;
@@ -275,15 +351,15 @@ directory_lock::directory_lock(const fs::path& dir) {
     }
 }
 
-directory_lock::~directory_lock() {
+inline directory_lock::~directory_lock() {
     if (fd_ >= 0) ::close(fd_);  // closing the descriptor releases the flock
 }
 
-void write_file_atomic(const fs::path& path, const std::string& text, bool overwrite) {
+inline void write_file_atomic(const std::filesystem::path& path, std::string_view text, bool overwrite) {
     static std::atomic<unsigned long> counter{0};
     const std::string name = path.string();
     if (path.filename().empty()) throw data_error(name + ": file: path has no file name");
-    fs::path tmp = path;
+    std::filesystem::path tmp = path;
     std::string temporary = ".";  // appends, not operator+: GCC 12 -Wrestrict false positive
     temporary.append(path.filename().string()).append(".tmp-").append(std::to_string(::getpid()));
     temporary.append("-").append(std::to_string(counter++));
@@ -322,10 +398,10 @@ void write_file_atomic(const fs::path& path, const std::string& text, bool overw
     }
 }
 
-bool same_file(const fs::path& a, const fs::path& b) {
+inline bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
     std::error_code ec;
-    const bool r = fs::equivalent(a, b, ec);
+    const bool r = std::filesystem::equivalent(a, b, ec);
     return !ec && r;
 }
 
-}  // namespace attnref::verify
+}  // namespace attnref::golden

@@ -1,0 +1,421 @@
+#pragma once
+/// \file golden/case.hpp
+/// One golden case in memory, and the one mapping from a case to attnref's API. Owns:
+/// - case_data: a case's inputs as exact doubles, by role; generate_inputs (the generator, no I/O);
+/// - options_for (the case's conventions as attention_options) and case_views (its inputs as
+///   tensor views: q, k, v for SDPA, x and the projections for MHA) — the only place a case's
+///   conventions and inputs become attnref's types; compute_case runs a case under any precision
+///   policy through them; empty_rows_of, exact_logits;
+/// - load_case (manifest, every file's sha256, tensor headers against the case's shapes, inputs
+///   decoded; safe_io's rules throughout) and loaded_case::reference (a golden output tensor);
+/// - case_file / generated_case, compare_case and write_case (atomic, file by file, manifest last).
+/// Certification (generate_case) is in golden/generate.hpp, which needs MPFR and MPFI; this header
+/// does not. Needs nlohmann_json and OpenSSL's libcrypto (the CMake target attnref::golden).
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attnref/attention.hpp"
+#include "attnref/multi_head_attention.hpp"
+#include "attnref/npy.hpp"
+#include "attnref/precision.hpp"
+#include "attnref/tensor.hpp"
+#include "attnref/golden/manifest.hpp"
+#include "attnref/golden/safe_io.hpp"
+#include "attnref/golden/sha256.hpp"
+
+namespace attnref::golden {
+
+/// The inputs of one case as exact doubles (values already in the input format), masks as
+/// bytes / doubles. Indexed by role; absent roles are empty.
+struct case_data {
+    std::vector<double> query, key, value;           // sdpa: q, k, v; mha: x_q, x_k, x_v
+    std::vector<double> w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o;  // mha only
+    std::vector<std::uint8_t> mask;                  // boolean mask, (B, H, Sq, Sk)
+    std::vector<double> additive_mask, seed_mask;    // (B, H, Sq, Sk)
+
+    std::vector<double>* real(generator::role r) {
+        using generator::role;
+        switch (r) {
+            case role::query: return &query;
+            case role::key: return &key;
+            case role::value: return &value;
+            case role::w_q: return &w_q;
+            case role::w_k: return &w_k;
+            case role::w_v: return &w_v;
+            case role::w_o: return &w_o;
+            case role::b_q: return &b_q;
+            case role::b_k: return &b_k;
+            case role::b_v: return &b_v;
+            case role::b_o: return &b_o;
+            case role::additive_mask: return &additive_mask;
+            case role::seed_mask: return &seed_mask;
+            case role::mask: return nullptr;
+        }
+        return nullptr;
+    }
+};
+
+/// Outputs of one computation, flattened in C order.
+template <class Policy>
+struct case_outputs_of {
+    tensor<typename Policy::output_type, 1> output;
+    tensor<typename Policy::weights_type, 1> weights;
+    tensor<typename Policy::accumulate_type, 1> lse;
+};
+
+/// Attention options for a case; spans point into `spec` and `data`, which must outlive the result.
+inline attention_options options_for(const case_spec& spec, const case_data& data, std::size_t threads,
+                                     softmax_algorithm algorithm, std::size_t block) {
+    const case_conventions& c = spec.conventions;
+    const case_shapes& d = spec.shapes;
+    attention_options o;
+    o.scale = c.scale;
+    o.placement = c.placement;
+    o.softcap = c.softcap;
+    o.alibi_slopes = c.alibi_slopes;
+    o.mask.causal = c.causal;
+    o.mask.alignment = c.alignment;
+    o.mask.diagonal_offset = c.diagonal_offset;
+    o.mask.window = c.window;
+    o.mask.key_lengths = c.key_lengths;
+    o.mask.polarity = c.polarity;
+    const extents_t<4> mask_extents{d.batch, d.heads, d.query_length, d.key_length};
+    if (c.boolean_mask) o.mask.boolean.values = {data.mask.data(), mask_extents};
+    if (c.additive_mask) o.mask.additive.values = {data.additive_mask.data(), mask_extents};
+    if (c.seed_mask) o.mask.seed.values = {data.seed_mask.data(), mask_extents};
+    o.softmax.algorithm = algorithm;
+    o.softmax.block_size = block;
+    o.softmax.empty_rows = c.empty_rows;
+    o.threads = threads;
+    return o;
+}
+
+/// Flags (B, H, Sq): 1 where query row i of head h in batch b has no attendable key. Decided from
+/// the mask data alone (causal/window/padding indices, the boolean mask, −inf entries of the
+/// additive mask: integers and doubles, never a computed value), so it is exact.
+inline std::vector<std::uint8_t> empty_rows_of(const case_spec& spec, const case_data& data) {
+    const case_shapes& d = spec.shapes;
+    const attention_options o = options_for(spec, data, 1, softmax_algorithm::shifted_division, 64);
+    std::vector<std::uint8_t> empty(d.batch * d.heads * d.query_length, 0);
+    for (std::size_t b = 0; b < d.batch; ++b)
+        for (std::size_t h = 0; h < d.heads; ++h)
+            for (std::size_t i = 0; i < d.query_length; ++i) {
+                bool any = false;
+                for (std::size_t j = 0; j < d.key_length && !any; ++j)
+                    any = !structurally_masked(o.mask, b, h, i, j, d.query_length, d.key_length);
+                empty[(b * d.heads + h) * d.query_length + i] = any ? 0 : 1;
+            }
+    return empty;
+}
+
+/// Runs the case through attnref's templates under Policy. Inputs are first converted (rounded) to
+/// Input, which is double for the reference and the policy's storage type for `attnref run`.
+/// `rows` (B, H, Sq flags, empty = all): only those query rows are computed (attention_options::rows).
+template <PrecisionPolicy Policy, class Input = typename Policy::storage_type>
+case_outputs_of<Policy> compute_case(const case_spec& spec, const case_data& data, std::size_t threads,
+                                     softmax_algorithm algorithm = softmax_algorithm::shifted_division,
+                                     std::size_t block = 64, std::span<const std::uint8_t> rows = {}) {
+    const case_shapes& d = spec.shapes;
+    attention_options o = options_for(spec, data, threads, algorithm, block);
+    o.rows = rows;
+    auto as_input = [](const std::vector<double>& v) {
+        std::vector<Input> r;
+        r.reserve(v.size());
+        for (double x : v) r.push_back(convert<Input>(x));
+        return r;
+    };
+    case_outputs_of<Policy> r;
+    const std::size_t out_size = spec.kind == case_kind::sdpa ? d.batch * d.heads * d.query_length * d.head_dim_v
+                                                               : d.batch * d.query_length * d.output_dim;
+    r.output = tensor<typename Policy::output_type, 1>({out_size});
+    if (spec.outputs.weights) r.weights = tensor<typename Policy::weights_type, 1>({d.batch * d.heads * d.query_length * d.key_length});
+    if (spec.outputs.lse) r.lse = tensor<typename Policy::accumulate_type, 1>({d.batch * d.heads * d.query_length});
+    tensor_view<typename Policy::weights_type, 4> weights{};
+    tensor_view<typename Policy::accumulate_type, 3> lse{};
+    if (spec.outputs.weights) weights = {r.weights.data(), {d.batch, d.heads, d.query_length, d.key_length}};
+    if (spec.outputs.lse) lse = {r.lse.data(), {d.batch, d.heads, d.query_length}};
+    const std::vector<Input> q = as_input(data.query), k = as_input(data.key), v = as_input(data.value);
+    if (spec.kind == case_kind::sdpa) {
+        tensor_view<const Input, 4> qv{q.data(), {d.batch, d.heads, d.query_length, d.head_dim_qk}};
+        tensor_view<const Input, 4> kv{k.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_qk}};
+        tensor_view<const Input, 4> vv{v.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_v}};
+        tensor_view<typename Policy::output_type, 4> out{r.output.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}};
+        scaled_dot_product_attention_into<Policy>(qv, kv, vv, o, out, weights, lse);
+    } else {
+        const std::vector<Input> wq = as_input(data.w_q), wk = as_input(data.w_k), wv = as_input(data.w_v), wo = as_input(data.w_o);
+        const std::vector<Input> bq = as_input(data.b_q), bk = as_input(data.b_k), bv = as_input(data.b_v), bo = as_input(data.b_o);
+        mha_parameters<Input> p;
+        p.w_q = {wq.data(), {d.model_dim, d.heads * d.head_dim_qk}};
+        p.w_k = {wk.data(), {d.model_dim, d.kv_heads * d.head_dim_qk}};
+        p.w_v = {wv.data(), {d.model_dim, d.kv_heads * d.head_dim_v}};
+        p.w_o = {wo.data(), {d.heads * d.head_dim_v, d.output_dim}};
+        if (spec.conventions.projection_bias) {
+            p.b_q = {bq.data(), {bq.size()}};
+            p.b_k = {bk.data(), {bk.size()}};
+            p.b_v = {bv.data(), {bv.size()}};
+            p.b_o = {bo.data(), {bo.size()}};
+        }
+        mha_options mo;
+        mo.heads = d.heads;
+        mo.kv_heads = d.kv_heads;
+        mo.attention = o;
+        tensor_view<const Input, 3> xq{q.data(), {d.batch, d.query_length, d.model_dim}};
+        tensor_view<const Input, 3> xk{k.data(), {d.batch, d.key_length, d.model_dim}};
+        tensor_view<const Input, 3> xv{v.data(), {d.batch, d.key_length, d.model_dim}};
+        tensor_view<typename Policy::output_type, 3> out{r.output.data(), {d.batch, d.query_length, d.output_dim}};
+        multi_head_attention_into<Policy>(xq, xk, xv, p, mo, out, weights, lse, tensor_view<typename Policy::storage_type, 4>{});
+    }
+    return r;
+}
+
+/// A case's inputs as the library's views: q, k, v (B, H, S, d) for SDPA cases, x_q, x_k, x_v
+/// (B, S, E) and the projections for multi-head ones, with the case's attention_options (and
+/// mha_options). The views point into `data` and `spec`, which must outlive them.
+struct case_views {
+    const case_spec* spec;
+    attention_options o;
+    tensor_view<const double, 4> q, k, v;
+    tensor_view<const double, 3> x_q, x_k, x_v;
+    mha_parameters<double> w;
+    mha_options mo;
+    bool sdpa() const { return spec->kind == case_kind::sdpa; }
+    tensor_view<const double, 4> weights(std::span<const double> p) const {
+        const case_shapes& d = spec->shapes;
+        return {p.data(), {d.batch, d.heads, d.query_length, d.key_length}};
+    }
+};
+
+inline case_views views_of(const case_spec& spec, const case_data& data, std::size_t threads = 0) {
+    const case_shapes& d = spec.shapes;
+    case_views c{&spec, options_for(spec, data, threads, softmax_algorithm::shifted_division, 64), {}, {}, {}, {}, {}, {}, {}, {}};
+    if (c.sdpa()) {
+        c.q = {data.query.data(), {d.batch, d.heads, d.query_length, d.head_dim_qk}};
+        c.k = {data.key.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_qk}};
+        c.v = {data.value.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_v}};
+        return c;
+    }
+    c.x_q = {data.query.data(), {d.batch, d.query_length, d.model_dim}};
+    c.x_k = {data.key.data(), {d.batch, d.key_length, d.model_dim}};
+    c.x_v = {data.value.data(), {d.batch, d.key_length, d.model_dim}};
+    c.w.w_q = {data.w_q.data(), {d.model_dim, d.heads * d.head_dim_qk}};
+    c.w.w_k = {data.w_k.data(), {d.model_dim, d.kv_heads * d.head_dim_qk}};
+    c.w.w_v = {data.w_v.data(), {d.model_dim, d.kv_heads * d.head_dim_v}};
+    c.w.w_o = {data.w_o.data(), {d.heads * d.head_dim_v, d.output_dim}};
+    if (spec.conventions.projection_bias) {
+        c.w.b_q = {data.b_q.data(), {data.b_q.size()}};
+        c.w.b_k = {data.b_k.data(), {data.b_k.size()}};
+        c.w.b_v = {data.b_v.data(), {data.b_v.size()}};
+        c.w.b_o = {data.b_o.data(), {data.b_o.size()}};
+    }
+    c.mo.heads = d.heads;
+    c.mo.kv_heads = d.kv_heads;
+    c.mo.attention = c.o;
+    return c;
+}
+
+/// The case's exact logits S (B, H, Sq, Sk), in double.
+inline tensor<double, 4> exact_logits(const case_views& c) {
+    using pol = uniform_precision<double>;
+    return c.sdpa() ? attention_logits<pol>(c.q, c.k, c.o) : mha_logits<pol>(c.x_q, c.x_k, c.w, c.mo);
+}
+
+/// The inputs of a case from the generator (no I/O).
+inline case_data generate_inputs(const case_spec& spec) {
+    case_data d;
+    const generator::input_family& f = spec.inputs.family;
+    for (const input_tensor_layout& t : input_layout(spec)) {
+        std::size_t count = 1;
+        for (std::size_t e : t.shape) count *= e;
+        switch (t.role) {
+            case generator::role::mask: d.mask = generator::generate_boolean_mask(f, spec.inputs.seed, count); break;
+            case generator::role::seed_mask: d.seed_mask = generator::generate_seed_mask(f, spec.inputs.seed, count); break;
+            case generator::role::additive_mask:
+                d.additive_mask = generator::generate_additive_mask(f, spec.inputs.seed, count);
+                break;
+            default: *d.real(t.role) = generator::generate(f, spec.inputs.seed, t.role, t.shape, spec.inputs.format);
+        }
+    }
+    return d;
+}
+
+/// One file of a case directory, fully serialised in memory.
+struct case_file {
+    std::string name;
+    std::vector<std::byte> bytes;
+};
+
+/// A generated case: the manifest and the bytes of every file (manifest.json last).
+struct generated_case {
+    manifest m;
+    std::vector<case_file> files;
+    double seconds = 0;
+    std::size_t certified_elements = 0;
+    std::size_t escalated_elements = 0;
+};
+
+/// How a directory compares with a generated case.
+struct comparison {
+    bool exists = false;      ///< the directory exists
+    bool identical = false;   ///< every file present with identical bytes
+    std::string first_difference;  ///< file name of the first difference (or "missing file.npy")
+};
+
+namespace case_detail {
+inline bool read_bytes(const std::filesystem::path& p, std::vector<std::byte>& out, std::size_t expected_size) {
+    // Only regular files of the expected size are compared byte by byte: anything else differs
+    // (and a FIFO or device is never opened).
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(p, ec) || std::filesystem::file_size(p, ec) != expected_size || ec) {
+        out.clear();
+        return std::filesystem::exists(p, ec);
+    }
+    std::ifstream in(p, std::ios::binary);
+    if (!in) return false;
+    std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    out.resize(chars.size());
+    if (!chars.empty()) std::memcpy(out.data(), chars.data(), chars.size());
+    return !in.bad();
+}
+}  // namespace case_detail
+
+inline comparison compare_case(const std::filesystem::path& dir, const generated_case& g) {
+    comparison c;
+    std::error_code ec;
+    c.exists = std::filesystem::exists(dir, ec);
+    if (!c.exists) return c;
+    for (const case_file& f : g.files) {
+        std::vector<std::byte> on_disk;
+        if (!case_detail::read_bytes(dir / f.name, on_disk, f.bytes.size())) {
+            c.first_difference = "missing " + f.name;
+            return c;
+        }
+        if (on_disk != f.bytes) {
+            c.first_difference = f.name;
+            return c;
+        }
+    }
+    c.identical = true;
+    return c;
+}
+
+/// Writes the case atomically file by file (write_file_atomic: temporary file + rename), manifest
+/// last; removes the .npy files the new manifest no longer lists.
+inline void write_case(const std::filesystem::path& dir, const generated_case& g) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw data_error(dir.string() + ": cannot create the directory: " + ec.message());
+    for (const case_file& f : g.files)  // manifest.json is last
+        write_file_atomic(dir / f.name, std::string_view(reinterpret_cast<const char*>(f.bytes.data()), f.bytes.size()), true);
+    // An overwritten case may have had more tensors (e.g. weights.npy before --no-weights): remove
+    // every .npy file the new manifest does not list, so no stale tensor is left for a later
+    // check or a user to pick up.
+    std::vector<std::filesystem::path> stale;
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::filesystem::path name = it->path().filename();
+        if (name.extension() != ".npy" || it->is_directory(ec)) continue;
+        if (std::none_of(g.files.begin(), g.files.end(), [&](const case_file& f) { return f.name == name.string(); }))
+            stale.push_back(it->path());
+    }
+    for (const std::filesystem::path& p : stale) std::filesystem::remove(p, ec);
+}
+
+/// A case read back from disk: manifest (strictly parsed), every file's sha256 checked against it,
+/// every tensor's header checked against the case's shapes, and the inputs decoded. data_error
+/// names the file and field on any problem.
+struct loaded_case {
+    std::filesystem::path dir;
+    manifest m;
+    case_data data;
+
+    /// The manifest entry of a role's float64 values ("output", "weights", "lse"), or nullptr.
+    const tensor_entry* entry(const std::string& role) const {
+        for (const tensor_entry& t : m.tensors)
+            if (t.role == role && !t.target) return &t;
+        return nullptr;
+    }
+    /// A golden tensor's float64 values, read again from the case directory with the same rules
+    /// as load_case (regular file inside the case, exactly the manifest's dtype and shape).
+    std::vector<double> reference(const tensor_entry& t) const {
+        require_regular_file(dir / t.file, "golden tensor", dir);
+        try {
+            return npy::to_double(npy::read(dir / t.file, npy::expectation{{t.dtype}, t.shape}));
+        } catch (const npy::error& e) {
+            throw data_error(e.what());
+        }
+    }
+};
+
+inline loaded_case load_case(const std::filesystem::path& dir) {
+    loaded_case lc;
+    lc.dir = dir;
+    const std::string manifest_file = (dir / "manifest.json").string();
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec)) throw data_error(dir.string() + ": not a golden case directory");
+    lc.m = parse_manifest(read_file_capped(manifest_file, max_json_bytes, dir), manifest_file);
+    const case_spec& s = lc.m.spec;
+    check_case_memory(s, manifest_file);
+    for (std::size_t i = 0; i < lc.m.tensors.size(); ++i) {
+        const tensor_entry& t = lc.m.tensors[i];
+        const std::string field = "tensors[" + std::to_string(i) + "]";
+        const std::filesystem::path p = dir / t.file;
+        // Regular file inside the case, no larger than its dtype and shape allow (plus the largest
+        // header): checked before hashing, so neither /dev/zero nor a FIFO nor a 20 GB file is read.
+        const std::uintmax_t size = require_regular_file(p, manifest_file + " field '" + field + ".file'", dir);
+        std::uint64_t limit = t.dtype == "|b1" ? 1 : t.dtype == "<f8" ? 8 : t.dtype == "<f4" ? 4 : 2;
+        for (std::size_t e : t.shape) limit = checked_mul(limit, e).value_or(UINT64_MAX);
+        limit = checked_add(limit, 12 + npy::detail::max_header_length).value_or(UINT64_MAX);
+        if (size > limit)
+            throw data_error(p.string() + ": file: " + std::to_string(size) + " bytes, more than the " + std::to_string(limit) +
+                             " that " + manifest_file + " field '" + field + ".shape' and '.dtype' allow");
+        std::string digest;
+        try {
+            digest = sha256_file(p);
+        } catch (const std::exception&) {
+            throw data_error(p.string() + ": cannot read the file listed in " + manifest_file + " field '" + field + ".file'");
+        }
+        if (digest != t.sha256)
+            throw data_error(p.string() + ": sha256 " + digest + " does not match " + manifest_file + " field '" + field + ".sha256'");
+        // Every tensor's header must be the manifest's dtype and shape (checked against the case by
+        // parse_manifest) now, not only when a later step happens to read it.
+        try {
+            (void)npy::read_header(p, npy::expectation{{t.dtype}, t.shape});
+        } catch (const npy::error& e) {
+            throw data_error(e.what());
+        }
+    }
+    for (const input_tensor_layout& layout : input_layout(s)) {
+        const std::string role(generator::role_name(layout.role));
+        const tensor_entry* entry = nullptr;
+        for (const tensor_entry& t : lc.m.tensors)
+            if (t.role == role && !t.target) entry = &t;
+        if (!entry) throw data_error(manifest_file + ": field 'tensors': no tensor with role '" + role + "'");
+        npy::array a;
+        try {
+            a = npy::read(dir / entry->file, npy::expectation{{entry->dtype}, layout.shape});
+        } catch (const npy::error& e) {
+            throw data_error(e.what());
+        }
+        const std::string path = (dir / entry->file).string();
+        if (layout.role == generator::role::mask) {
+            if (a.descr != "|b1") throw data_error(path + ": header field 'descr': expected '|b1', got '" + a.descr + "'");
+            lc.data.mask = npy::to_uint8(a);
+        } else {
+            if (a.descr != "<f8") throw data_error(path + ": header field 'descr': expected '<f8', got '" + a.descr + "'");
+            *lc.data.real(layout.role) = npy::to_double(a);
+        }
+    }
+    return lc;
+}
+
+}  // namespace attnref::golden

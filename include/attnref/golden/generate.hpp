@@ -1,0 +1,238 @@
+#pragma once
+/// \file golden/generate.hpp
+/// Generating a golden case: the inputs from the generator, the certified reference — by default
+/// through the fast path (fast_certify.hpp: double-double with rigorous bounds, undecided rows sent
+/// to the MPFI ladder), or through the MPFI ladder alone (certify.hpp, Ziv's escalation); both give
+/// the same bytes, a correctly rounded value being unique — every file serialised in memory with
+/// its sha256, and the manifest. Needs MPFR, MPFI and Boost.Multiprecision (the CMake target attnref::multiprecision);
+/// loading and checking a case (golden/case.hpp, golden/check.hpp) do not.
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attnref/certify.hpp"
+#include "attnref/fast_certify.hpp"
+#include "attnref/formats.hpp"
+#include "attnref/multiprecision.hpp"
+#include "attnref/golden/case.hpp"
+
+namespace attnref::golden {
+
+/// How generate_case certifies: the fast path with MPFI for what it cannot decide (default), or the
+/// MPFI ladder alone (`attnref generate --method mpfi`; the reference the fast path is tested against).
+enum class certification_method { fast, mpfi };
+
+/// The case's inputs as the fast path's problem; views into `c`'s data.
+inline fast::fast_problem fast_problem_for(const case_views& c) {
+    fast::fast_problem p;
+    p.options = c.o;
+    if (c.sdpa()) {
+        p.q = c.q, p.k = c.k, p.v = c.v;
+        return p;
+    }
+    p.mha = true;
+    p.heads = c.mo.heads;
+    p.kv_heads = c.mo.kv_heads;
+    p.x_q = c.x_q, p.x_k = c.x_k, p.x_v = c.x_v;
+    p.params = c.w;
+    return p;
+}
+
+/// The certification target of an output copy named in a case's outputs.targets (or "float64").
+inline const certify::binary_format* target_format(const std::string& name) {
+    if (name == "float64") return &certify::float64_target;
+    if (name == "float32") return &certify::float32_target;
+    if (name == "bfloat16") return &certify::bfloat16_target;
+    if (name == "float16") return &certify::float16_target;
+    return nullptr;
+}
+
+/// The fast certified reference of a case (output, then weights and lse when the case has them; for
+/// float64 and the case's extra targets, in generate_case's order).
+inline certify::result certify_case_fast(const case_spec& spec, const case_data& data, std::size_t threads,
+                                         fast::fast_stats* stats = nullptr, fast::fast_options options = {}) {
+    std::vector<certify::binary_format> targets{certify::float64_target};
+    for (const std::string& t : spec.outputs.targets) targets.push_back(*target_format(t));
+    options.threads = threads;
+    return fast::certify_fast(fast_problem_for(views_of(spec, data, threads)), spec.outputs.weights, spec.outputs.lse, targets, options,
+                              stats);
+}
+
+namespace generate_detail {
+inline std::vector<std::byte> serialize_doubles(const std::vector<std::size_t>& shape, const std::vector<double>& v) {
+    return npy::serialize(npy::make_array("<f8", shape, v));
+}
+
+/// A target copy: float32 '<f4', float16 '<f2' (IEEE half), bfloat16 '<u2' (bit patterns).
+inline std::pair<std::string, std::vector<std::byte>> serialize_target(const std::string& target, const std::vector<std::size_t>& shape,
+                                                                 const std::vector<double>& v) {
+    if (target == "float32") {
+        std::vector<float> f(v.begin(), v.end());  // exact: v holds float32 values
+        return {"<f4", npy::serialize(npy::make_array("<f4", shape, f))};
+    }
+    std::vector<std::uint16_t> bits;
+    bits.reserve(v.size());
+    for (double x : v)
+        bits.push_back(target == "bfloat16" ? formats::bfloat16(x).bits() : formats::float16(x).bits());  // exact
+    npy::array a = npy::make_array("<u2", shape, bits);
+    if (target == "float16") a.descr = "<f2";
+    return {a.descr, npy::serialize(a)};
+}
+
+template <class T>
+inline std::vector<T> flat(const tensor<T, 1>& t) {
+    return std::vector<T>(t.data(), t.data() + t.size());
+}
+
+}  // namespace generate_detail
+
+/// Generates the inputs, certifies the reference (threads for attnref's parallel_for) and
+/// serialises everything. `progress` receives one-line messages (may be empty).
+inline generated_case generate_case(const case_spec& spec, std::size_t threads, const std::function<void(const std::string&)>& progress = {},
+                                    certification_method method = certification_method::fast) {
+    const auto start = std::chrono::steady_clock::now();
+    generated_case g;
+    g.m.spec = spec;
+    const case_data data = generate_inputs(spec);
+
+    // Inputs: '<f8' values of the input format; mask '|b1'.
+    for (const input_tensor_layout& t : input_layout(spec)) {
+        const std::string role(generator::role_name(t.role));
+        case_file f{role + ".npy", {}};
+        std::string dtype = "<f8";
+        if (t.role == generator::role::mask) {
+            dtype = "|b1";
+            f.bytes = npy::serialize(npy::make_array("|b1", t.shape, data.mask));
+        } else {
+            f.bytes = generate_detail::serialize_doubles(t.shape, *const_cast<case_data&>(data).real(t.role));
+        }
+        g.m.tensors.push_back({role, std::nullopt, f.name, dtype, t.shape, sha256_hex(f.bytes)});
+        g.files.push_back(std::move(f));
+    }
+
+    // Certified outputs.
+    std::vector<std::string> names{"output"};
+    std::vector<std::vector<std::size_t>> shapes{output_shape(spec)};
+    if (spec.outputs.weights) names.push_back("weights"), shapes.push_back(weights_shape(spec));
+    if (spec.outputs.lse) names.push_back("lse"), shapes.push_back(lse_shape(spec));
+    std::vector<certify::binary_format> targets{certify::float64_target};
+    for (const std::string& t : spec.outputs.targets) targets.push_back(*target_format(t));
+
+    certify::options opts;
+    opts.shapes = shapes;
+    // NaN is exact only in rows that are empty from the mask alone under the nan policy, and in
+    // what they feed: their output and weights (sdpa: row (b, h, i); mha: every output feature of
+    // query row (b, i) once one of its heads is empty). lse of an empty row is −inf, never NaN.
+    const std::vector<std::uint8_t> empty = empty_rows_of(spec, data);
+    const case_shapes& d = spec.shapes;
+    const std::size_t rows_total = d.batch * d.heads * d.query_length;
+    if (spec.conventions.empty_rows == empty_row_policy::nan) {
+        auto per_row = [&](std::size_t width) {
+            std::vector<std::uint8_t> f(rows_total * width, 0);
+            for (std::size_t r = 0; r < rows_total; ++r)
+                for (std::size_t c = 0; c < width && empty[r]; ++c) f[r * width + c] = 1;
+            return f;
+        };
+        if (spec.kind == case_kind::sdpa) {
+            opts.nan_allowed.push_back(per_row(d.head_dim_v));
+        } else {
+            std::vector<std::uint8_t> f(d.batch * d.query_length * d.output_dim, 0);
+            for (std::size_t b = 0; b < d.batch; ++b)
+                for (std::size_t h = 0; h < d.heads; ++h)
+                    for (std::size_t i = 0; i < d.query_length; ++i)
+                        if (empty[(b * d.heads + h) * d.query_length + i])
+                            for (std::size_t c = 0; c < d.output_dim; ++c) f[(b * d.query_length + i) * d.output_dim + c] = 1;
+            opts.nan_allowed.push_back(std::move(f));
+        }
+        if (spec.outputs.weights) opts.nan_allowed.push_back(per_row(d.key_length));
+    }
+    opts.progress = [&](std::size_t rung, int bits, std::size_t pending) {
+        if (!progress) return;
+        if (rung == 0) progress(spec.name + ": computing the enclosure at " + std::to_string(bits) + " bits");
+        else progress(spec.name + ": " + std::to_string(pending) + " element(s) uncertified, escalating to " + std::to_string(bits) + " bits");
+    };
+    // Escalation recomputes only the query rows (b, h, i) that hold undecided elements: an output
+    // element of sdpa (b, h, i, c), a weight (b, h, i, j) and an lse (b, h, i) belong to row (b, h, i);
+    // an mha output (b, i, c) to query row (b, i) of every head (multi_head_attention_into then
+    // recomputes that query row's projections and all its heads). Every row is computed exactly as
+    // in a full call, and the values certified at a lower rung are kept, so the result is the same.
+    auto rows_for = [&](const certify::request& req) {
+        std::vector<std::uint8_t> rows;
+        if (req.pending.empty() || req.pending[0].empty()) return rows;  // first rung: everything
+        rows.assign(rows_total, 0);
+        const std::size_t sq = d.query_length;
+        for (std::size_t t = 0; t < names.size(); ++t) {
+            const std::vector<std::uint8_t>& p = req.pending[t];
+            for (std::size_t n = 0; n < p.size(); ++n) {
+                if (!p[n]) continue;
+                if (names[t] == "output" && spec.kind == case_kind::mha) {
+                    const std::size_t row = n / d.output_dim, b = row / sq, i = row % sq;  // (b, i)
+                    for (std::size_t h = 0; h < d.heads; ++h) rows[(b * d.heads + h) * sq + i] = 1;
+                } else {
+                    const std::size_t width = names[t] == "output" ? d.head_dim_v : names[t] == "weights" ? d.key_length : 1;
+                    rows[n / width] = 1;
+                }
+            }
+        }
+        return rows;
+    };
+    certify::result cert;
+    if (method == certification_method::fast) {
+        if (progress) progress(spec.name + ": computing in double-double with error bounds");
+        try {
+            cert = certify_case_fast(spec, data, threads);
+        } catch (const certify::uncertified_error& e) {
+            throw check_failure("case '" + spec.name + "': " + e.what());
+        }
+    } else try {
+        cert = certify::certify(
+            names, targets,
+            [&]<unsigned D>(std::integral_constant<unsigned, D>, const certify::request& req) {
+                using P = uniform_precision<mpfr_interval<D>>;
+                const std::vector<std::uint8_t> rows = rows_for(req);
+                const case_outputs_of<P> out = compute_case<P, double>(spec, data, threads, softmax_algorithm::shifted_division, 64, rows);
+                std::vector<std::vector<mpfr_interval<D>>> r{generate_detail::flat(out.output)};
+                if (spec.outputs.weights) r.push_back(generate_detail::flat(out.weights));
+                if (spec.outputs.lse) r.push_back(generate_detail::flat(out.lse));
+                return r;
+            },
+            opts);
+    } catch (const certify::uncertified_error& e) {
+        // Inconclusive, not bad input: exit 1 as golden/README.md says; nothing is written.
+        throw check_failure("case '" + spec.name + "': " + e.what());
+    }
+    g.m.reference.method = method == certification_method::fast ? reference_method_fast : reference_method_mpfi;
+    g.m.reference.precisions_bits = cert.precisions_bits;
+    for (const certify::tensor_report& r : cert.reports)
+        g.m.reference.certification.push_back({r.tensor, r.target, r.elements, r.certified, r.escalated, r.precisions_bits});
+    for (const certify::tensor_report& r : cert.reports) {
+        g.certified_elements += r.certified;
+        g.escalated_elements += r.escalated;
+    }
+    for (std::size_t t = 0; t < names.size(); ++t) {
+        case_file f{names[t] + ".npy", generate_detail::serialize_doubles(shapes[t], cert.values[t][0])};
+        g.m.tensors.push_back({names[t], std::nullopt, f.name, "<f8", shapes[t], sha256_hex(f.bytes)});
+        g.files.push_back(std::move(f));
+        for (std::size_t k = 1; k < targets.size(); ++k) {
+            auto [dtype, bytes] = generate_detail::serialize_target(targets[k].name, shapes[t], cert.values[t][k]);
+            case_file c{names[t] + "." + targets[k].name + ".npy", std::move(bytes)};
+            g.m.tensors.push_back({names[t], std::string(targets[k].name), c.name, dtype, shapes[t], sha256_hex(c.bytes)});
+            g.files.push_back(std::move(c));
+        }
+    }
+    const std::string text = manifest_text(g.m);
+    // generate never writes a case its own parser rejects.
+    (void)parse_manifest(text, spec.name + "/manifest.json (as generated)");
+    case_file mf{"manifest.json", {}};
+    mf.bytes.resize(text.size());
+    std::memcpy(mf.bytes.data(), text.data(), text.size());
+    g.files.push_back(std::move(mf));
+    g.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return g;
+}
+
+}  // namespace attnref::golden
