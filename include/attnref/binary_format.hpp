@@ -27,6 +27,8 @@
 #include <string_view>
 #include <utility>
 
+#include "attnref/name_table.hpp"
+
 namespace attnref {
 
 /// What a conversion does with a finite value too large for the format and with infinities.
@@ -281,11 +283,7 @@ inline constexpr std::pair<const char*, binary_format> binary_format_names[] = {
 };
 
 constexpr std::string_view format_name(binary_format f) { return describe(f).name; }
-constexpr std::optional<binary_format> format_from_name(std::string_view n) {
-    for (const auto& [name, f] : binary_format_names)
-        if (n == name) return f;
-    return std::nullopt;
-}
+constexpr std::optional<binary_format> format_from_name(std::string_view n) { return value_in(binary_format_names, n); }
 
 /// Unit roundoff u = 2^-p of the format.
 constexpr double unit_roundoff(binary_format f) { return describe(f).unit_roundoff(); }

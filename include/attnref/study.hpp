@@ -63,6 +63,7 @@
 #include "attnref/error_bounds.hpp"
 #include "attnref/formats.hpp"
 #include "attnref/generator.hpp"
+#include "attnref/name_table.hpp"
 #include "attnref/multiprecision.hpp"
 #include "attnref/policies.hpp"
 #include "attnref/precision.hpp"
@@ -87,36 +88,20 @@ inline std::optional<std::string> policy_from_name(std::string_view n) {
     return std::nullopt;
 }
 
-inline constexpr std::string_view algorithm_name(softmax_algorithm a) {
-    switch (a) {
-        case softmax_algorithm::naive: return "naive";
-        case softmax_algorithm::shifted_division: return "shifted";
-        case softmax_algorithm::division_free: return "division_free";
-        case softmax_algorithm::online: return "online";
-    }
-    return "";
-}
-inline std::optional<softmax_algorithm> algorithm_from_name(std::string_view n) {
-    for (softmax_algorithm a : {softmax_algorithm::naive, softmax_algorithm::shifted_division,
-                                softmax_algorithm::division_free, softmax_algorithm::online})
-        if (algorithm_name(a) == n) return a;
-    if (n == "shifted_division") return softmax_algorithm::shifted_division;
-    return std::nullopt;
-}
+/// The names studies use for softmax algorithms and scale placements ("shifted_division" is
+/// accepted for "shifted").
+inline constexpr std::pair<const char*, softmax_algorithm> algorithm_names[] = {
+    {"naive", softmax_algorithm::naive}, {"shifted", softmax_algorithm::shifted_division},
+    {"division_free", softmax_algorithm::division_free}, {"online", softmax_algorithm::online}};
+inline constexpr std::pair<const char*, scale_placement> placement_names[] = {
+    {"on_product", scale_placement::on_product}, {"on_query", scale_placement::on_query}, {"split_sqrt", scale_placement::split_sqrt}};
 
-inline constexpr std::string_view placement_name(scale_placement p) {
-    switch (p) {
-        case scale_placement::on_product: return "on_product";
-        case scale_placement::on_query: return "on_query";
-        case scale_placement::split_sqrt: return "split_sqrt";
-    }
-    return "";
+inline constexpr std::string_view algorithm_name(softmax_algorithm a) { return name_in(algorithm_names, a); }
+inline std::optional<softmax_algorithm> algorithm_from_name(std::string_view n) {
+    return n == "shifted_division" ? softmax_algorithm::shifted_division : value_in(algorithm_names, n);
 }
-inline std::optional<scale_placement> placement_from_name(std::string_view n) {
-    for (scale_placement p : {scale_placement::on_product, scale_placement::on_query, scale_placement::split_sqrt})
-        if (placement_name(p) == n) return p;
-    return std::nullopt;
-}
+inline constexpr std::string_view placement_name(scale_placement p) { return name_in(placement_names, p); }
+inline std::optional<scale_placement> placement_from_name(std::string_view n) { return value_in(placement_names, n); }
 
 /// One point of a study.
 struct point {

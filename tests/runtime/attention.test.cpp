@@ -9,6 +9,7 @@
 
 #include "attnref/error_bounds.hpp"
 #include "attnref/formats.hpp"
+#include "attnref/tolerance/data_aware.hpp"
 #include "attnref/tolerance/worst_case.hpp"
 #include "attnref/tolerance/zero_trust.hpp"
 #include "test_support.hpp"
@@ -327,10 +328,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(sdpa_within_the_librarys_worst_case_bound, T, floa
             }
             BOOST_TEST_MESSAGE(scalar_traits<T>::name << " placement " << int(placement) << " softmax " << int(algorithm)
                                                       << ": worst error / bound = " << worst_ratio);
-            // Useful: never as large as the outputs it bounds, and not loose by more than the
-            // factor measured (worst error / bound 0.0021–0.0074 over these types and options).
+            // Useful: never as large as the outputs it bounds, and not looser than measured (worst
+            // error / bound 0.0063–0.0082 over these types, placements and softmax algorithms).
             BOOST_TEST(!tolerance::find_vacuous(o_ref.storage(), dv, std::span<const double>(bounds)).any());
-            BOOST_TEST(worst_ratio >= 1e-3, scalar_traits<T>::name << ": worst error / bound = " << worst_ratio);
+            BOOST_TEST(worst_ratio >= 3e-3, scalar_traits<T>::name << ": worst error / bound = " << worst_ratio);
             BOOST_TEST(worst_ratio > 0.0);  // the arithmetic under test really rounds
         }
 }
@@ -418,8 +419,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(multiprecision_types_within_their_precision, T, mu
 
 // A precision policy: bf16 storage, fp32 accumulation, P rounded to bf16 before P·V, bf16 output (as
 // FlashAttention runs in bf16): exactly the checker's bfloat16 candidate, so it must stay within the
-// library's worst-case bound for a bfloat16 candidate (u = 2^-8 storage, u_acc = 2^-24 accumulation;
-// docs/error-bounds.md eqs. 10–12), far above fp32's error.
+// library's default (data-aware) bound for a bfloat16 candidate (u = 2^-8 storage, u_acc = 2^-24
+// accumulation; docs/error-bounds.md eqs. 15–22), which must be useful here, far above fp32's error.
+// (The rigorous worst-case bound, eq. 12, is vacuous for bf16 on this case: it reaches the row's
+// largest output; it must still hold.)
 BOOST_AUTO_TEST_CASE(bf16_storage_fp32_accumulate_policy) {
     using policy = precision_policy<bfloat16, float, bfloat16, bfloat16>;
     const std::size_t sq = 8, sk = 64, dk = 32, dv = 16;
@@ -437,15 +440,16 @@ BOOST_AUTO_TEST_CASE(bf16_storage_fp32_accumulate_policy) {
     const auto r = scaled_dot_product_attention<policy, bfloat16, bfloat16, bfloat16>(qb.view(), kb.view(), vb.view());
     const auto rf = scaled_dot_product_attention(test::cast<float>(q), test::cast<float>(k), test::cast<float>(v));
     const tensor<double, 4> p_ref = test::cast<double>(ref.weights), o_ref = test::cast<double>(ref.output);
-    const tolerance::worst_case_scales wc = tolerance::sdpa_worst_case_scales(q.view(), k.view(), v.view(), p_ref.view(), {});
+    const tolerance::data_aware_scales da = tolerance::sdpa_scales(q.view(), k.view(), v.view(), p_ref.view(), {});
     const double u = unit_roundoff(binary_format::bfloat16), ua = tolerance::accumulate_roundoff(binary_format::bfloat16);
-    std::vector<double> bounds(wc.size());
-    for (std::size_t e = 0; e < bounds.size(); ++e) bounds[e] = wc.bound(e, u, ua);
+    std::vector<double> bounds(da.size());
+    for (std::size_t e = 0; e < bounds.size(); ++e) bounds[e] = da.bound(e, u, ua);
     double worst_policy = 0, worst_float = 0, worst_ratio = 0;
     for (std::size_t e = 0; e < r.output.size(); ++e) {
         const double exact = o_ref[e];
         const double err = std::fabs(static_cast<double>(r.output[e]) - exact);
         BOOST_TEST(err <= bounds[e]);
+        BOOST_TEST(err <= da.worst_case.bound(e, u, ua));
         worst_ratio = std::max(worst_ratio, err / bounds[e]);
         worst_policy = std::max(worst_policy, err);
         worst_float = std::max(worst_float, std::fabs(static_cast<double>(rf.output[e]) - exact));
@@ -457,7 +461,7 @@ BOOST_AUTO_TEST_CASE(bf16_storage_fp32_accumulate_policy) {
     BOOST_TEST_MESSAGE("bf16/fp32-accumulate max error " << worst_policy << " (" << worst_ratio << " of the bound), fp32 max error "
                                                          << worst_float);
     BOOST_TEST(worst_policy > 100 * worst_float);
-    BOOST_TEST(worst_ratio >= 1e-2);  // the bound is not loose by more than measured (0.09 here)
+    BOOST_TEST(worst_ratio >= 5e-3);  // not looser than measured (worst error / bound 0.0139 here)
 }
 
 // Per-stage arithmetic: with_stage<Policy, stage, T> runs one stage in T. Putting every stage of a

@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 #include "attnref/binary_format.hpp"
+#include "attnref/name_table.hpp"
 
 namespace attnref::tolerance {
 
@@ -23,22 +25,11 @@ using attnref::unit_roundoff;
 
 enum class tolerance_model { data_aware, worst_case, assert_close, ulp, baseline };
 
-constexpr std::string_view model_name(tolerance_model m) {
-    switch (m) {
-        case tolerance_model::data_aware: return "data-aware";
-        case tolerance_model::worst_case: return "worst-case";
-        case tolerance_model::assert_close: return "assert-close";
-        case tolerance_model::ulp: return "ulp";
-        case tolerance_model::baseline: return "baseline";
-    }
-    return "?";
-}
-constexpr std::optional<tolerance_model> model_from_name(std::string_view n) {
-    for (tolerance_model m : {tolerance_model::data_aware, tolerance_model::worst_case, tolerance_model::assert_close,
-                              tolerance_model::ulp, tolerance_model::baseline})
-        if (model_name(m) == n) return m;
-    return std::nullopt;
-}
+inline constexpr std::pair<const char*, tolerance_model> tolerance_model_names[] = {
+    {"data-aware", tolerance_model::data_aware}, {"worst-case", tolerance_model::worst_case},
+    {"assert-close", tolerance_model::assert_close}, {"ulp", tolerance_model::ulp}, {"baseline", tolerance_model::baseline}};
+constexpr std::string_view model_name(tolerance_model m) { return name_in(tolerance_model_names, m); }
+constexpr std::optional<tolerance_model> model_from_name(std::string_view n) { return value_in(tolerance_model_names, n); }
 
 /// Unit roundoff of the accumulation the data-aware bound assumes: fp32 (2^-24) for bfloat16 and
 /// float16 candidates — every bf16/fp16 attention kernel (FlashAttention, cuDNN, PyTorch's math
