@@ -65,38 +65,21 @@ struct binary {
     static constexpr std::uint64_t max_finite_bits =
         HasInfinity ? ((exponent_field_max - 1) << FractionBits) | fraction_mask : infinity_bits | (fraction_mask - 1);
     static constexpr int max_exponent = static_cast<int>(max_finite_bits >> FractionBits) - bias;  // of max
+    /// IEEE 754-2019's binary16, binary32, binary64 (bfloat16 and the OCP 8-bit formats are not).
+    static constexpr bool is_iec559 =
+        HasInfinity && ((ExponentBits == 5 && FractionBits == 10) || (ExponentBits == 8 && FractionBits == 23) ||
+                        (ExponentBits == 11 && FractionBits == 52));
     static_assert(sizeof(Storage) * 8 >= static_cast<std::size_t>(total_bits));
 };
 
-// The named encodings. The names are the numpy / ml_dtypes dtype names.
-struct binary64 : binary<std::uint64_t, 11, 52, true> {
-    static constexpr std::string_view name = "float64";
-    static constexpr bool is_iec559 = true;
-};
-struct binary32 : binary<std::uint32_t, 8, 23, true> {
-    static constexpr std::string_view name = "float32";
-    static constexpr bool is_iec559 = true;
-};
-/// Google Brain bfloat16: float's exponent range, p = 8.
-struct bfloat16 : binary<std::uint16_t, 8, 7, true> {
-    static constexpr std::string_view name = "bfloat16";
-    static constexpr bool is_iec559 = false;
-};
-/// IEEE 754 binary16.
-struct float16 : binary<std::uint16_t, 5, 10, true> {
-    static constexpr std::string_view name = "float16";
-    static constexpr bool is_iec559 = true;
-};
-/// OCP 8-bit E4M3FN (no infinities, one NaN per sign).
-struct float8_e4m3fn : binary<std::uint8_t, 4, 3, false> {
-    static constexpr std::string_view name = "float8_e4m3fn";
-    static constexpr bool is_iec559 = false;
-};
-/// OCP 8-bit E5M2 (IEEE-like).
-struct float8_e5m2 : binary<std::uint8_t, 5, 2, true> {
-    static constexpr std::string_view name = "float8_e5m2";
-    static constexpr bool is_iec559 = false;
-};
+// The named encodings, one line each (is_iec559: an IEEE 754 interchange format, derived). The
+// names are the numpy / ml_dtypes dtype names.
+struct binary64 : binary<std::uint64_t, 11, 52, true> { static constexpr std::string_view name = "float64"; };
+struct binary32 : binary<std::uint32_t, 8, 23, true> { static constexpr std::string_view name = "float32"; };
+struct bfloat16 : binary<std::uint16_t, 8, 7, true> { static constexpr std::string_view name = "bfloat16"; };  // Google Brain
+struct float16 : binary<std::uint16_t, 5, 10, true> { static constexpr std::string_view name = "float16"; };    // IEEE binary16
+struct float8_e4m3fn : binary<std::uint8_t, 4, 3, false> { static constexpr std::string_view name = "float8_e4m3fn"; };  // OCP, no inf
+struct float8_e5m2 : binary<std::uint8_t, 5, 2, true> { static constexpr std::string_view name = "float8_e5m2"; };  // OCP E5M2
 
 /// A finite nonzero value q * 2^exponent, or a special value.
 struct decoded {

@@ -1,7 +1,8 @@
 #pragma once
 /// \file certify.hpp
-/// Owns: certification of reference values over MPFI enclosures (Ziv's ladder). Target formats are
-/// binary_format.hpp's format_description; rounding an MPFR end to one is binary_format_mpfr.hpp's.
+/// Owns: certification of reference values over MPFI enclosures (Ziv's ladder). Target formats and
+/// per-tensor reports are certify_report.hpp's (no MPFR); rounding an MPFR end to a format is
+/// binary_format_mpfr.hpp's.
 /// Certified reference values (Ziv's strategy over MPFI enclosures).
 ///
 /// A computation is run through attnref's own templates in uniform_precision<mpfr_interval<D>>:
@@ -83,18 +84,10 @@
 #include <mpfr.h>
 
 #include "attnref/binary_format_mpfr.hpp"
+#include "attnref/certify_report.hpp"
 #include "attnref/multiprecision.hpp"
 
 namespace attnref::certify {
-
-/// A target format of certification: its description (binary_format.hpp). `binary_format` is the
-/// name verify/ has used for it.
-using binary_format = format_description;
-
-inline constexpr format_description float64_target = describe(attnref::binary_format::float64);
-inline constexpr format_description float32_target = describe(attnref::binary_format::float32);
-inline constexpr format_description bfloat16_target = describe(attnref::binary_format::bfloat16);
-inline constexpr format_description float16_target = describe(attnref::binary_format::float16);
 
 /// The ladder of precisions (decimal digits of mpfr_interval<D>).
 inline constexpr unsigned ladder[] = {40, 80, 160, 320};
@@ -104,17 +97,6 @@ inline int ladder_bits(std::size_t rung) {
     constexpr int b[] = {bits_of<40>, bits_of<80>, bits_of<160>, bits_of<320>};
     return b[rung];
 }
-
-/// Per tensor and target: how many elements were certified, how many needed escalation, and at
-/// which precisions (bits) elements were certified.
-struct tensor_report {
-    std::string tensor;
-    std::string target;
-    std::size_t elements = 0;
-    std::size_t certified = 0;
-    std::size_t escalated = 0;
-    std::vector<int> precisions_bits;
-};
 
 struct result {
     /// values[t][k][n]: tensor t, target k (in the order given), element n, as exact doubles.

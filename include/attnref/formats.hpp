@@ -50,8 +50,8 @@ using encoding::decode;
 using encoding::decoded;
 }  // namespace detail
 
-/// A floating-point number stored in the encoding Format (one of binary_format.hpp's encoding::*); see the aliases
-/// bfloat16, float16, float8_e4m3, float8_e5m2 below for each encoding's contract.
+/// A floating-point number stored in the encoding Format (one of binary_format.hpp's encoding::*);
+/// see the aliases bfloat16, float16, float8_e4m3, float8_e5m2 below for each encoding's contract.
 /// - Construction from float, double or an integer rounds once to nearest even, overflow per
 ///   overflow_policy::standard; use convert<F>(x, overflow_policy::saturate) to saturate.
 /// - Explicit conversion to float and double is exact (NaN payloads are not kept: NaN -> quiet NaN).
