@@ -1,5 +1,8 @@
 #pragma once
 /// \file certify.hpp
+/// Owns: certification of reference values over MPFI enclosures (Ziv's ladder). Target formats and
+/// per-tensor reports are certify_report.hpp's (no MPFR); rounding an MPFR end to a format is
+/// binary_format_mpfr.hpp's.
 /// Certified reference values (Ziv's strategy over MPFI enclosures).
 ///
 /// A computation is run through attnref's own templates in uniform_precision<mpfr_interval<D>>:
@@ -68,7 +71,6 @@
 ///             /* run the templates in uniform_precision<mpfr_interval<D>>, return one flat
 ///                std::vector<mpfr_interval<D>> per tensor */ });
 
-#include <cfloat>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -81,44 +83,11 @@
 
 #include <mpfr.h>
 
+#include "attnref/binary_format_mpfr.hpp"
+#include "attnref/certify_report.hpp"
 #include "attnref/multiprecision.hpp"
 
 namespace attnref::certify {
-
-/// A binary floating-point target: precision p (bits, hidden bit included), the exponent of the
-/// smallest normal (2^min_exponent) and the largest finite value.
-struct binary_format {
-    const char* name;
-    int precision;
-    int min_exponent;
-    double max_finite;
-};
-
-inline constexpr binary_format float64_target{"float64", 53, -1022, DBL_MAX};
-inline constexpr binary_format float32_target{"float32", 24, -126, static_cast<double>(FLT_MAX)};
-inline constexpr binary_format bfloat16_target{"bfloat16", 8, -126, 0x1.FEp127};
-inline constexpr binary_format float16_target{"float16", 11, -14, 65504.0};
-
-/// x rounded to nearest, ties to even, in `f` (subnormals kept; beyond max_finite + half an ulp:
-/// ±inf), returned as the exact double value. NaN → quiet NaN.
-inline double round_to(mpfr_srcptr x, const binary_format& f) {
-    if (mpfr_nan_p(x)) return std::numeric_limits<double>::quiet_NaN();
-    if (mpfr_inf_p(x)) return mpfr_sgn(x) > 0 ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
-    if (mpfr_zero_p(x)) return 0.0;
-    // |x| = m · 2^e with m in [1/2, 1): floor(log2 |x|) = e − 1. Quantum 2^q of the result's grid.
-    const long e = static_cast<long>(mpfr_get_exp(x)) - 1;
-    const long q = (e > f.min_exponent ? e : f.min_exponent) - (f.precision - 1);
-    mpfr_t y;
-    mpfr_init2(y, mpfr_get_prec(x));
-    mpfr_mul_2si(y, x, -q, MPFR_RNDN);  // exact: only the exponent changes
-    mpfr_rint(y, y, MPFR_RNDN);          // nearest integer, ties to even
-    mpfr_mul_2si(y, y, q, MPFR_RNDN);    // exact
-    const double r = mpfr_get_d(y, MPFR_RNDN);  // exact: at most p ≤ 53 bits, in double's range
-    mpfr_clear(y);
-    if (r > f.max_finite) return std::numeric_limits<double>::infinity();
-    if (r < -f.max_finite) return -std::numeric_limits<double>::infinity();
-    return r == 0 ? 0.0 : r;
-}
 
 /// The ladder of precisions (decimal digits of mpfr_interval<D>).
 inline constexpr unsigned ladder[] = {40, 80, 160, 320};
@@ -128,17 +97,6 @@ inline int ladder_bits(std::size_t rung) {
     constexpr int b[] = {bits_of<40>, bits_of<80>, bits_of<160>, bits_of<320>};
     return b[rung];
 }
-
-/// Per tensor and target: how many elements were certified, how many needed escalation, and at
-/// which precisions (bits) elements were certified.
-struct tensor_report {
-    std::string tensor;
-    std::string target;
-    std::size_t elements = 0;
-    std::size_t certified = 0;
-    std::size_t escalated = 0;
-    std::vector<int> precisions_bits;
-};
 
 struct result {
     /// values[t][k][n]: tensor t, target k (in the order given), element n, as exact doubles.
@@ -187,7 +145,7 @@ namespace detail {
 /// 0: v could be 0 or negative. NaN: only where `nan_allowed` (exact by construction) and only
 /// when both ends are NaN.
 template <unsigned D>
-bool certify_element(const mpfr_interval<D>& x, const binary_format& f, bool nan_allowed, double& value) {
+bool certify_element(const mpfr_interval<D>& x, const format_description& f, bool nan_allowed, double& value) {
     mpfr_srcptr lo = &x.backend().data()[0].left, hi = &x.backend().data()[0].right;
     const bool lo_nan = mpfr_nan_p(lo) != 0, hi_nan = mpfr_nan_p(hi) != 0;
     if (lo_nan || hi_nan) {
@@ -197,7 +155,7 @@ bool certify_element(const mpfr_interval<D>& x, const binary_format& f, bool nan
         }
         return false;
     }
-    const double a = round_to(lo, f), b = round_to(hi, f);
+    const double a = ::attnref::round_to(lo, f), b = ::attnref::round_to(hi, f);
     if (!(a == b)) return false;
     if (a == 0) {
         if (mpfr_sgn(lo) >= 0) value = 0.0;
@@ -237,7 +195,7 @@ inline std::string index_text(std::size_t n, const std::vector<std::size_t>* sha
 /// after the last rung; with a compute that honours `request`, the higher rungs only recompute the
 /// rows that hold undecided elements, not the whole case.
 template <class Compute>
-result certify(const std::vector<std::string>& tensors, const std::vector<binary_format>& targets, Compute&& compute,
+result certify(const std::vector<std::string>& tensors, const std::vector<format_description>& targets, Compute&& compute,
                const options& opts = {}) {
     result r;
     const std::size_t nt = tensors.size(), nk = targets.size();

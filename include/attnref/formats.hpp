@@ -1,5 +1,7 @@
 #pragma once
 /// \file formats.hpp
+/// Owns: the emulated storage formats as scalar types (storage_float, its arithmetic, math functions
+/// and numeric_limits). Their encodings and the one rounding conversion are binary_format.hpp's.
 /// Emulated low-precision storage formats as scalar types: bfloat16, float16, float8_e4m3 (OCP
 /// E4M3FN) and float8_e5m2, in attnref::formats and re-exported into attnref.
 ///
@@ -30,169 +32,26 @@
 #include <limits>
 #include <string_view>
 
+#include "attnref/binary_format.hpp"
 #include "attnref/math.hpp"
 #include "attnref/scalar.hpp"
 
 namespace attnref::formats {
 
-/// What a conversion does with a finite value too large for the format and with infinities.
-/// - standard: the IEEE rule. Round to nearest even as if the exponent were unbounded; a result
-///   beyond the largest finite value becomes ±inf, or NaN in a format without infinities (E4M3FN).
-///   ±inf converts to ±inf (NaN in E4M3FN).
-/// - saturate: a result beyond the largest finite value becomes ±max, and ±inf becomes ±max
-///   (as ml_dtypes' saturating casts). NaN stays NaN under both policies.
-enum class overflow_policy { standard, saturate };
+using attnref::overflow_policy;
 
 namespace detail {
-
-/// Description of a binary floating-point encoding: sign, exponent_bits, fraction_bits, bias
-/// 2^(exponent_bits-1) - 1. With has_infinity (IEEE-like), the all-ones exponent holds ±inf
-/// (fraction 0) and NaN (fraction != 0). Without it (the OCP "FN" formats), the all-ones exponent
-/// holds finite values except the single NaN S.1...1.1...1.
-template <class Storage, int ExponentBits, int FractionBits, bool HasInfinity>
-struct binary_format {
-    using storage = Storage;
-    static constexpr int exponent_bits = ExponentBits;
-    static constexpr int fraction_bits = FractionBits;
-    static constexpr int digits = FractionBits + 1;
-    static constexpr bool has_infinity = HasInfinity;
-    static constexpr int bias = (1 << (ExponentBits - 1)) - 1;
-    static constexpr int min_exponent = 1 - bias;  // exponent of the smallest normal, 2^min_exponent
-    static constexpr int total_bits = 1 + ExponentBits + FractionBits;
-    static constexpr std::uint64_t sign_mask = std::uint64_t{1} << (ExponentBits + FractionBits);
-    static constexpr std::uint64_t fraction_mask = (std::uint64_t{1} << FractionBits) - 1;
-    static constexpr std::uint64_t exponent_field_max = (std::uint64_t{1} << ExponentBits) - 1;
-    static constexpr std::uint64_t infinity_bits = exponent_field_max << FractionBits;  // IEEE-like only
-    static constexpr std::uint64_t quiet_nan_bits =
-        HasInfinity ? infinity_bits | (std::uint64_t{1} << (FractionBits - 1)) : infinity_bits | fraction_mask;
-    static constexpr std::uint64_t signaling_nan_bits = HasInfinity ? infinity_bits | 1 : quiet_nan_bits;
-    static constexpr std::uint64_t max_finite_bits =
-        HasInfinity ? ((exponent_field_max - 1) << FractionBits) | fraction_mask : infinity_bits | (fraction_mask - 1);
-    static constexpr int max_exponent = static_cast<int>(max_finite_bits >> FractionBits) - bias;  // of max
-    static_assert(sizeof(Storage) * 8 >= static_cast<std::size_t>(total_bits));
-};
-
-using binary32_format = binary_format<std::uint32_t, 8, 23, true>;
-using binary64_format = binary_format<std::uint64_t, 11, 52, true>;
-
-/// A finite nonzero value q * 2^exponent, or a special value.
-struct decoded {
-    enum class kind { zero, finite, infinity, nan };
-    kind what;
-    bool negative;
-    std::uint64_t q;
-    int exponent;
-};
-
-template <class Format>
-constexpr decoded decode(std::uint64_t bits) {
-    const bool negative = (bits & Format::sign_mask) != 0;
-    const std::uint64_t exponent_field = (bits >> Format::fraction_bits) & Format::exponent_field_max;
-    const std::uint64_t fraction = bits & Format::fraction_mask;
-    if (exponent_field == Format::exponent_field_max) {
-        if constexpr (Format::has_infinity) {
-            return {fraction == 0 ? decoded::kind::infinity : decoded::kind::nan, negative, 0, 0};
-        } else {
-            if (fraction == Format::fraction_mask) return {decoded::kind::nan, negative, 0, 0};
-        }
-    }
-    if (exponent_field == 0) {
-        if (fraction == 0) return {decoded::kind::zero, negative, 0, 0};
-        return {decoded::kind::finite, negative, fraction, Format::min_exponent - Format::fraction_bits};
-    }
-    return {decoded::kind::finite, negative, fraction | (std::uint64_t{1} << Format::fraction_bits),
-            static_cast<int>(exponent_field) - Format::bias - Format::fraction_bits};
-}
-
-/// Rounds q * 2^exponent (q != 0) to Format, to nearest with ties to even, in one step: the result's
-/// quantum is 2^(max(floor(log2 |x|), min_exponent) - fraction_bits); q is shifted right onto that
-/// grid, and the dropped bits decide the rounding. A carry out of the fraction moves into the
-/// exponent field on its own, because the encoding of |x| is (biased exponent - 1) * 2^fraction_bits
-/// plus the significand including its leading bit.
-template <class Format>
-constexpr std::uint64_t round_finite(bool negative, std::uint64_t q, int exponent, overflow_policy policy) {
-    const int top = exponent + std::bit_width(q) - 1;  // floor(log2 |x|)
-    const int result_exponent = top > Format::min_exponent ? top : Format::min_exponent;
-    const int quantum = result_exponent - Format::fraction_bits;
-    const int shift = quantum - exponent;
-    std::uint64_t r = 0;
-    if (shift <= 0) {
-        r = q << -shift;  // exact; r <= 2^(fraction_bits + 1)
-    } else if (shift >= 64) {
-        // |x| < 2^(exponent + 64) <= 2^(quantum - shift + 64): at most half a quantum, and a tie
-        // (q == 2^63, shift == 64) goes to the even neighbour, zero.
-        r = (shift == 64 && q > (std::uint64_t{1} << 63)) ? 1 : 0;
-    } else {
-        r = q >> shift;
-        const std::uint64_t dropped = q & ((std::uint64_t{1} << shift) - 1);
-        const std::uint64_t half = std::uint64_t{1} << (shift - 1);
-        if (dropped > half || (dropped == half && (r & 1) != 0)) ++r;
-    }
-    std::uint64_t magnitude =
-        (static_cast<std::uint64_t>(result_exponent - Format::min_exponent) << Format::fraction_bits) + r;
-    if (magnitude > Format::max_finite_bits) {
-        if (policy == overflow_policy::saturate) {
-            magnitude = Format::max_finite_bits;
-        } else {
-            magnitude = Format::has_infinity ? Format::infinity_bits : Format::quiet_nan_bits;
-        }
-    }
-    return magnitude | (negative ? Format::sign_mask : 0);
-}
-
-/// Converts the bits of a value in Source to the bits of the correctly rounded value in Dest.
-template <class Dest, class Source>
-constexpr typename Dest::storage convert_bits(std::uint64_t bits, overflow_policy policy) {
-    const decoded d = decode<Source>(bits);
-    const std::uint64_t sign = d.negative ? Dest::sign_mask : 0;
-    std::uint64_t result = 0;
-    switch (d.what) {
-        case decoded::kind::nan: result = Dest::quiet_nan_bits | sign; break;
-        case decoded::kind::zero: result = sign; break;
-        case decoded::kind::infinity:
-            if (policy == overflow_policy::saturate) {
-                result = Dest::max_finite_bits | sign;
-            } else {
-                result = (Dest::has_infinity ? Dest::infinity_bits : Dest::quiet_nan_bits) | sign;
-            }
-            break;
-        case decoded::kind::finite: result = round_finite<Dest>(d.negative, d.q, d.exponent, policy); break;
-    }
-    return static_cast<typename Dest::storage>(result);
-}
-
-/// Bits of the correctly rounded value of an integer in Dest.
-template <class Dest, std::integral I>
-constexpr typename Dest::storage convert_integer(I i, overflow_policy policy) {
-    if (i == 0) return 0;
-    const bool negative = i < 0;
-    // Magnitude in uint64 arithmetic, so that the most negative value needs no special case.
-    const std::uint64_t q = negative ? std::uint64_t{0} - static_cast<std::uint64_t>(i) : static_cast<std::uint64_t>(i);
-    return static_cast<typename Dest::storage>(round_finite<Dest>(negative, q, 0, policy));
-}
-
-// Formats of the four storage types. The names are the ml_dtypes / numpy dtype names.
-struct bfloat16_format : binary_format<std::uint16_t, 8, 7, true> {
-    static constexpr std::string_view name = "bfloat16";
-    static constexpr bool is_iec559 = false;
-};
-struct float16_format : binary_format<std::uint16_t, 5, 10, true> {
-    static constexpr std::string_view name = "float16";
-    static constexpr bool is_iec559 = true;
-};
-struct float8_e4m3_format : binary_format<std::uint8_t, 4, 3, false> {
-    static constexpr std::string_view name = "float8_e4m3fn";
-    static constexpr bool is_iec559 = false;
-};
-struct float8_e5m2_format : binary_format<std::uint8_t, 5, 2, true> {
-    static constexpr std::string_view name = "float8_e5m2";
-    static constexpr bool is_iec559 = false;
-};
-
+// The encodings and the one rounding conversion between them live in binary_format.hpp.
+using encoding::binary32;
+using encoding::binary64;
+using encoding::convert_bits;
+using encoding::convert_integer;
+using encoding::decode;
+using encoding::decoded;
 }  // namespace detail
 
-/// A floating-point number stored in the encoding Format (one of detail::*_format); see the aliases
-/// bfloat16, float16, float8_e4m3, float8_e5m2 below for each encoding's contract.
+/// A floating-point number stored in the encoding Format (one of binary_format.hpp's encoding::*);
+/// see the aliases bfloat16, float16, float8_e4m3, float8_e5m2 below for each encoding's contract.
 /// - Construction from float, double or an integer rounds once to nearest even, overflow per
 ///   overflow_policy::standard; use convert<F>(x, overflow_policy::saturate) to saturate.
 /// - Explicit conversion to float and double is exact (NaN payloads are not kept: NaN -> quiet NaN).
@@ -206,10 +65,10 @@ public:
 
     constexpr storage_float() = default;
     explicit constexpr storage_float(float x)
-        : bits_(detail::convert_bits<Format, detail::binary32_format>(std::bit_cast<std::uint32_t>(x),
+        : bits_(detail::convert_bits<Format, detail::binary32>(std::bit_cast<std::uint32_t>(x),
                                                                        overflow_policy::standard)) {}
     explicit constexpr storage_float(double x)
-        : bits_(detail::convert_bits<Format, detail::binary64_format>(std::bit_cast<std::uint64_t>(x),
+        : bits_(detail::convert_bits<Format, detail::binary64>(std::bit_cast<std::uint64_t>(x),
                                                                        overflow_policy::standard)) {}
     template <std::integral I>
         requires(!std::same_as<I, bool>)
@@ -224,11 +83,11 @@ public:
 
     explicit constexpr operator float() const {
         return std::bit_cast<float>(
-            detail::convert_bits<detail::binary32_format, Format>(bits_, overflow_policy::standard));
+            detail::convert_bits<detail::binary32, Format>(bits_, overflow_policy::standard));
     }
     explicit constexpr operator double() const {
         return std::bit_cast<double>(
-            detail::convert_bits<detail::binary64_format, Format>(bits_, overflow_policy::standard));
+            detail::convert_bits<detail::binary64, Format>(bits_, overflow_policy::standard));
     }
 
     friend constexpr storage_float operator+(storage_float a) { return a; }
@@ -268,36 +127,36 @@ private:
 /// NaN: exponent all ones, fraction != 0; conversions produce the quiet NaN 0x7FC0 (sign kept).
 /// Rounding to nearest even; overflow -> ±inf (saturate: ±max). numpy/ml_dtypes dtype
 /// `bfloat16`; golden .npy files store the bit patterns as uint16 '<u2'.
-using bfloat16 = storage_float<detail::bfloat16_format>;
+using bfloat16 = storage_float<encoding::bfloat16>;
 /// IEEE 754 binary16: 1 sign, 5 exponent (bias 15), 10 fraction bits; p = 11. Max 65504 (0x7BFF),
 /// min normal 2^-14, min subnormal 2^-24. ±inf = 0x7C00/0xFC00; NaN: exponent all ones, fraction != 0;
 /// conversions produce the quiet NaN 0x7E00 (sign kept). Rounding to nearest even; overflow -> ±inf
 /// (saturate: ±max). numpy dtype `float16`; golden .npy files store it as numpy float16 '<f2'.
-using float16 = storage_float<detail::float16_format>;
+using float16 = storage_float<encoding::float16>;
 /// OCP 8-bit E4M3FN: 1 sign, 4 exponent (bias 7), 3 fraction bits; p = 4. No infinity: the all-ones
 /// exponent holds finite values up to max 448 (0x7E) except the only NaN, S.1111.111 (0x7F/0xFF).
 /// Min normal 2^-6, min subnormal 2^-9. Rounding to nearest even (464 ties to 448); overflow and ±inf
 /// -> NaN (saturate: ±448). ml_dtypes dtype `float8_e4m3fn`; golden .npy files store the bit
 /// patterns as uint8 '|u1'.
-using float8_e4m3 = storage_float<detail::float8_e4m3_format>;
+using float8_e4m3 = storage_float<encoding::float8_e4m3fn>;
 /// OCP 8-bit E5M2 (IEEE-like): 1 sign, 5 exponent (bias 15), 2 fraction bits; p = 3. Max 57344 (0x7B),
 /// min normal 2^-14, min subnormal 2^-16. ±inf = 0x7C/0xFC; NaN: exponent all ones, fraction != 0;
 /// conversions produce the quiet NaN 0x7E (sign kept). Rounding to nearest even; overflow -> ±inf
 /// (saturate: ±max). ml_dtypes dtype `float8_e5m2`; golden .npy files store the bit patterns as
 /// uint8 '|u1'.
-using float8_e5m2 = storage_float<detail::float8_e5m2_format>;
+using float8_e5m2 = storage_float<encoding::float8_e5m2>;
 
 /// x rounded to nearest even in F, with the chosen overflow policy (see overflow_policy).
 template <class F>
 constexpr F convert(double x, overflow_policy policy) {
     return F::from_bits(
-        detail::convert_bits<typename F::format, detail::binary64_format>(std::bit_cast<std::uint64_t>(x), policy));
+        detail::convert_bits<typename F::format, detail::binary64>(std::bit_cast<std::uint64_t>(x), policy));
 }
 /// x rounded to nearest even in F, with the chosen overflow policy (see overflow_policy).
 template <class F>
 constexpr F convert(float x, overflow_policy policy) {
     return F::from_bits(
-        detail::convert_bits<typename F::format, detail::binary32_format>(std::bit_cast<std::uint32_t>(x), policy));
+        detail::convert_bits<typename F::format, detail::binary32>(std::bit_cast<std::uint32_t>(x), policy));
 }
 
 // Classification and magnitude: exact, on the bits.
@@ -344,11 +203,7 @@ ATTNREF_FORMATS_MATH_FUNCTION(tanh)
 #undef ATTNREF_FORMATS_MATH_FUNCTION
 
 namespace detail {
-/// The exact value of a format's encoding as a double (every format value is a double).
-template <class Format>
-constexpr double to_double(std::uint64_t bits) {
-    return std::bit_cast<double>(convert_bits<binary64_format, Format>(bits, overflow_policy::standard));
-}
+using encoding::to_double;
 /// floor(log10(x)) for x >= 1, by comparison with powers of ten computed in double; these are
 /// inexact above 10^22, which cannot matter for the formats' max and 1/min (far from powers of ten).
 constexpr int floor_log10(double x) {
@@ -371,7 +226,6 @@ using formats::convert;
 using formats::float16;
 using formats::float8_e4m3;
 using formats::float8_e5m2;
-using formats::overflow_policy;
 
 template <class Format>
 struct scalar_traits<formats::storage_float<Format>> {

@@ -1,5 +1,7 @@
 #pragma once
 /// \file generator.hpp
+/// Owns: the portable input recipe "splitmix64-v1" and the input families. Input formats are
+/// binary_format.hpp's (round_to rounds to them).
 /// Portable, counter-based golden inputs: every element is a pure function of (seed, tensor role,
 /// element index), computable on its own in any language with IEEE-754 doubles and 64-bit unsigned
 /// integers. The recipe ("splitmix64-v1"), which golden/README.md repeats with a Python version:
@@ -42,7 +44,7 @@
 #include <string_view>
 #include <vector>
 
-#include "attnref/formats.hpp"
+#include "attnref/binary_format.hpp"
 
 namespace attnref::generator {
 
@@ -83,34 +85,11 @@ constexpr double uniform(std::uint64_t seed, role r, std::uint64_t index) {
     return static_cast<double>(bits(seed, r, index) >> 11) * 0x1p-53;
 }
 
-/// Formats the inputs are rounded to; the stored .npy holds their values as float64.
-enum class input_format { float64, float32, bfloat16, float16 };
-
-inline constexpr std::string_view format_name(input_format f) {
-    switch (f) {
-        case input_format::float64: return "float64";
-        case input_format::float32: return "float32";
-        case input_format::bfloat16: return "bfloat16";
-        case input_format::float16: return "float16";
-    }
-    return "";
-}
-inline std::optional<input_format> format_from_name(std::string_view n) {
-    for (input_format f : {input_format::float64, input_format::float32, input_format::bfloat16, input_format::float16})
-        if (format_name(f) == n) return f;
-    return std::nullopt;
-}
-
-/// x rounded once to nearest-even in `f`, returned as the (exact) double value.
-constexpr double round_to_format(double x, input_format f) {
-    switch (f) {
-        case input_format::float64: return x;
-        case input_format::float32: return static_cast<double>(static_cast<float>(x));
-        case input_format::bfloat16: return static_cast<double>(formats::bfloat16(x));
-        case input_format::float16: return static_cast<double>(formats::float16(x));
-    }
-    return x;
-}
+/// Formats the inputs are rounded to (binary_format.hpp: names, round_to); the stored .npy holds
+/// their values as float64.
+using input_format = binary_format;
+using attnref::format_from_name;
+using attnref::format_name;
 
 /// value = fl64(2u − 1)·scale + offset (two roundings, see the file comment).
 struct affine {
@@ -163,7 +142,7 @@ inline std::vector<double> generate(const input_family& family, std::uint64_t se
         const double centred = 2 * u - 1;
         const double scaled = centred * a.scale;
         const double shifted = scaled + a.offset;
-        return round_to_format(shifted, format);
+        return round_to(format, shifted);
     };
     std::vector<double> out(count);
     for (std::size_t n = 0; n < count; ++n) {
@@ -173,10 +152,10 @@ inline std::vector<double> generate(const input_family& family, std::uint64_t se
         else if (structured && r == role::value && family.negate_odd_value_rows && j % 2 == 1) x = -plain(n - features);
         else x = plain(n);
         if (structured && c == 0 && r == role::query && family.query_feature0)
-            x = round_to_format(*family.query_feature0, format);
+            x = round_to(format, *family.query_feature0);
         if (structured && c == 0 && r == role::key && family.key_feature0 &&
             (family.key_feature0_keys == 0 || j < family.key_feature0_keys))
-            x = round_to_format(*family.key_feature0, format);
+            x = round_to(format, *family.key_feature0);
         out[n] = x;
     }
     return out;

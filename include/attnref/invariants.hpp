@@ -33,6 +33,7 @@
 #include <span>
 #include <vector>
 
+#include "attnref/error_bounds.hpp"
 #include "attnref/mask.hpp"
 #include "attnref/math.hpp"
 #include "attnref/scalar.hpp"
@@ -66,12 +67,6 @@ struct invariant_report {
         }
     }
 };
-
-/// γ_n = n·u / (1 − n·u).
-constexpr double gamma(std::size_t n, double u) {
-    const double nu = static_cast<double>(n) * u;
-    return nu / (1 - nu);
-}
 
 /// The lse a producer writes for an empty row (every key structurally masked). attnref, PyTorch
 /// and FlashAttention's split-KV path write −inf (log 0); FlashAttention 2 and 3 write +inf on
@@ -122,11 +117,8 @@ constexpr double half_subnormal_spacing(double u, double smallest_normal) { retu
 /// a weight rounded in the subnormal range (half_subnormal_spacing), u_sum the check's own sum's.
 /// +inf when n·u_acc ≥ 1 (γ undefined): the caller must treat that as vacuous.
 constexpr double row_sum_bound(std::size_t n, double u_acc, double u_s, double eta, double u_sum) {
-    const double nd = static_cast<double>(n);
-    const double acc = (nd + 3) * u_acc, sum = nd * u_sum;
-    if (!(acc < 1) || !(sum < 1)) return __builtin_inf();
-    const double weights = (1 + acc / (1 - acc)) * (1 + u_s) - 1 + nd * eta;
-    return (weights + (sum / (1 - sum)) * (1 + weights)) * (1 + 0x1p-50);  // (1 + 2^-50): this evaluation's rounding
+    const double weights = (1 + gamma(n + 3, u_acc)) * (1 + u_s) - 1 + static_cast<double>(n) * eta;  // γ: error_bounds.hpp
+    return (weights + gamma(n, u_sum) * (1 + weights)) * (1 + 0x1p-50);  // (1 + 2^-50): this evaluation's rounding
 }
 
 /// Rows of P (B, H, Sq, Sk) sum to 1 within row_sum_bound(n, u_acc, u_s, …); empty rows sum to 0

@@ -1,5 +1,7 @@
 #pragma once
 /// \file math.hpp
+/// Owns: the constexpr elementary functions (exp, log, log1p, expm1, sqrt, tanh). The precision and
+/// exponent range of float and double come from binary_format.hpp's encodings.
 /// attnref's own constexpr elementary functions: attnref::math::{exp, log, log1p, expm1, sqrt, tanh}.
 ///
 /// Why attnref has its own: a reference implementation must give the same bits whether a value is
@@ -42,6 +44,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "attnref/binary_format.hpp"
 #include "attnref/scalar.hpp"
 
 namespace attnref::math {
@@ -50,18 +53,19 @@ namespace detail {
 
 // ---------------------------------------------------------------------------------------------
 // Binary format facts. p: significand bits; a normal x satisfies 2^emin <= |x| < 2^(emax+1).
+// float and double take them from their encodings (binary_format.hpp); long double and __float128
+// have no encoding there (x87's explicit leading bit, no 128-bit storage integer).
 template <class T>
 struct format;
-template <>
-struct format<float> {
-    static constexpr int p = 24, emin = -126, emax = 127;
-    using bits = std::uint32_t;
+template <class Encoding>
+struct format_of_encoding {
+    static constexpr int p = Encoding::digits, emin = Encoding::min_exponent, emax = Encoding::max_exponent;
+    using bits = typename Encoding::storage;
 };
 template <>
-struct format<double> {
-    static constexpr int p = 53, emin = -1022, emax = 1023;
-    using bits = std::uint64_t;
-};
+struct format<float> : format_of_encoding<encoding::binary32> {};
+template <>
+struct format<double> : format_of_encoding<encoding::binary64> {};
 template <>
 struct format<long double> {
     static constexpr int p = std::numeric_limits<long double>::digits;

@@ -1,5 +1,7 @@
 #pragma once
 /// \file npy.hpp
+/// Owns: reading and writing NumPy .npy files (header checks, dtypes, element conversion). float16
+/// elements are decoded by binary_format.hpp's encoding::widen_to_double.
 /// A strict reader and writer for NumPy's .npy format (NEP 1, numpy/lib/format.py), standard
 /// library only. attnref's golden data is stored as .npy files; this header is how C++ reads and
 /// writes them.
@@ -64,6 +66,8 @@
 #include <system_error>
 #include <type_traits>
 #include <vector>
+
+#include "attnref/binary_format.hpp"
 
 namespace attnref::npy {
 
@@ -209,23 +213,6 @@ inline std::uint64_t load_le(const std::byte* p, std::size_t n) {
 
 inline void store_le(std::byte* p, std::uint64_t bits, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) p[i] = std::byte((bits >> (8 * i)) & 0xff);
-}
-
-/// IEEE 754 binary16 -> binary64. Exact: every half is a double. NaN keeps sign and payload
-/// (quiet bit included), as numpy's npy_half_to_double does.
-inline double half_to_double(std::uint16_t h) {
-    const bool negative = (h & 0x8000u) != 0;
-    const unsigned exponent = (h >> 10) & 0x1fu;
-    const unsigned mantissa = h & 0x3ffu;
-    if (exponent == 0x1f) {
-        const std::uint64_t bits = (std::uint64_t(negative) << 63) | (std::uint64_t(0x7ff) << 52) |
-                                   (std::uint64_t(mantissa) << 42);
-        return std::bit_cast<double>(bits);
-    }
-    // Subnormal: mantissa * 2^-24; normal: (1024 + mantissa) * 2^(exponent - 25). Both exact.
-    const double magnitude = exponent == 0 ? std::ldexp(double(mantissa), -24)
-                                           : std::ldexp(double(1024u + mantissa), int(exponent) - 25);
-    return negative ? -magnitude : magnitude;
 }
 
 /// The descriptor of each C++ element type make_array and to_vector accept.
@@ -770,7 +757,7 @@ inline std::vector<double> to_double(const array& a) {
         case 'f':
             value = info.itemsize == 8   ? std::bit_cast<double>(bits)
                     : info.itemsize == 4 ? double(std::bit_cast<float>(static_cast<std::uint32_t>(bits)))
-                                         : detail::half_to_double(static_cast<std::uint16_t>(bits));
+                                         : encoding::widen_to_double<encoding::float16>(bits);  // NaN payloads kept, as numpy does
             break;
         case 'u':
         case 'b':

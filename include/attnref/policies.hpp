@@ -1,5 +1,6 @@
 #pragma once
 /// \file policies.hpp
+/// Owns: the registry of named precision policies (name -> precision_policy).
 /// Named precision policies: the arithmetics `attnref run` (and the study tool) can compute a case
 /// with, by name. Each name maps to one precision_policy<Storage, Accumulate, Weights, Output>
 /// (precision.hpp); the algorithms are the same templates for all of them.

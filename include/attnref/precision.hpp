@@ -1,5 +1,6 @@
 #pragma once
 /// \file precision.hpp
+/// Owns: precision policies (which arithmetic each stage uses) and convert<To>.
 /// Precision policies: which arithmetic each stage of attention uses. The algorithms are the same
 /// code for every policy; a policy only names four types.
 ///   storage_type     inputs, weights, and the tensors a framework materialises between stages

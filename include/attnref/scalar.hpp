@@ -1,5 +1,6 @@
 #pragma once
 /// \file scalar.hpp
+/// Owns: the Scalar concept, scalar_traits, and the per-type helpers built on them (unit_roundoff<T>).
 /// The Scalar concept and per-type traits.
 ///
 /// attnref's algorithms are written once, over a type parameter T. T is not restricted to

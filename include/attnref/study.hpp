@@ -1,5 +1,6 @@
 #pragma once
 /// \file study.hpp
+/// Owns: precision studies (points, sweeps, measurements against an MPFR reference).
 /// Precision studies: run scaled dot-product attention on generated inputs under a precision policy
 /// and against a high-precision reference (the same templates in mpfr_real<40>, 133 bits), and
 /// measure the error. A study is a list of points; each point fixes every axis:
@@ -29,14 +30,13 @@
 ///                        its z-score mean/(sd/√seeds) across seeds (|z| > 3: rounding bias)
 ///   bound_ratio          max_l |ô_l − o_l| / bound_l  (≤ 1 means the a-priori bound held)
 ///
-/// The a-priori bound (first order, per output element; u = unit roundoff of the accumulate type,
-/// u_w of the weights type if narrower, u_o of the output type if narrower, γ_k = ku/(1−ku)):
-///   bound_l = [2(γ_{dk+4}·s·max_j |q|ᵀ|k_j| + u·max_j |x_j|) + (n+5)u + γ_n + u_w + a_alg]
-///             · Σ_j p_j|v_jl|  +  u_o·|o_l|
-/// The first term is the logits' absolute error (dot product, scale, the additive offset) doubled by
-/// softmax's conditioning; (n+5)u is Blanchard–Higham–Higham's (n+3)u plus 2u for the exp/log1p
-/// kernels; γ_n the P·V sum. a_alg: division_free 2u·|lse| (x − lse loses |lse|·u), online 4R·u for
-/// R = ⌈n/b⌉ blocks (each rescale rounds exp(m−m') and two products), naive 0. Where ku ≥ 1 γ_k = ∞.
+/// The a-priori bound is error_bounds.hpp's first-order SDPA bound (docs/error-bounds.md, eq. 8):
+/// per output element, with u the unit roundoff of the accumulate type, u_w of the weights type
+/// and u_o of the output type where narrower,
+///   bound_l = sdpa_first_order_factor(δ, n, u, 2u + u_w + a_alg)·Σ_j p_j|v_jl|  +  u_o·|o_l|,
+///   δ = γ_{dk+4}(u)·s·max_j |q|ᵀ|k_j| + u·max_j |x_j|     (the additive offset x's rounding),
+/// 2u for the exp/log1p kernels, a_alg: division_free 2u·|lse| (x − lse loses |lse|·u), online
+/// online_rescale_roundings(n, b)·u (eq. 9), naive 0.
 
 #include <algorithm>
 #include <array>
@@ -59,8 +59,11 @@
 #include <vector>
 
 #include "attnref/attention.hpp"
+#include "attnref/binary_format.hpp"
+#include "attnref/error_bounds.hpp"
 #include "attnref/formats.hpp"
 #include "attnref/generator.hpp"
+#include "attnref/name_table.hpp"
 #include "attnref/multiprecision.hpp"
 #include "attnref/policies.hpp"
 #include "attnref/precision.hpp"
@@ -85,36 +88,20 @@ inline std::optional<std::string> policy_from_name(std::string_view n) {
     return std::nullopt;
 }
 
-inline constexpr std::string_view algorithm_name(softmax_algorithm a) {
-    switch (a) {
-        case softmax_algorithm::naive: return "naive";
-        case softmax_algorithm::shifted_division: return "shifted";
-        case softmax_algorithm::division_free: return "division_free";
-        case softmax_algorithm::online: return "online";
-    }
-    return "";
-}
-inline std::optional<softmax_algorithm> algorithm_from_name(std::string_view n) {
-    for (softmax_algorithm a : {softmax_algorithm::naive, softmax_algorithm::shifted_division,
-                                softmax_algorithm::division_free, softmax_algorithm::online})
-        if (algorithm_name(a) == n) return a;
-    if (n == "shifted_division") return softmax_algorithm::shifted_division;
-    return std::nullopt;
-}
+/// The names studies use for softmax algorithms and scale placements ("shifted_division" is
+/// accepted for "shifted").
+inline constexpr std::pair<const char*, softmax_algorithm> algorithm_names[] = {
+    {"naive", softmax_algorithm::naive}, {"shifted", softmax_algorithm::shifted_division},
+    {"division_free", softmax_algorithm::division_free}, {"online", softmax_algorithm::online}};
+inline constexpr std::pair<const char*, scale_placement> placement_names[] = {
+    {"on_product", scale_placement::on_product}, {"on_query", scale_placement::on_query}, {"split_sqrt", scale_placement::split_sqrt}};
 
-inline constexpr std::string_view placement_name(scale_placement p) {
-    switch (p) {
-        case scale_placement::on_product: return "on_product";
-        case scale_placement::on_query: return "on_query";
-        case scale_placement::split_sqrt: return "split_sqrt";
-    }
-    return "";
+inline constexpr std::string_view algorithm_name(softmax_algorithm a) { return name_in(algorithm_names, a); }
+inline std::optional<softmax_algorithm> algorithm_from_name(std::string_view n) {
+    return n == "shifted_division" ? softmax_algorithm::shifted_division : value_in(algorithm_names, n);
 }
-inline std::optional<scale_placement> placement_from_name(std::string_view n) {
-    for (scale_placement p : {scale_placement::on_product, scale_placement::on_query, scale_placement::split_sqrt})
-        if (placement_name(p) == n) return p;
-    return std::nullopt;
-}
+inline constexpr std::string_view placement_name(scale_placement p) { return name_in(placement_names, p); }
+inline std::optional<scale_placement> placement_from_name(std::string_view n) { return value_in(placement_names, n); }
 
 /// One point of a study.
 struct point {
@@ -162,13 +149,6 @@ namespace detail {
 
 using reference_real = mpfr_real<40>;
 
-template <class T>
-inline double unit_roundoff() {
-    return std::ldexp(1.0, -scalar_traits<T>::digits);
-}
-
-inline double gamma(double k, double u) { return k * u >= 1 ? std::numeric_limits<double>::infinity() : k * u / (1 - k * u); }
-
 /// Distance between x and the next representable number of magnitude ≥ |x| in a p-bit format with
 /// smallest normal 2^emin.
 inline double ulp_of(double x, int p, int emin) {
@@ -177,13 +157,12 @@ inline double ulp_of(double x, int p, int emin) {
     return std::ldexp(1.0, std::max(e - 1, emin) - (p - 1));
 }
 
-/// The generator's format with T's precision (float64 for anything at least as wide as double).
+/// The interchange format with T's precision (float64 for anything at least as wide as double).
 template <class T>
-generator::input_format format_of() {
-    if constexpr (scalar_traits<T>::digits == 24) return generator::input_format::float32;
-    else if constexpr (scalar_traits<T>::digits == 11) return generator::input_format::float16;
-    else if constexpr (scalar_traits<T>::digits == 8) return generator::input_format::bfloat16;
-    else return generator::input_format::float64;
+binary_format format_of() {
+    for (const auto& [name, f] : binary_format_names)
+        if (describe(f).precision == scalar_traits<T>::digits && scalar_traits<T>::digits < 53) return f;
+    return binary_format::float64;
 }
 
 inline double scale_of(const point& pt) {
@@ -264,20 +243,19 @@ result measure(const point& pt) {
     const std::size_t sq = pt.queries, n = pt.seq, d = pt.head_dim;
     if (sq == 0 || n == 0 || d == 0) throw std::invalid_argument("study point: queries, seq and head_dim must be positive");
     result res;
-    const double u = unit_roundoff<A>();
+    const double u = static_cast<double>(attnref::unit_roundoff<A>());
     res.u = u;
-    const double u_w = scalar_traits<W>::digits < scalar_traits<A>::digits ? unit_roundoff<W>() : 0.0;
-    const double u_o = scalar_traits<O>::digits < scalar_traits<A>::digits ? unit_roundoff<O>() : 0.0;
+    const double u_w = scalar_traits<W>::digits < scalar_traits<A>::digits ? static_cast<double>(attnref::unit_roundoff<W>()) : 0.0;
+    const double u_o = scalar_traits<O>::digits < scalar_traits<A>::digits ? static_cast<double>(attnref::unit_roundoff<O>()) : 0.0;
     const int out_digits = scalar_traits<O>::digits;
     const int out_emin = std::numeric_limits<O>::min_exponent - 1;
     const double s = scale_of(pt);
-    const generator::input_format accumulate_format = format_of<A>();
-    const double blocks = std::ceil(static_cast<double>(n) / static_cast<double>(std::max<std::size_t>(pt.block, 1)));
+    const binary_format accumulate_format = format_of<A>();
     double out_sq = 0, p_sq = 0, lse_sq = 0;
     std::array<double, attribution_stages.size()> stage_sq{};
     std::size_t out_count = 0, p_count = 0, lse_count = 0;
     std::vector<double> seed_bias;
-    const generator::input_format fmt = format_of<typename Policy::storage_type>();
+    const binary_format fmt = format_of<typename Policy::storage_type>();
     generator::input_family family;
     for (const char* role : {"query", "key"}) family.roles[role] = {1, 0};
     family.roles["value"] = pt.positive_values ? generator::affine{0.5, 0.5} : generator::affine{1, 0};
@@ -293,7 +271,7 @@ result measure(const point& pt) {
                     double x = pt.offset + pt.ramp * static_cast<double>(j);
                     if (pt.direct_logits) {
                         const double noise = 2 * generator::uniform(seed, generator::role::additive_mask, i * n + j) - 1;
-                        x = generator::round_to_format(x + pt.spread * noise, accumulate_format);
+                        x = round_to(accumulate_format, x + pt.spread * noise);
                     }
                     additive[i * n + j] = x;
                 }
@@ -347,9 +325,12 @@ result measure(const point& pt) {
             const double lse = static_cast<double>(ref.lse[i]);
             double a_alg = 0;
             if (pt.algorithm == softmax_algorithm::division_free) a_alg = 2 * u * std::abs(lse);
-            if (pt.algorithm == softmax_algorithm::online) a_alg = 4 * blocks * u;
-            const double factor = 2 * (gamma(static_cast<double>(d + 4), u) * s * qk_max + u * x_max) +
-                                  static_cast<double>(n + 5) * u + gamma(static_cast<double>(n), u) + u_w + a_alg;
+            if (pt.algorithm == softmax_algorithm::online)
+                a_alg = static_cast<double>(error_bounds::online_rescale_roundings(n, pt.block)) * u;  // (eq. 9)
+            // (eq. 7): logit error from the dot product (eq. 3) and the additive offset's rounding;
+            // 2u for the exp/log1p kernels, u_w for P's storage, a_alg the algorithm's own.
+            const double logit_error = error_bounds::logit_error(d + 4, u, s * qk_max) + u * x_max;
+            const double factor = error_bounds::sdpa_first_order_factor(logit_error, n, u, 2 * u + u_w + a_alg);
             for (std::size_t c = 0; c < d; ++c) {
                 double weight = 0;
                 for (std::size_t j = 0; j < n; ++j) weight += static_cast<double>(ref.p[i * n + j]) * std::abs(v[j * d + c]);

@@ -4,6 +4,7 @@
 #define BOOST_TEST_MODULE certify
 #include <boost/test/unit_test.hpp>
 
+#include <cstdint>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -157,9 +158,9 @@ BOOST_AUTO_TEST_CASE(nan_and_infinite_ends) {
 }
 
 BOOST_AUTO_TEST_CASE(rounding_to_targets) {
-    auto round = [](double x, const certify::binary_format& f) {
+    auto round = [](double x, const format_description& f) {
         mpfr_real<40> m(x);
-        return certify::round_to(m.backend().data(), f);
+        return attnref::round_to(m.backend().data(), f);
     };
     // float16: subnormal grid 2^-24, ties to even, overflow at 65520 (max 65504 + half an ulp).
     BOOST_TEST(round(3 * 0x1p-25, certify::float16_target) == 2 * 0x1p-24);  // 1.5 quanta -> 2 (even)
@@ -173,7 +174,29 @@ BOOST_AUTO_TEST_CASE(rounding_to_targets) {
     BOOST_TEST(round(0.1, certify::float32_target) == static_cast<double>(0.1f));
     BOOST_TEST(round(0x1p-1074, certify::float64_target) == 0x1p-1074);
     mpfr_real<40> tiny = mpfr_real<40>(0x1p-1074) / 2;  // exactly half the smallest subnormal: ties to 0
-    BOOST_TEST(certify::round_to(tiny.backend().data(), certify::float64_target) == 0.0);
+    BOOST_TEST(attnref::round_to(tiny.backend().data(), certify::float64_target) == 0.0);
+}
+
+// The two halves of "rounding to a format" (binary_format.hpp from the bits of a double,
+// binary_format_mpfr.hpp by mpfr_rint on the format's grid) are independent algorithms: they must
+// agree on every double, here ties, near-ties, subnormals, overflow thresholds and random values.
+BOOST_AUTO_TEST_CASE(mpfr_and_double_rounding_agree) {
+    std::vector<double> xs{0.1, -0.1, 1 + 0x1p-8, 1 + 3 * 0x1p-8, 1 + 0x1p-11, 1 + 0x1p-24, 1 + 0x1p-8 + 0x1p-40, 65504.0,
+                           65519.99, 65520.0, 0x1.FEp127, 0x1.FFp127, 3 * 0x1p-25, 0x1p-25, 0x1p-150, 0x1p-149 * 3,
+                           0x1p-1074, 1e300, -7.5e-9};
+    std::uint64_t state = 12345;
+    for (int i = 0; i < 2000; ++i) {
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        const int exponent = static_cast<int>(state >> 58) - 32;  // 2^-32 .. 2^31: every 16-bit range
+        xs.push_back(std::ldexp(static_cast<double>(state >> 11) * 0x1p-53 + 0.5, exponent) * ((state & 1) ? -1 : 1));
+    }
+    for (const auto& [name, f] : binary_format_names)
+        for (double x : xs) {
+            const mpfr_real<40> m(x);
+            const double via_mpfr = attnref::round_to(m.backend().data(), describe(f));
+            const double via_bits = attnref::round_to(f, x);
+            BOOST_TEST((via_mpfr == via_bits), name << " " << x << ": mpfr " << via_mpfr << ", bits " << via_bits);
+        }
 }
 
 // ---- issue 9: overlapping interval comparisons, exact zeros, NaN per element ------------------

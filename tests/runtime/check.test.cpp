@@ -658,7 +658,7 @@ BOOST_AUTO_TEST_CASE(worst_case_bound_holds_beyond_first_order) {
         for (const F f : {F::bfloat16, F::float16}) {
             const double u = tol::unit_roundoff(f), ua = tol::accumulate_roundoff(f);
             const double L = wc.row_L[0];
-            const double delta = (tol::worst_case_scales::safe_gamma(wc.n_dot, ua) + tol::worst_case_scales::safe_gamma(8, u)) * L;
+            const double delta = (attnref::gamma(wc.n_dot, ua) + attnref::gamma(8, u)) * L;
             const double o0 = r.output(0, 0, 0, 0);
             // Perturbed softmax, exactly (in double: far below the effect measured).
             double z = 0, num = 0, mx = -INFINITY;
@@ -672,7 +672,7 @@ BOOST_AUTO_TEST_CASE(worst_case_bound_holds_beyond_first_order) {
             BOOST_TEST_CONTEXT("|q| " << size << ", " << tol::format_name(f) << ", 2δ = " << 2 * delta) {
                 BOOST_TEST(err <= bound, "error " << err << " > bound " << bound);
                 // The old, first-order formula: 2γ·t1 + [(n + 3)u_acc + γ_n + γ_extra + 5u]·t0.
-                const auto gam = [](std::size_t m, double x) { return tol::worst_case_scales::safe_gamma(m, x); };
+                const auto gam = [](std::size_t m, double x) { return attnref::gamma(m, x); };
                 const double first_order = 2 * delta / L * wc.t1[0] +
                                            ((sk + 3) * ua + gam(sk, ua) + gam(wc.n_extra, ua) + 5 * u) * wc.t0[0];
                 if (2 * delta > 1) BOOST_TEST(err > first_order);  // the old formula was not a bound here

@@ -194,7 +194,7 @@ BOOST_AUTO_TEST_CASE(random_violations_zero_references_and_float32) {
     check_all_thread_counts(noisy("float32 rounding", F::float32, 4, 0));
     check_all_thread_counts(noisy("float32, errors up to 2 bounds", F::float32, 5, 2));
     inputs bf = noisy("bfloat16 values", F::bfloat16, 6, 0);
-    for (double& x : bf.a) x = static_cast<double>(attnref::formats::bfloat16(x));
+    for (double& x : bf.a) x = attnref::round_to(attnref::binary_format::bfloat16, x);
     check_all_thread_counts(bf);
 }
 

@@ -35,11 +35,11 @@ BOOST_AUTO_TEST_CASE(splitmix64_matches_the_reference_sequence) {
 
 BOOST_AUTO_TEST_CASE(rounding_to_input_formats) {
     using generator::input_format;
-    BOOST_TEST(generator::round_to_format(1.0 + 0x1p-8, input_format::bfloat16) == 1.0);
-    BOOST_TEST(generator::round_to_format(1.0 + 3 * 0x1p-8, input_format::bfloat16) == 1.0 + 0x1p-6);
-    BOOST_TEST(generator::round_to_format(1.0 + 0x1p-11, input_format::float16) == 1.0);
-    BOOST_TEST(generator::round_to_format(0.1, input_format::float32) == static_cast<double>(0.1f));
-    BOOST_TEST(generator::round_to_format(0.1, input_format::float64) == 0.1);
+    BOOST_TEST(round_to(input_format::bfloat16, 1.0 + 0x1p-8) == 1.0);
+    BOOST_TEST(round_to(input_format::bfloat16, 1.0 + 3 * 0x1p-8) == 1.0 + 0x1p-6);
+    BOOST_TEST(round_to(input_format::float16, 1.0 + 0x1p-11) == 1.0);
+    BOOST_TEST(round_to(input_format::float32, 0.1) == static_cast<double>(0.1f));
+    BOOST_TEST(round_to(input_format::float64, 0.1) == 0.1);
 }
 
 BOOST_AUTO_TEST_CASE(cpp_regenerates_the_stored_inputs_of_every_committed_case) {

@@ -1,6 +1,7 @@
 // Compile-only tests of attnref/formats.hpp: building this file is the test.
 #include "attnref/formats.hpp"
 
+#include <bit>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -200,3 +201,47 @@ static_assert(abs(bfloat16(-3)) == bfloat16(3) && fabs(float8_e4m3(-0.5)) == flo
 static_assert(signbit(float16(-0.0)) && !signbit(float16(0.0)));
 
 }  // namespace
+
+// --- binary_format.hpp: one description per format, derived from its encoding ------------------
+// Expected values from independent sources: IEEE 754-2019 Table 3.5 and std::numeric_limits for
+// float/double; hand derivations for the 16-bit formats ((2 − 2^-10)·2^15 = 65504; bfloat16's max
+// (2 − 2^-7)·2^127 = 0x1.FEp127, min normal 2^-126 like float's).
+namespace vocabulary {
+using attnref::binary_format;
+using attnref::describe;
+static_assert(describe(binary_format::float64).max_finite == std::numeric_limits<double>::max());
+static_assert(describe(binary_format::float32).max_finite == static_cast<double>(std::numeric_limits<float>::max()));
+static_assert(describe(binary_format::float16).max_finite == (2 - 0x1p-10) * 0x1p15);
+static_assert(describe(binary_format::bfloat16).max_finite == 0x1.FEp127);
+static_assert(describe(binary_format::float64).precision == std::numeric_limits<double>::digits);
+static_assert(describe(binary_format::float32).precision == std::numeric_limits<float>::digits);
+static_assert(describe(binary_format::bfloat16).precision == 8 && describe(binary_format::float16).precision == 11);
+static_assert(describe(binary_format::float32).min_normal() == static_cast<double>(std::numeric_limits<float>::min()));
+static_assert(describe(binary_format::float64).min_normal() == std::numeric_limits<double>::min());
+static_assert(describe(binary_format::bfloat16).min_normal() == 0x1p-126 && describe(binary_format::float16).min_normal() == 0x1p-14);
+static_assert(describe(binary_format::float64).max_exponent == std::numeric_limits<double>::max_exponent - 1);
+static_assert(describe(binary_format::float16).max_exponent == 15 && describe(binary_format::float16).min_exponent == -14);
+static_assert(attnref::unit_roundoff(binary_format::float32) == 0x1p-24 && attnref::unit_roundoff(binary_format::bfloat16) == 0x1p-8);
+// The storage types' limits come from the same encodings.
+static_assert(static_cast<double>(std::numeric_limits<float16>::max()) == describe(binary_format::float16).max_finite);
+static_assert(static_cast<double>(std::numeric_limits<bfloat16>::max()) == describe(binary_format::bfloat16).max_finite);
+// One name table: names round-trip, unknown names are rejected.
+static_assert(attnref::format_name(binary_format::bfloat16) == "bfloat16");
+static_assert(attnref::format_from_name("float16") == binary_format::float16);
+static_assert(attnref::format_from_name("float64") == binary_format::float64);
+static_assert(!attnref::format_from_name("fp16").has_value());
+// round_to: once, to nearest even, directly from the double (a tie goes to even; no double rounding
+// through float: 1 + 2^-8 + 2^-30 rounds up in bfloat16, though float would first make it a tie).
+static_assert(attnref::round_to(binary_format::bfloat16, 1 + 0x1p-8) == 1);
+static_assert(attnref::round_to(binary_format::bfloat16, 1 + 3 * 0x1p-8) == 1 + 0x1p-6);
+static_assert(attnref::round_to(binary_format::bfloat16, 1 + 0x1p-8 + 0x1p-30) == 1 + 0x1p-7);
+static_assert(attnref::round_to(binary_format::float16, 65520.0) == inf);  // max + half an ulp: overflow
+static_assert(attnref::round_to(binary_format::float16, 3 * 0x1p-26) == 0x1p-24);  // subnormal grid 2^-24
+static_assert(attnref::round_to(binary_format::float32, 0.1) == static_cast<double>(0.1f));
+static_assert(attnref::encode(binary_format::float16, 1.0) == 0x3C00 && attnref::encode(binary_format::bfloat16, -2.0) == 0xC000);
+// Payload-keeping widening (npy): float16 0xFC01 (negative, payload 1) → binary64 with the payload
+// shifted by 52 − 10 = 42 bits, as numpy's npy_half_to_double does.
+static_assert(std::bit_cast<std::uint64_t>(attnref::encoding::widen_to_double<attnref::encoding::float16>(0xFC01)) ==
+              0xFFF0000000000000ULL + (std::uint64_t{1} << 42));
+static_assert(attnref::encoding::widen_to_double<attnref::encoding::float16>(0x3555) == 0.333251953125);
+}  // namespace vocabulary

@@ -1,0 +1,30 @@
+#pragma once
+/// \file name_table.hpp
+/// Owns: (name, value) tables for enumerations — the one way attnref names an enum value and
+/// parses a name back: name_in(table, e) and value_in(table, n). A table is a plain array of
+/// std::pair<const char*, E>, so readers can also list it ("one of float64, float32, …").
+
+#include <cstddef>
+#include <optional>
+#include <string_view>
+#include <utility>
+
+namespace attnref {
+
+/// The name of e in the table ("?" when it is not listed).
+template <class E, std::size_t N>
+constexpr std::string_view name_in(const std::pair<const char*, E> (&table)[N], E e) {
+    for (const auto& [name, value] : table)
+        if (value == e) return name;
+    return "?";
+}
+
+/// The value called n in the table, or nullopt.
+template <class E, std::size_t N>
+constexpr std::optional<E> value_in(const std::pair<const char*, E> (&table)[N], std::string_view n) {
+    for (const auto& [name, value] : table)
+        if (n == name) return value;
+    return std::nullopt;
+}
+
+}  // namespace attnref

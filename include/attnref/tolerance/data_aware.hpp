@@ -1,0 +1,347 @@
+#pragma once
+/// \file tolerance/data_aware.hpp
+/// Owns: the data-aware bound of the default `data-aware` tolerance model (docs/error-bounds.md §4,
+/// eqs. 15–22): a per-element probabilistic rounding-error bound λ·u·√(Σ c_e²) (Higham & Mary;
+/// Azuma–Hoeffding, λ = 8) for SDPA and multi-head attention, computed from the shapes and the golden
+/// case's own values, capped by the rigorous worst-case bound (tolerance/worst_case.hpp).
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "attnref/attention.hpp"
+#include "attnref/error_bounds.hpp"
+#include "attnref/multi_head_attention.hpp"
+#include "attnref/tensor.hpp"
+#include "attnref/tolerance/names.hpp"
+#include "attnref/tolerance/worst_case.hpp"
+
+namespace attnref::tolerance {
+
+/// Two coefficients of a rounding-error term: its value is acc·u_acc^k + store·u^k, with k = 2 for
+/// variance-like terms and k = 1 for linear ones (u_acc, u: see data_aware_scales::bound).
+struct two_part {
+    double acc = 0, store = 0;
+    two_part& operator+=(const two_part& o) {
+        acc += o.acc, store += o.store;
+        return *this;
+    }
+    friend two_part operator*(double a, const two_part& t) { return {a * t.acc, a * t.store}; }
+    friend two_part operator+(two_part a, const two_part& b) { return a += b; }
+    /// Componentwise maximum: an upper bound of the maximum of the two evaluated terms.
+    static two_part max(const two_part& a, const two_part& b) { return {std::max(a.acc, b.acc), std::max(a.store, b.store)}; }
+};
+
+/// Confidence parameter λ of the data-aware model: a bound λ·u·√(Σ c_e²) on Σ c_e δ_e fails with
+/// probability at most 2·exp(−λ²/2) ≈ 2.5e-14 per element (Azuma–Hoeffding) under the model.
+inline constexpr double data_aware_lambda = 8;
+
+/// Per-element terms of the data-aware (probabilistic, first-order) bound (docs/error-bounds.md §4).
+struct data_aware_scales {
+    std::vector<two_part> coupled;      ///< variance of the logit- and softmax-path errors (Σ c_e², per unit roundoff²)
+    std::vector<two_part> independent;  ///< variance of the value-path, P·V, W_o and storage errors
+    std::vector<two_part> linear;       ///< worst-case terms summed as absolute values (correlated roundings, floor)
+    std::vector<two_part> logit_var;    ///< the largest logit variance of the element's rows (second-order factor)
+    std::vector<double> logit_linear;   ///< the largest linear logit perturbation, per u_acc (second-order factor)
+    double lambda = data_aware_lambda;
+    /// The rigorous worst-case bound of the same case: where it is smaller (short sums), it is used.
+    worst_case_scales worst_case;
+    /// Per attention row (b, h, i): the logit variance and linear logit term (for weights_bound).
+    std::vector<two_part> row_logit_var;
+    std::vector<double> row_logit_linear;
+    std::size_t n_keys = 0;
+
+    /// ε (eq. 21): a bound on every logit perturbation of the row.
+    double logit_epsilon(const two_part& var, double linear_term, double u, double u_acc) const {
+        return lambda * std::sqrt(var.acc * u_acc * u_acc + var.store * u * u) + linear_term * u_acc;
+    }
+    /// ε for every attention row (b, h, i).
+    std::vector<double> logit_bounds(double u, double u_acc) const {
+        std::vector<double> eps(row_logit_var.size());
+        for (std::size_t r = 0; r < eps.size(); ++r) eps[r] = logit_epsilon(row_logit_var[r], row_logit_linear[r], u, u_acc);
+        return eps;
+    }
+
+    std::size_t size() const { return coupled.size(); }
+    /// u: the candidate format's unit roundoff (storage: inputs, Q/K/V, P, head outputs, output);
+    /// u_acc: that of its accumulation (see accumulate_roundoff). +inf when the first-order model
+    /// breaks down (logit perturbations of order 1: the bound is then vacuous, and reported so).
+    double bound(std::size_t e, double u, double u_acc) const {
+        const double ua2 = u_acc * u_acc, us2 = u * u;
+        const double eps = logit_epsilon(logit_var[e], logit_linear[e], u, u_acc);
+        const double g = error_bounds::second_order_factor(2 * eps);  // (e^{2ε} − 1)/(2ε) ≥ 1 (eq. 6)
+        // g·x with g = +inf (ε beyond exp's range) and x = 0 is 0 here, not NaN.
+        const auto times = [](double a, double x) { return x == 0 ? 0.0 : a * x; };
+        const double var = times(g * g, coupled[e].acc * ua2 + coupled[e].store * us2) + independent[e].acc * ua2 +
+                           independent[e].store * us2;
+        const double b = (lambda * std::sqrt(var) + times(g, linear[e].acc * u_acc + linear[e].store * u)) * (1 + 0x1p-40);
+        if (worst_case.size() != size()) return b;  // (1 + 2⁻⁴⁰): this evaluation's own rounding
+        // Both are upper bounds (the worst-case one rigorous to every order, see worst_case_scales::
+        // bound), so the smaller is one too; a NaN b stays NaN (reported as vacuous, never a pass).
+        const double w = worst_case.bound(e, u, u_acc);
+        return w < b ? w : b;
+    }
+    double bound(std::size_t e, double u) const { return bound(e, u, u); }
+};
+
+namespace detail {
+/// A bound on every partial sum of terms whose positive ones add up to `pos` and whose negative ones
+/// to −`neg`, in whatever order and grouping they are summed: max(pos, neg) (rounded upward).
+inline double partial_sum_bound(double pos, double neg) { return std::max(pos, neg) * (1 + 0x1p-48); }
+
+/// Exact values and error variances (Σ c_e² per unit roundoff², two_part) of the q, k, v one
+/// attention reads, in the layouts (B,H,Sq,dk), (B,Hkv,Sk,dk), (B,Hkv,Sk,dv).
+struct head_inputs {
+    tensor_view<const double, 4> q, k, v;
+    std::span<const two_part> var_q, var_k, var_v;
+};
+
+/// Per (b,h,i,c) terms of the head output o = softmax(S)·V and per (b,h,i) logit terms.
+struct head_terms {
+    std::vector<two_part> coupled, independent, linear, logit_var;  // logit_var per (b,h,i)
+    std::vector<double> logit_linear, out;                          // logit_linear per (b,h,i); out = o per (b,h,i,c)
+};
+
+/// The data-aware terms of one attention (eqs. 15–19 of docs/error-bounds.md). `logits`
+/// and `p` are the reference's (B,H,Sq,Sk); keys with p_j = 0 (masked, underflowed) add nothing.
+inline head_terms attention_terms(const head_inputs& in, tensor_view<const double, 4> logits, tensor_view<const double, 4> p,
+                                  double scale) {
+    const auto [batch, heads, sq, dk] = in.q.extents;
+    const std::size_t kv = in.k.extents[1], sk = in.k.extents[2], dv = in.v.extents[3], group = heads / kv;
+    const double s = abs_d(scale), s2 = scale * scale, n = static_cast<double>(sk);
+    head_terms t;
+    t.coupled.assign(batch * heads * sq * dv, {});
+    t.independent.assign(t.coupled.size(), {});
+    t.linear.assign(t.coupled.size(), {});
+    t.out.assign(t.coupled.size(), 0.0);
+    t.logit_var.assign(batch * heads * sq, {});
+    t.logit_linear.assign(batch * heads * sq, 0.0);
+    std::vector<double> sigma(dv), k2(dk), d2(dv);
+    for (std::size_t b = 0; b < batch; ++b)
+        for (std::size_t h = 0; h < heads; ++h)
+            for (std::size_t i = 0; i < sq; ++i) {
+                const std::size_t row = (b * heads + h) * sq + i, g = h / group;
+                const double* q = &in.q(b, h, i, 0);
+                const two_part* vq = &in.var_q[row * dk];
+                double* o = &t.out[row * dv];
+                two_part* cpl = &t.coupled[row * dv];
+                two_part* ind = &t.independent[row * dv];
+                two_part* lin = &t.linear[row * dv];
+                auto live = [&](std::size_t j) { return p(b, h, i, j) > 0; };  // false for 0 and NaN
+                double m = -std::numeric_limits<double>::infinity();
+                std::fill(sigma.begin(), sigma.end(), 0.0);
+                std::fill(k2.begin(), k2.end(), 0.0);
+                std::fill(d2.begin(), d2.end(), 0.0);
+                for (std::size_t j = 0; j < sk; ++j) {
+                    if (!live(j)) continue;
+                    const double pj = p(b, h, i, j), sj = logits(b, h, i, j);
+                    if (std::isfinite(sj)) m = std::max(m, sj);
+                    for (std::size_t c = 0; c < dv; ++c) o[c] += pj * in.v(b, g, j, c), sigma[c] += pj * abs_d(in.v(b, g, j, c));
+                    for (std::size_t c = 0; c < dk; ++c) k2[c] += pj * in.k(b, g, j, c) * in.k(b, g, j, c);
+                }
+                for (std::size_t j = 0; j < sk; ++j) {
+                    if (!live(j)) continue;
+                    for (std::size_t c = 0; c < dv; ++c) {
+                        const double d = in.v(b, g, j, c) - o[c];
+                        d2[c] += p(b, h, i, j) * d * d;
+                    }
+                }
+                two_part vqk;  // Σ_c Var(q_c)·Σ_j p_j k_jc²
+                for (std::size_t c = 0; c < dk; ++c) vqk += k2[c] * vq[c];
+                two_part eps_var;
+                double eps_lin = 0;
+                for (std::size_t j = 0; j < sk; ++j) {
+                    if (!live(j)) continue;
+                    const double pj = p(b, h, i, j), sj = logits(b, h, i, j);
+                    const double* k = &in.k(b, g, j, 0);
+                    const two_part* vk = &in.var_k[((b * kv + g) * sk + j) * dk];
+                    const two_part* vv = &in.var_v[((b * kv + g) * sk + j) * dv];
+                    double qk2 = 0, qka = 0, qkp = 0, qkn = 0;
+                    two_part var_k_dot, var_q_dot;  // Σ_c q_c² Var(k_jc), Σ_c k_jc² Var(q_c)
+                    for (std::size_t c = 0; c < dk; ++c) {
+                        const double x = q[c] * k[c];
+                        qk2 += x * x, qka += abs_d(x);
+                        (x > 0 ? qkp : qkn) += abs_d(x);
+                        var_k_dot += (q[c] * q[c]) * vk[c];
+                        var_q_dot += (k[c] * k[c]) * vq[c];
+                    }
+                    const double mag = s * qka + (std::isfinite(sj) ? abs_d(sj) : 0.0);  // M_j
+                    const double shifted = std::isfinite(sj) ? abs_d(sj - m) : 0.0;
+                    // The dot product's own roundings (dk products, dk additions with partial sums ≤ s·Σ|q k|)
+                    // and four more of magnitude ≤ M_j (scale, softcap, ALiBi, additive mask).
+                    const double partial = partial_sum_bound(qkp, qkn);
+                    const two_part dot{s2 * (qk2 + static_cast<double>(dk) * partial * partial) + 4 * mag * mag, 0};
+                    eps_var = two_part::max(eps_var, s2 * (var_q_dot + var_k_dot) + dot);
+                    eps_lin = std::max(eps_lin, shifted + 4);
+                    const two_part per_key = (pj * pj) * (s2 * var_k_dot + dot);
+                    for (std::size_t c = 0; c < dv; ++c) {
+                        const double vjc = in.v(b, g, j, c), d = vjc - o[c];
+                        cpl[c] += (d * d) * per_key;
+                        lin[c].acc += pj * abs_d(d) * (shifted + 4) + pj * abs_d(vjc);
+                        lin[c].store += pj * abs_d(vjc) + 3 * pj * mag * abs_d(d);
+                        ind[c] += (pj * pj) * vv[c];
+                        ind[c].acc += pj * pj * vjc * vjc;
+                    }
+                }
+                for (std::size_t c = 0; c < dv; ++c) {
+                    cpl[c] += (s2 * d2[c]) * vqk;
+                    cpl[c].acc += 2 * n * sigma[c] * sigma[c];
+                    ind[c].acc += n * sigma[c] * sigma[c];
+                    ind[c].store += o[c] * o[c];
+                    lin[c].store += sigma[c];
+                }
+                t.logit_var[row] = eps_var;
+                t.logit_linear[row] = eps_lin;
+            }
+    return t;
+}
+}  // namespace detail
+
+/// Data-aware terms for scaled dot-product attention. q, k, v are the golden inputs, p the golden
+/// (certified) weights (B, H, Sq, Sk); options as the case uses them.
+inline data_aware_scales sdpa_scales(tensor_view<const double, 4> q, tensor_view<const double, 4> k,
+                                     tensor_view<const double, 4> v, tensor_view<const double, 4> p,
+                                     const attention_options& options) {
+    const tensor<double, 4> logits = attention_logits<uniform_precision<double>>(q, k, options);
+    // Rounding the inputs to the candidate's format: one rounding per element, each used by one q_i,
+    // k_j, v_j; and one more in u_acc where the scale multiplies q or k (on_query, split_sqrt).
+    auto input_var = [](tensor_view<const double, 4> x) {
+        std::vector<two_part> r(x.size());
+        for (std::size_t n = 0; n < x.size(); ++n) r[n] = {x.data[n] * x.data[n], x.data[n] * x.data[n]};
+        return r;
+    };
+    const std::vector<two_part> vq = input_var(q), vk = input_var(k), vv = input_var(v);
+    const double scale = ::attnref::detail::logit_scale<double>(options, q.extents[3]);
+    detail::head_terms t = detail::attention_terms({q, k, v, vq, vk, vv}, logits.view(), p, scale);
+    data_aware_scales r;
+    r.worst_case = sdpa_worst_case_scales(q, k, v, p, options, logits.view());
+    const std::size_t dv = v.extents[3];
+    r.coupled = std::move(t.coupled);
+    r.independent = std::move(t.independent);
+    r.linear = std::move(t.linear);
+    r.logit_var.resize(r.coupled.size());
+    r.logit_linear.resize(r.coupled.size());
+    for (std::size_t e = 0; e < r.coupled.size(); ++e) r.logit_var[e] = t.logit_var[e / dv], r.logit_linear[e] = t.logit_linear[e / dv];
+    r.row_logit_var = std::move(t.logit_var);
+    r.row_logit_linear = std::move(t.logit_linear);
+    r.n_keys = k.extents[2];
+    return r;
+}
+
+namespace detail {
+/// Exact y = x·W + b (B, S, F) in double and the variance of its computed value in head layout
+/// (B, F/d, S, d): products and additions in u_acc (partial sums ≤ |x|·|W| + |b|), rounding x (used
+/// by the row's `uses_x` outputs), W and b (used by `uses_w` rows) and the result to storage.
+inline void projection_terms(tensor_view<const double, 3> x, tensor_view<const double, 2> W, tensor_view<const double, 1> bias,
+                             std::size_t heads, double uses_x, double uses_w, tensor<double, 4>& y, std::vector<two_part>& var) {
+    const std::size_t batch = x.extents[0], len = x.extents[1], in = x.extents[2], out = W.extents[1], d = out / heads;
+    y = tensor<double, 4>({batch, heads, len, d});
+    var.assign(y.size(), {});
+    std::vector<double> sum(out), sq(out), pos(out), neg(out);
+    for (std::size_t b = 0; b < batch; ++b)
+        for (std::size_t s = 0; s < len; ++s) {
+            std::fill(sum.begin(), sum.end(), 0.0), std::fill(sq.begin(), sq.end(), 0.0);
+            std::fill(pos.begin(), pos.end(), 0.0), std::fill(neg.begin(), neg.end(), 0.0);
+            for (std::size_t e = 0; e < in; ++e) {
+                const double xe = x(b, s, e);
+                if (xe == 0) continue;
+                for (std::size_t f = 0; f < out; ++f) {
+                    const double t = xe * W(e, f);
+                    sum[f] += t, sq[f] += t * t;
+                    (t > 0 ? pos[f] : neg[f]) += abs_d(t);
+                }
+            }
+            for (std::size_t f = 0; f < out; ++f) {
+                const double bf = bias.empty() ? 0.0 : bias[f], yf = sum[f] + bf;
+                const double m = partial_sum_bound(pos[f] + (bf > 0 ? bf : 0.0), neg[f] + (bf < 0 ? -bf : 0.0));
+                const std::size_t h = f / d, c = f % d, at = ((b * heads + h) * len + s) * d + c;
+                y.data()[at] = yf;
+                // (+ y² in u_acc: the scale's multiplication where it is applied to q or k)
+                var[at] = {sq[f] + bf * bf + static_cast<double>(in + 1) * m * m + yf * yf,
+                           (uses_x + uses_w) * sq[f] + uses_w * bf * bf + yf * yf};
+            }
+        }
+}
+}  // namespace detail
+
+/// Data-aware terms for multi-head attention (see multi_head_attention.hpp for the layout).
+inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_view<const double, 3> x_k,
+                                    tensor_view<const double, 3> x_v, const mha_parameters<double>& w,
+                                    tensor_view<const double, 4> p, const mha_options& o) {
+    const mha_dims d = mha_dims_of(x_q, x_k, x_v, w, o);
+    const std::size_t H = d.heads, Hkv = d.kv_heads, sq = d.query_length, sk = d.key_length, dv = d.head_dim_v,
+                      eo = d.output_dim, group = H / Hkv;
+    tensor<double, 4> qh, kh, vh;
+    std::vector<two_part> vq, vk, vv;
+    // A rounding of an input x[j, e] reaches all features of row j of every projection that reads x
+    // (self-attention: Q, K and V alike), so every projection counts all H·dk + Hkv·(dk + dv) of
+    // them; a rounding of W_k[e, f] or W_v[e, f] reaches all Sk keys, one of W_q[e, f] one query.
+    const double uses_x = static_cast<double>(H * d.head_dim_qk + Hkv * (d.head_dim_qk + dv));
+    detail::projection_terms(x_q, w.w_q, w.b_q, H, uses_x, 1, qh, vq);
+    detail::projection_terms(x_k, w.w_k, w.b_k, Hkv, uses_x, static_cast<double>(sk), kh, vk);
+    detail::projection_terms(x_v, w.w_v, w.b_v, Hkv, uses_x, static_cast<double>(sk), vh, vv);
+    const tensor<double, 4> logits = attention_logits<uniform_precision<double>>(tensor_view<const double, 4>(qh.view()),
+                                                                                 tensor_view<const double, 4>(kh.view()), o.attention);
+    const double scale = ::attnref::detail::logit_scale<double>(o.attention, d.head_dim_qk);
+    detail::head_terms t = detail::attention_terms({qh.view(), kh.view(), vh.view(), vq, vk, vv}, logits.view(), p, scale);
+    // Through W_o: a coupled event of head h (one δ moving the whole head output) reaches y_l through
+    // Σ_c W_o[h·dv + c, l]·A_c ≤ ‖W_o^h[·, l]‖·‖A‖ (Cauchy–Schwarz); independent events through W_o².
+    // GQA: a K/V rounding feeds the group's H/Hkv heads, (Σ of G terms)² ≤ G·Σ of squares.
+    std::vector<double> wn2(H * eo, 0.0);
+    for (std::size_t h = 0; h < H; ++h)
+        for (std::size_t c = 0; c < dv; ++c)
+            for (std::size_t l = 0; l < eo; ++l) wn2[h * eo + l] += w.w_o(h * dv + c, l) * w.w_o(h * dv + c, l);
+    const double G = static_cast<double>(group), hd = static_cast<double>(H * dv);
+    data_aware_scales r;
+    r.worst_case = mha_worst_case_scales(x_q, x_k, x_v, w, p, o, logits.view());
+    const std::size_t total = d.batch * sq * eo;
+    r.coupled.assign(total, {}), r.independent.assign(total, {}), r.linear.assign(total, {});
+    r.logit_var.assign(total, {}), r.logit_linear.assign(total, 0.0);
+    std::vector<two_part> head_cpl(H);
+    std::vector<double> y(eo), y2(eo), ypos(eo), yneg(eo);
+    for (std::size_t b = 0; b < d.batch; ++b)
+        for (std::size_t i = 0; i < sq; ++i) {
+            const std::size_t out_row = (b * sq + i) * eo;
+            two_part eps_var;
+            double eps_lin = 0;
+            std::fill(y.begin(), y.end(), 0.0), std::fill(y2.begin(), y2.end(), 0.0);
+            std::fill(ypos.begin(), ypos.end(), 0.0), std::fill(yneg.begin(), yneg.end(), 0.0);
+            for (std::size_t h = 0; h < H; ++h) {
+                const std::size_t row = (b * H + h) * sq + i;
+                eps_var = two_part::max(eps_var, t.logit_var[row]);
+                eps_lin = std::max(eps_lin, t.logit_linear[row]);
+                head_cpl[h] = {};
+                for (std::size_t c = 0; c < dv; ++c) head_cpl[h] += t.coupled[row * dv + c];
+                for (std::size_t l = 0; l < eo; ++l) r.coupled[out_row + l] += (G * wn2[h * eo + l]) * head_cpl[h];
+                for (std::size_t c = 0; c < dv; ++c) {
+                    const std::size_t at = row * dv + c;
+                    const double hm = t.out[at];
+                    for (std::size_t l = 0; l < eo; ++l) {
+                        const double wml = w.w_o(h * dv + c, l), x = hm * wml;
+                        r.independent[out_row + l] += (G * wml * wml) * t.independent[at];
+                        r.linear[out_row + l] += detail::abs_d(wml) * t.linear[at];
+                        y[l] += x, y2[l] += x * x;
+                        (x > 0 ? ypos[l] : yneg[l]) += detail::abs_d(x);
+                    }
+                }
+            }
+            for (std::size_t l = 0; l < eo; ++l) {
+                const double bl = w.b_o.empty() ? 0.0 : w.b_o[l], yl = y[l] + bl;
+                const double m = detail::partial_sum_bound(ypos[l] + (bl > 0 ? bl : 0.0), yneg[l] + (bl < 0 ? -bl : 0.0));
+                // W_o's products and H·dv additions (+ bias) in u_acc; rounding W_o, b_o and y to storage.
+                r.independent[out_row + l] += two_part{y2[l] + (hd + 1) * m * m, y2[l] + bl * bl + yl * yl};
+                r.logit_var[out_row + l] = eps_var;
+                r.logit_linear[out_row + l] = eps_lin;
+            }
+        }
+    r.row_logit_var = std::move(t.logit_var);
+    r.row_logit_linear = std::move(t.logit_linear);
+    r.n_keys = sk;
+    return r;
+}
+
+}  // namespace attnref::tolerance
