@@ -1,81 +1,50 @@
-/// The certified reference for a call: certify.hpp's Ziv ladder over MPFI enclosures computed by
-/// attnref's own templates (run.hpp), targets float64. Escalation recomputes only the query rows
-/// that hold undecided elements; NaN is accepted only where the mask alone empties a row under
-/// empty_row_policy::nan (and in what that row feeds), exactly as `attnref generate` certifies.
+/// The certified reference for a call, float64 target: the fast certified path (fast_certify.hpp:
+/// double-double with rigorous bounds; the query rows holding undecided elements recomputed by
+/// certify.hpp's MPFI ladder through attnref's own templates), exactly as `attnref generate` certifies.
 #include "attnref/certify.hpp"
+#include "attnref/fast_certify.hpp"
 #include "attnref/multiprecision.hpp"
 #include "core.hpp"
 #include "run.hpp"
 
 namespace attnref::python {
 
-namespace {
-/// Flags (B, H, Sq): 1 where the row has no attendable key, from the mask data alone (exact).
-std::vector<std::uint8_t> empty_rows(const call& c, const attention_options& o) {
-    const std::vector<std::size_t> w = c.weights_shape();
-    const std::size_t B = w[0], H = w[1], sq = w[2], sk = w[3];
-    std::vector<std::uint8_t> empty(B * H * sq, 0);
-    for (std::size_t b = 0; b < B; ++b)
-        for (std::size_t h = 0; h < H; ++h)
-            for (std::size_t i = 0; i < sq; ++i) {
-                bool any = false;
-                for (std::size_t j = 0; j < sk && !any; ++j) any = !structurally_masked(o.mask, b, h, i, j, sq, sk);
-                empty[(b * H + h) * sq + i] = any ? 0 : 1;
-            }
-    return empty;
-}
-}  // namespace
 
 result compute_certified(const call& c) {
     c.validate();
     const attention_options o = c.conv.options();
-    const std::vector<std::size_t> ws = c.weights_shape(), os = c.output_shape();
-    const std::size_t B = ws[0], H = ws[1], sq = ws[2], sk = ws[3], width = os.back();
-    const std::vector<std::string> names{"output", "weights", "lse"};
-    certify::options opts;
-    opts.shapes = {os, ws, c.lse_shape()};
-    if (c.conv.empty_rows == empty_row_policy::nan) {
-        const std::vector<std::uint8_t> empty = empty_rows(c, o);
-        std::vector<std::uint8_t> out(B * sq * H * width / (c.kind == call_kind::sdpa ? 1 : H), 0), wt(B * H * sq * sk, 0);
-        for (std::size_t b = 0; b < B; ++b)
-            for (std::size_t h = 0; h < H; ++h)
-                for (std::size_t i = 0; i < sq; ++i) {
-                    const std::size_t row = (b * H + h) * sq + i;
-                    if (!empty[row]) continue;
-                    for (std::size_t j = 0; j < sk; ++j) wt[row * sk + j] = 1;
-                    // SDPA: the row's output; MHA: every feature of query row (b, i), which reads every head.
-                    const std::size_t out_row = c.kind == call_kind::sdpa ? row : b * sq + i;
-                    for (std::size_t f = 0; f < width; ++f) out[out_row * width + f] = 1;
-                }
-        opts.nan_allowed = {std::move(out), std::move(wt), {}};
+    // The fast certified path (fast_certify.hpp): double-double with rigorous bounds; the query rows
+    // holding undecided elements go to the MPFI ladder (with its NaN-by-construction rule for rows
+    // the mask leaves empty), so every element is certified or UncertifiedError is raised.
+    auto ext4 = [](const std::vector<std::size_t>& s) { return extents_t<4>{s[0], s[1], s[2], s[3]}; };
+    auto ext3 = [](const std::vector<std::size_t>& s) { return extents_t<3>{s[0], s[1], s[2]}; };
+    auto ext2 = [](const std::vector<std::size_t>& s) { return extents_t<2>{s[0], s[1]}; };
+    fast::fast_problem p;
+    p.options = o;
+    if (c.kind == call_kind::sdpa) {
+        p.q = {c.q.data, ext4(c.q.shape)};
+        p.k = {c.k.data, ext4(c.k.shape)};
+        p.v = {c.v.data, ext4(c.v.shape)};
+    } else {
+        p.mha = true;
+        p.heads = c.heads;
+        p.kv_heads = c.kv_heads;
+        p.x_q = {c.q.data, ext3(c.q.shape)};
+        p.x_k = {c.k.data, ext3(c.k.shape)};
+        p.x_v = {c.v.data, ext3(c.v.shape)};
+        p.params.w_q = {c.w_q.data, ext2(c.w_q.shape)};
+        p.params.w_k = {c.w_k.data, ext2(c.w_k.shape)};
+        p.params.w_v = {c.w_v.data, ext2(c.w_v.shape)};
+        p.params.w_o = {c.w_o.data, ext2(c.w_o.shape)};
+        auto bias = [](const array_ref& b) { return b.given() ? tensor_view<const double, 1>{b.data, {b.shape[0]}} : tensor_view<const double, 1>{}; };
+        p.params.b_q = bias(c.b_q);
+        p.params.b_k = bias(c.b_k);
+        p.params.b_v = bias(c.b_v);
+        p.params.b_o = bias(c.b_o);
     }
-    // Escalation: an output element of SDPA (b, h, i, ·), a weight (b, h, i, ·) and an lse (b, h, i)
-    // belong to row (b, h, i); an MHA output (b, i, ·) to query row (b, i) of every head.
-    auto rows_for = [&](const certify::request& req) {
-        std::vector<std::uint8_t> rows;
-        if (req.pending.empty() || req.pending[0].empty()) return rows;  // first rung: everything
-        rows.assign(B * H * sq, 0);
-        for (std::size_t t = 0; t < names.size(); ++t)
-            for (std::size_t n = 0; n < req.pending[t].size(); ++n) {
-                if (!req.pending[t][n]) continue;
-                if (t == 0 && c.kind == call_kind::mha) {
-                    const std::size_t r = n / width, b = r / sq, i = r % sq;
-                    for (std::size_t h = 0; h < H; ++h) rows[(b * H + h) * sq + i] = 1;
-                } else {
-                    rows[n / (t == 0 ? width : t == 1 ? sk : 1)] = 1;
-                }
-            }
-        return rows;
-    };
-    const certify::result cert = certify::certify(
-        names, {certify::float64_target},
-        [&]<unsigned D>(std::integral_constant<unsigned, D>, const certify::request& req) {
-            using P = uniform_precision<mpfr_interval<D>>;
-            const std::vector<std::uint8_t> rows = rows_for(req);
-            outputs_of<P> out = run_call<P, double>(c, true, true, rows);
-            return std::vector<std::vector<mpfr_interval<D>>>{std::move(out.output), std::move(out.weights), std::move(out.lse)};
-        },
-        opts);
+    fast::fast_options fo;
+    fo.threads = c.conv.threads;
+    const certify::result cert = fast::certify_fast(p, true, true, {certify::float64_target}, fo);
     result r;
     r.output = cert.values[0][0];
     r.weights = cert.values[1][0];
