@@ -47,3 +47,13 @@ if(ATTNREF_CLANGXX AND NOT ATTNREF_SANITIZE)
     "rm -f ${_seed_exe} && ${ATTNREF_CLANGXX} -std=c++20 -O1 -Wall -Wextra -Wpedantic -Werror -ffp-contract=off -fconstexpr-steps=400000000 -I${PROJECT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/static/seed_example.constexpr.cpp -o ${_seed_exe} -pthread && ${_seed_exe}")
   set_tests_properties(seed_example_constexpr PROPERTIES LABELS slow TIMEOUT 900)
 endif()
+
+# The two certification methods give the same bytes (issue 13): `generate --method mpfi` (the MPFI
+# ladder alone) on cases from every family — soft-cap (whole case to MPFI in the fast path), empty
+# rows under nan, GQA, bf16 inputs with targets, MHA with biases and the seed example — writes
+# tensors identical to the committed ones, which `generate` (fast path) reproduces.
+if(TARGET attnref_cli AND NOT ATTNREF_SANITIZE)
+  add_test(NAME generate_mpfi_method_same_bytes COMMAND sh -c
+    "rm -rf mpfi_method && $<TARGET_FILE:attnref_cli> generate --suite ${PROJECT_SOURCE_DIR}/golden/suite.json --method mpfi --quiet --threads 2 --out mpfi_method --case sdpa_basic --case sdpa_softcap --case sdpa_combined_conventions --case sdpa_gqa --case mha_seed_example --case mha_cross_attention && for f in mpfi_method/*/*.npy; do cmp $f ${PROJECT_SOURCE_DIR}/golden/\${f#mpfi_method/} || exit 1; done && test $(ls mpfi_method/*/*.npy | wc -l) -gt 30 && grep -q mpfi-interval mpfi_method/sdpa_basic/manifest.json"
+    WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+endif()

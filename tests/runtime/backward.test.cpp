@@ -23,6 +23,7 @@
 using namespace attnref;
 using attnref::test::cast;
 using attnref::test::random_tensor;
+using attnref::test::worst_ratio;
 
 namespace {
 
@@ -301,18 +302,6 @@ sdpa_gradient_bounds first_order_bounds(const sdpa_case& c, double u = 0x1p-53) 
     const tensor<double, 3> lse = cast<double>(r.lse);
     return sdpa_gradient_first_order_bounds(c.q.view(), c.k.view(), c.v.view(), c.grad_output.view(), weights.view(), lse.view(),
                                             c.options, u);
-}
-
-/// max over elements of |a − b| / bound (0/0 counts as 0; a nonzero difference over a zero bound as ∞).
-template <class A, class B>
-double worst_ratio(const tensor<A, 4>& a, const tensor<B, 4>& b, const tensor<double, 4>& bound) {
-    double worst = 0;
-    for (std::size_t n = 0; n < a.size(); ++n) {
-        const double diff = std::fabs(static_cast<double>(hp(a[n]) - hp(b[n])));
-        if (diff == 0) continue;
-        worst = std::max(worst, bound[n] == 0 ? std::numeric_limits<double>::infinity() : diff / bound[n]);
-    }
-    return worst;
 }
 
 }  // namespace

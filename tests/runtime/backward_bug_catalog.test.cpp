@@ -25,6 +25,7 @@
 using namespace attnref;
 using attnref::test::cast;
 using attnref::test::random_tensor;
+using attnref::test::worst_ratio;
 
 namespace {
 
@@ -107,15 +108,6 @@ gradients candidate(const tensor<double, 4>& q, const tensor<double, 4>& k, cons
         return t;
     };
     return {out(dq, q.extents()), out(dkk, k.extents()), out(dvv, v.extents())};
-}
-
-double worst_ratio(const tensor<double, 4>& a, const tensor<mp, 4>& exact, const tensor<double, 4>& bound) {
-    double worst = 0;
-    for (std::size_t n = 0; n < a.size(); ++n) {
-        const double diff = std::fabs(static_cast<double>(mp(a[n]) - exact[n]));
-        if (diff != 0) worst = std::max(worst, bound[n] == 0 ? std::numeric_limits<double>::infinity() : diff / bound[n]);
-    }
-    return worst;
 }
 
 struct catalog_case {

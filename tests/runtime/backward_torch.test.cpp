@@ -26,6 +26,7 @@ extern char** environ;
 using namespace attnref;
 using attnref::test::cast;
 using attnref::test::random_tensor;
+using attnref::test::worst_ratio;
 
 namespace {
 
@@ -78,16 +79,6 @@ tensor<double, 4> read4(const std::filesystem::path& p) {
     const std::vector<double> v = npy::to_vector<double>(a);
     std::copy(v.begin(), v.end(), t.data());
     return t;
-}
-
-/// max |a − exact| / bound over the elements (0/0 = 0; a difference over a zero bound = ∞).
-double worst_ratio(const tensor<double, 4>& a, const tensor<mp, 4>& exact, const tensor<double, 4>& bound) {
-    double worst = 0;
-    for (std::size_t n = 0; n < a.size(); ++n) {
-        const double diff = std::fabs(static_cast<double>(mp(a[n]) - exact[n]));
-        if (diff != 0) worst = std::max(worst, bound[n] == 0 ? std::numeric_limits<double>::infinity() : diff / bound[n]);
-    }
-    return worst;
 }
 
 /// max bound / max |g|: how large the bound is against the gradient's own scale.

@@ -1,7 +1,9 @@
 #pragma once
 // Shared helpers for attnref's tests: deterministic inputs, conversions, error measures.
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "attnref/attnref.hpp"
@@ -53,6 +55,19 @@ tensor<double, 4> output_scale(const tensor<T, 4>& p, const tensor<T, 4>& v) {
                     s(b, h, i, c) = acc;
                 }
     return s;
+}
+
+/// max over elements of |a − b| / bound, the difference formed in 512-bit MPFR (0/0 counts as 0; a
+/// nonzero difference over a zero bound as ∞): how much of an error bound an error uses.
+template <class A, class B, std::size_t R>
+double worst_ratio(const tensor<A, R>& a, const tensor<B, R>& b, const tensor<double, R>& bound) {
+    using hp = mpfr_real<155>;
+    double worst = 0;
+    for (std::size_t n = 0; n < a.size(); ++n) {
+        const double diff = std::fabs(static_cast<double>(hp(a[n]) - hp(b[n])));
+        if (diff != 0) worst = std::max(worst, bound[n] == 0 ? std::numeric_limits<double>::infinity() : diff / bound[n]);
+    }
+    return worst;
 }
 
 }  // namespace attnref::test

@@ -207,8 +207,7 @@ inline generated_case generate_case(const case_spec& spec, std::size_t threads, 
     }
     g.m.reference.method = method == certification_method::fast ? reference_method_fast : reference_method_mpfi;
     g.m.reference.precisions_bits = cert.precisions_bits;
-    for (const certify::tensor_report& r : cert.reports)
-        g.m.reference.certification.push_back({r.tensor, r.target, r.elements, r.certified, r.escalated, r.precisions_bits});
+    g.m.reference.certification = cert.reports;
     for (const certify::tensor_report& r : cert.reports) {
         g.certified_elements += r.certified;
         g.escalated_elements += r.escalated;

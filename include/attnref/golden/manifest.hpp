@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnref/attention.hpp"
+#include "attnref/certify_report.hpp"
 #include "attnref/generator.hpp"
 
 // Used by the definitions below.
@@ -101,23 +102,10 @@ struct tensor_entry {
     std::string sha256;
 };
 
-/// One entry of the manifest's reference.certification[] (golden/README.md): for one tensor and
-/// target format, how many elements the certification decided and at which precisions. Written by
-/// golden/generate.hpp from certify::tensor_report; kept as its own record here so that reading a
-/// manifest does not need MPFR (certify.hpp).
-struct certification_record {
-    std::string role;
-    std::string target;
-    std::size_t elements = 0;
-    std::size_t certified = 0;
-    std::size_t escalated = 0;
-    std::vector<int> precisions_bits;
-};
-
 struct reference_info {
     std::string method;                ///< how the values were certified (reference_method_fast or _mpfi text)
     std::vector<int> precisions_bits;  ///< every precision the certification computed at
-    std::vector<certification_record> certification;
+    std::vector<certify::tensor_report> certification;  ///< reference.certification[]; JSON "role" is .tensor
 };
 
 /// The manifest's reference.method text for each way generate certifies (certification_method).
@@ -743,8 +731,8 @@ inline std::string manifest_text(const manifest& m) {
     ref["method"] = m.reference.method;
     ref["precisions_bits"] = m.reference.precisions_bits;
     json cert = json::array();
-    for (const certification_record& r : m.reference.certification)
-        cert.push_back(json{{"role", r.role}, {"target", r.target}, {"elements", r.elements}, {"certified", r.certified},
+    for (const certify::tensor_report& r : m.reference.certification)
+        cert.push_back(json{{"role", r.tensor}, {"target", r.target}, {"elements", r.elements}, {"certified", r.certified},
                             {"escalated", r.escalated}, {"precisions_bits", r.precisions_bits}});
     ref["certification"] = cert;
     j["reference"] = ref;
@@ -786,8 +774,8 @@ inline manifest parse_manifest(const std::string& text, const std::string& file)
     for (std::size_t i = 0; i < cert.array().size(); ++i) {
         const manifest_detail::reader c = cert.at(i);
         c.object({"role", "target", "elements", "certified", "escalated", "precisions_bits"});
-        certification_record r;
-        r.role = c.required("role").string();
+        certify::tensor_report r;
+        r.tensor = c.required("role").string();
         r.target = c.required("target").string();
         r.elements = c.required("elements").size(false);
         r.certified = c.required("certified").size(false);
