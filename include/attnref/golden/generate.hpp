@@ -42,13 +42,12 @@ inline fast::fast_problem fast_problem_for(const case_views& c) {
     return p;
 }
 
-/// The certification target of an output copy named in a case's outputs.targets (or "float64").
-inline const certify::binary_format* target_format(const std::string& name) {
-    if (name == "float64") return &certify::float64_target;
-    if (name == "float32") return &certify::float32_target;
-    if (name == "bfloat16") return &certify::bfloat16_target;
-    if (name == "float16") return &certify::float16_target;
-    return nullptr;
+/// The certification target of an output copy named in a case's outputs.targets (or "float64");
+/// the names are binary_format's (validated by the manifest reader).
+inline certify::binary_format target_format(const std::string& name) {
+    const std::optional<binary_format> f = format_from_name(name);
+    if (!f) throw data_error("unknown target format '" + printable(name) + "'");
+    return describe(*f);
 }
 
 /// The fast certified reference of a case (output, then weights and lse when the case has them; for
@@ -56,7 +55,7 @@ inline const certify::binary_format* target_format(const std::string& name) {
 inline certify::result certify_case_fast(const case_spec& spec, const case_data& data, std::size_t threads,
                                          fast::fast_stats* stats = nullptr, fast::fast_options options = {}) {
     std::vector<certify::binary_format> targets{certify::float64_target};
-    for (const std::string& t : spec.outputs.targets) targets.push_back(*target_format(t));
+    for (const std::string& t : spec.outputs.targets) targets.push_back(target_format(t));
     options.threads = threads;
     return fast::certify_fast(fast_problem_for(views_of(spec, data, threads)), spec.outputs.weights, spec.outputs.lse, targets, options,
                               stats);
@@ -67,19 +66,20 @@ inline std::vector<std::byte> serialize_doubles(const std::vector<std::size_t>& 
     return npy::serialize(npy::make_array("<f8", shape, v));
 }
 
-/// A target copy: float32 '<f4', float16 '<f2' (IEEE half), bfloat16 '<u2' (bit patterns).
+/// A target copy in its golden .npy form (describe(f).npy_descr): float32 '<f4', float16 '<f2' (IEEE
+/// half), bfloat16 '<u2' (bit patterns). The values are exact in the target already.
 inline std::pair<std::string, std::vector<std::byte>> serialize_target(const std::string& target, const std::vector<std::size_t>& shape,
                                                                  const std::vector<double>& v) {
-    if (target == "float32") {
-        std::vector<float> f(v.begin(), v.end());  // exact: v holds float32 values
-        return {"<f4", npy::serialize(npy::make_array("<f4", shape, f))};
+    const binary_format f = *format_from_name(target);
+    if (f == binary_format::float32) {
+        std::vector<float> x(v.begin(), v.end());  // exact: v holds float32 values
+        return {"<f4", npy::serialize(npy::make_array("<f4", shape, x))};
     }
     std::vector<std::uint16_t> bits;
     bits.reserve(v.size());
-    for (double x : v)
-        bits.push_back(target == "bfloat16" ? formats::bfloat16(x).bits() : formats::float16(x).bits());  // exact
+    for (double x : v) bits.push_back(f == binary_format::bfloat16 ? formats::bfloat16(x).bits() : formats::float16(x).bits());  // exact
     npy::array a = npy::make_array("<u2", shape, bits);
-    if (target == "float16") a.descr = "<f2";
+    a.descr = describe(f).npy_descr;
     return {a.descr, npy::serialize(a)};
 }
 
@@ -120,7 +120,7 @@ inline generated_case generate_case(const case_spec& spec, std::size_t threads, 
     if (spec.outputs.weights) names.push_back("weights"), shapes.push_back(weights_shape(spec));
     if (spec.outputs.lse) names.push_back("lse"), shapes.push_back(lse_shape(spec));
     std::vector<certify::binary_format> targets{certify::float64_target};
-    for (const std::string& t : spec.outputs.targets) targets.push_back(*target_format(t));
+    for (const std::string& t : spec.outputs.targets) targets.push_back(target_format(t));
 
     certify::options opts;
     opts.shapes = shapes;

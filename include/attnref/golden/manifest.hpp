@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnref/attention.hpp"
+#include "attnref/binary_format.hpp"
 #include "attnref/certify_report.hpp"
 #include "attnref/generator.hpp"
 
@@ -196,7 +197,11 @@ using json = nlohmann::ordered_json;
 namespace manifest_detail {
 
 /// The formats a case may ask correctly rounded output copies in (outputs.targets).
-inline bool is_target_name(const std::string& t) { return t == "float32" || t == "bfloat16" || t == "float16"; }
+/// A name of an extra correctly rounded copy: any binary_format but float64 (which every case stores).
+inline bool is_target_name(const std::string& t) {
+    const auto f = format_from_name(t);
+    return f && *f != binary_format::float64;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Strict reader: a JSON value, the file it came from and its dotted field path.
@@ -308,9 +313,6 @@ inline constexpr std::pair<const char*, softmax_algorithm> softmaxes[] = {{"naiv
                                                                    {"shifted_division", softmax_algorithm::shifted_division},
                                                                    {"division_free", softmax_algorithm::division_free},
                                                                    {"online", softmax_algorithm::online}};
-inline constexpr std::pair<const char*, generator::input_format> input_formats[] = {
-    {"float64", generator::input_format::float64}, {"float32", generator::input_format::float32},
-    {"bfloat16", generator::input_format::bfloat16}, {"float16", generator::input_format::float16}};
 
 template <class E, std::size_t N>
 inline const char* name_of(const std::pair<const char*, E> (&options)[N], E e) {
@@ -467,7 +469,7 @@ inline void read_family(const reader& r, generator::input_family& f) {
 
 inline void read_inputs(const reader& r, case_spec& s) {
     r.object({"format", "generator", "seed", "family"});
-    if (auto v = r.get("format")) s.inputs.format = v->choice(input_formats);
+    if (auto v = r.get("format")) s.inputs.format = v->choice(attnref::binary_format_names);
     if (auto v = r.get("generator"))
         if (v->string() != generator::name) v->expected("'" + std::string(generator::name) + "'");
     if (auto v = r.get("seed")) s.inputs.seed = v->unsigned_integer();
@@ -561,7 +563,7 @@ std::optional<E> from_name(std::string_view n) {
     else if constexpr (std::is_same_v<E, empty_row_policy>) return find(manifest_detail::empty_policies);
     else {
         static_assert(std::is_same_v<E, generator::input_format>, "no JSON names for this type");
-        return find(manifest_detail::input_formats);
+        return find(attnref::binary_format_names);
     }
 }
 
@@ -851,7 +853,7 @@ inline std::vector<expected_tensor> expected_tensors(const case_spec& s) {
     for (const auto& [name, shape] : outputs) {
         out.push_back({name, std::nullopt, "<f8", shape});
         for (const std::string& target : s.outputs.targets)
-            out.push_back({name, target, target == "float32" ? "<f4" : target == "float16" ? "<f2" : "<u2", shape});
+            out.push_back({name, target, describe(*format_from_name(target)).npy_descr, shape});
     }
     return out;
 }
