@@ -119,6 +119,10 @@ struct options {
     std::vector<std::vector<std::uint8_t>> nan_allowed;
     /// Optional, per tensor: its shape, so that the error names a multi-index, e.g. (0, 1, 3, 2).
     std::vector<std::vector<std::size_t>> shapes;
+    /// Per tensor (optional): the index each element has in the caller's full tensor, when the
+    /// caller certifies a selection of its elements (the fast path's escalation); error messages
+    /// then name the full tensor's index (in `shapes`).
+    std::vector<std::vector<std::size_t>> full_index;
     /// Called before each rung is computed: (rung, bits, elements still pending).
     std::function<void(std::size_t, int, std::size_t)> progress;
 };
@@ -260,7 +264,8 @@ result certify(const std::vector<std::string>& tensors, const std::vector<format
                             std::string why;
                             if (std::isnan(lo) || std::isnan(hi)) why = " (NaN where the mask leaves the row non-empty)";
                             else if (lo <= 0 && hi >= 0) why = " (the interval keeps containing 0: an exact 0, e.g. cancelling by symmetry, cannot be certified by narrowing)";
-                            throw uncertified_error("tensor '" + tensors[t] + "' element " + detail::index_text(n, shape) +
+                            const std::size_t full = t < opts.full_index.size() && n < opts.full_index[t].size() ? opts.full_index[t][n] : n;
+                            throw uncertified_error("tensor '" + tensors[t] + "' element " + detail::index_text(full, shape) +
                                                     " target " + targets[k].name + ": still uncertified at " +
                                                     std::to_string(bits_of<D>) + " bits (interval ends ≈ " +
                                                     std::to_string(lo) + ", " + std::to_string(hi) + ")" + why + "; " +

@@ -425,7 +425,7 @@ template <class RunMPFI>
 void escalate(const std::vector<std::string>& names, const std::vector<certify::binary_format>& targets,
               std::vector<std::vector<std::vector<double>>>& values, const std::vector<std::vector<std::uint8_t>>& undecided,
               const std::vector<std::uint8_t>& nan_rows, RunMPFI&& run, std::size_t rows_total, fast_stats& stats,
-              std::vector<int>& precisions) {
+              std::vector<int>& precisions, const std::vector<std::vector<std::size_t>>& shapes) {
     const std::size_t nt = names.size();
     std::vector<std::vector<std::size_t>> idx(nt);
     for (std::size_t t = 0; t < nt; ++t)
@@ -455,6 +455,8 @@ void escalate(const std::vector<std::string>& names, const std::vector<certify::
     opts.nan_allowed.resize(nt);
     for (std::size_t t = 0; t < nt; ++t)
         for (std::size_t n : idx[t]) opts.nan_allowed[t].push_back(run.nan_by_construction(t, n, nan_rows) ? 1 : 0);
+    opts.shapes = shapes;  // messages name an uncertified element by its index in the full tensor
+    opts.full_index = idx;
     certify::result r = certify::certify(names, targets, compute, opts);
     precisions = r.precisions_bits;
     for (std::size_t t = 0; t < nt; ++t)
@@ -940,7 +942,10 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
                         for (std::size_t j = 0; j < Sk && !any; ++j) any = !structurally_masked(o.mask, b, h, i, j, Sq, Sk);
                         nan_rows[(b * H + h) * Sq + i] = any ? 0 : 1;
                     }
-        detail::escalate(names, targets, r.values, undecided, nan_rows, run, B * H * Sq, stats, precisions);
+        std::vector<std::vector<std::size_t>> shapes{p.mha ? std::vector<std::size_t>{B, Sq, dout} : std::vector<std::size_t>{B, H, Sq, dv}};
+        if (want_weights) shapes.push_back({B, H, Sq, Sk});
+        if (want_lse) shapes.push_back({B, H, Sq});
+        detail::escalate(names, targets, r.values, undecided, nan_rows, run, B * H * Sq, stats, precisions, shapes);
         for (int bits : precisions) r.precisions_bits.push_back(bits);
         for (auto& rep : r.reports)
             if (rep.escalated) rep.precisions_bits.insert(rep.precisions_bits.end(), precisions.begin(), precisions.end());
