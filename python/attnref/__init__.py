@@ -14,8 +14,9 @@ Inputs: NumPy arrays or anything NumPy can read through ``__array__`` or DLPack 
 tensors). Float64 C-contiguous arrays are read in place; others are converted to float64 once
 (exact for float16/float32). Computations release the GIL.
 
-Not yet in the package (they need the golden-case library API): ``attnref.load_case`` and
-``attnref.check`` for committed golden cases; use the ``attnref check`` command meanwhile.
+Committed golden cases: ``attnref.load_case(path)`` returns a case's inputs, conventions and
+certified outputs; ``attnref.check(case, output=...)`` judges a candidate against it exactly as the
+``attnref check`` command does and returns the verdict (text, JSON and JUnit reports).
 """
 from __future__ import annotations
 
@@ -75,8 +76,9 @@ class Reference:
         return self.arith == "certified"
 
 
-def _as_float64(x: ArrayLike, name: str, *, allow_neg_inf: bool = False) -> np.ndarray:
-    """x as a float64 C-contiguous array without copying when it already is one."""
+def _as_float64(x: ArrayLike, name: str, *, allow_neg_inf: bool = False, allow_nonfinite: bool = False) -> np.ndarray:
+    """x as a float64 C-contiguous array without copying when it already is one. Inputs of a
+    reference must be finite; a candidate's outputs (allow_nonfinite) may hold NaN and inf."""
     if x is None:
         raise TypeError(f"{name}: expected an array, got None")
     a = None
@@ -107,6 +109,8 @@ def _as_float64(x: ArrayLike, name: str, *, allow_neg_inf: bool = False) -> np.n
     if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
         raise TypeError(f"{name}: expected real floating-point (or integer) values, got dtype {a.dtype}")
     a = np.ascontiguousarray(a, dtype=np.float64)
+    if allow_nonfinite:
+        return a
     bad = ~np.isfinite(a)
     if allow_neg_inf:
         bad &= ~np.isneginf(a)
@@ -318,11 +322,77 @@ sdpa.__doc__ = (sdpa.__doc__ or "") + textwrap.indent(CONVENTIONS, "    ")
 mha.__doc__ = (mha.__doc__ or "") + textwrap.indent(CONVENTIONS, "    ")
 
 
-def __getattr__(name: str) -> Any:
-    if name in ("load_case", "check"):
-        raise AttributeError(f"attnref.{name} is not available yet: it needs the golden-case library API "
-                             f"(issue 12, item 3); use the `attnref check` command for committed cases")
-    raise AttributeError(f"module 'attnref' has no attribute {name!r}")
+@dataclass(frozen=True)
+class GoldenCase:
+    """A committed golden case (golden/<name>/), verified on loading: the manifest strictly parsed,
+    every file's sha256, dtype and shape checked.
+
+    Attributes: ``path``; ``name``; ``kind`` ("sdpa" or "mha"); ``conventions``: the case description
+    as in its manifest.json (shapes, conventions, inputs, outputs); ``inputs``: role → array (q, k, v
+    or x_q, x_k, x_v and the projections, masks), float64 (the boolean mask as bool);
+    ``reference``: "output", "weights", "lse" → certified float64 arrays (those the case stores).
+    """
+
+    path: str
+    name: str
+    kind: str
+    conventions: Dict[str, Any]
+    inputs: Dict[str, np.ndarray]
+    reference: Dict[str, np.ndarray]
+
+
+def load_case(path: Any) -> GoldenCase:
+    """Loads and verifies the golden case directory ``path`` (e.g. ``golden/mha_seed_example``).
+
+    Raises ValueError naming the file and field when the directory is not a valid case (the same
+    checks as ``attnref check``: regular files only, sha256, headers, shapes, memory limit)."""
+    import json
+    import os
+    p = os.fspath(path)
+    name, kind, conventions, inputs, reference = _attnref._load_case(p)
+    return GoldenCase(p, name, kind, json.loads(conventions), dict(inputs), dict(reference))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The checker's verdict: ``verdict`` is "PASS", "FAIL" or "INCONCLUSIVE" (a bound too loose to
+    tell right from wrong, or an untrustworthy output: never a pass); ``reason`` says what decided a
+    FAIL or INCONCLUSIVE; ``text``, ``json`` and ``junit`` are the reports ``attnref check`` writes."""
+
+    verdict: str
+    reason: str
+    text: str
+    json: str
+    junit: str
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "PASS"
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+
+def check(case: Any, output: Any, *, weights: Any = None, lse: Any = None, dtype: str = "float64",
+          tolerance: str = "data-aware", empty_row_lse: str = "-inf") -> Verdict:
+    """Judges a candidate's outputs against a committed golden case, as ``attnref check`` does.
+
+    ``case``: a GoldenCase or a case directory. ``output`` (and optionally ``weights`` (B, H, Sq, Sk)
+    and ``lse`` (B, H, Sq)): arrays in the case's shapes holding values of ``dtype`` ("float64",
+    "float32", "bfloat16", "float16"; bfloat16 tensors: pass ``.float()``). ``tolerance``: the model
+    (``attnref.testing`` lists them; default "data-aware"). ``empty_row_lse``: the lse your kernel
+    writes for fully masked rows ("-inf", "+inf" as FlashAttention 2/3, or "any").
+    Returns a Verdict (truthy when it is PASS); raises ValueError for unusable input."""
+    path = case.path if isinstance(case, GoldenCase) else __import__("os").fspath(case)
+
+    def arr(x: Any, what: str) -> Optional[np.ndarray]:
+        if x is None:
+            return None
+        return _as_float64(x, what, allow_nonfinite=True)
+
+    result = _attnref._check(path, arr(output, "output"), arr(weights, "weights"), arr(lse, "lse"), dtype, tolerance,
+                             empty_row_lse)
+    return Verdict(*result)
 
 
 from . import testing  # noqa: E402  (after the definitions testing imports)

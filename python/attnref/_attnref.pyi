@@ -1,5 +1,5 @@
 """Type stubs of the compiled core (private; the API is the package attnref)."""
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -19,3 +19,7 @@ def _judge(call: Optional[_Call], model: str, format: str, reference_u: float, e
            expected_weights: Optional[np.ndarray], expected_lse: Optional[np.ndarray], actual_output: np.ndarray,
            actual_weights: Optional[np.ndarray], actual_lse: Optional[np.ndarray], output_row: int,
            ulp_limit: float) -> List[Dict[str, Any]]: ...
+
+def _load_case(path: str) -> Tuple[str, str, str, Dict[str, np.ndarray], Dict[str, np.ndarray]]: ...
+def _check(path: str, output: np.ndarray, weights: Optional[np.ndarray], lse: Optional[np.ndarray], dtype: str,
+           tolerance: str, empty_row_lse: str) -> Tuple[str, str, str, str, str]: ...

@@ -91,6 +91,8 @@ std::vector<double> to_vector(const std::optional<f64_array>& a) {
 
 }  // namespace
 
+void bind_golden(py::module_& m);  // golden.cpp
+
 PYBIND11_MODULE(_attnref, m) {
     m.doc() = "attnref's compiled core; use the package `attnref`.";
     static py::exception<certify::uncertified_error> uncertified(m, "UncertifiedError", PyExc_ArithmeticError);
@@ -103,6 +105,8 @@ PYBIND11_MODULE(_attnref, m) {
             PyErr_SetString(PyExc_RuntimeError, e.what());
         }
     });
+
+    bind_golden(m);
 
     py::class_<py_call>(m, "_Call");
 
