@@ -19,7 +19,7 @@ def test_numpy_float32_passes_a_committed_case(name):
     assert case.conventions["shapes"]["heads"] == case.inputs["query"].shape[1]
     q, k, v = case.inputs["query"], case.inputs["key"], case.inputs["value"]
     assert case.reference["output"].shape == (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
-    out = numpy_attention.sdpa(q, k, v, dtype=np.float32)
+    out = numpy_attention.sdpa(q, k, v, dtype=np.float32)[0]
     verdict = attnref.check(case, out, dtype="float32")
     assert verdict.passed, verdict.text
     assert verdict.verdict == "PASS" and "<testsuite" in verdict.junit and '"PASS"' in verdict.json
@@ -28,7 +28,7 @@ def test_numpy_float32_passes_a_committed_case(name):
 def test_wrong_scale_fails_a_committed_case():
     case = attnref.load_case(os.path.join(GOLDEN, "sdpa_basic"))
     q, k, v = case.inputs["query"], case.inputs["key"], case.inputs["value"]
-    wrong = numpy_attention.sdpa(q, k, v, dtype=np.float32, scale=1.0)  # the 1/sqrt(dk) scale forgotten
+    wrong = numpy_attention.sdpa(q, k, v, dtype=np.float32, scale=1.0)[0]  # the 1/sqrt(dk) scale forgotten
     verdict = attnref.check(os.path.join(GOLDEN, "sdpa_basic"), wrong, dtype="float32")
     assert not verdict and verdict.verdict == "FAIL", verdict.text
     assert verdict.reason
