@@ -122,85 +122,84 @@ inline generated_case generate_case(const case_spec& spec, std::size_t threads, 
     std::vector<certify::binary_format> targets{certify::float64_target};
     for (const std::string& t : spec.outputs.targets) targets.push_back(target_format(t));
 
-    certify::options opts;
-    opts.shapes = shapes;
-    // NaN is exact only in rows that are empty from the mask alone under the nan policy, and in
-    // what they feed: their output and weights (sdpa: row (b, h, i); mha: every output feature of
-    // query row (b, i) once one of its heads is empty). lse of an empty row is −inf, never NaN.
-    const std::vector<std::uint8_t> empty = empty_rows_of(spec, data);
-    const case_shapes& d = spec.shapes;
-    const std::size_t rows_total = d.batch * d.heads * d.query_length;
-    if (spec.conventions.empty_rows == empty_row_policy::nan) {
-        auto per_row = [&](std::size_t width) {
-            std::vector<std::uint8_t> f(rows_total * width, 0);
-            for (std::size_t r = 0; r < rows_total; ++r)
-                for (std::size_t c = 0; c < width && empty[r]; ++c) f[r * width + c] = 1;
-            return f;
-        };
-        if (spec.kind == case_kind::sdpa) {
-            opts.nan_allowed.push_back(per_row(d.head_dim_v));
-        } else {
-            std::vector<std::uint8_t> f(d.batch * d.query_length * d.output_dim, 0);
-            for (std::size_t b = 0; b < d.batch; ++b)
-                for (std::size_t h = 0; h < d.heads; ++h)
-                    for (std::size_t i = 0; i < d.query_length; ++i)
-                        if (empty[(b * d.heads + h) * d.query_length + i])
-                            for (std::size_t c = 0; c < d.output_dim; ++c) f[(b * d.query_length + i) * d.output_dim + c] = 1;
-            opts.nan_allowed.push_back(std::move(f));
-        }
-        if (spec.outputs.weights) opts.nan_allowed.push_back(per_row(d.key_length));
-    }
-    opts.progress = [&](std::size_t rung, int bits, std::size_t pending) {
-        if (!progress) return;
-        if (rung == 0) progress(spec.name + ": computing the enclosure at " + std::to_string(bits) + " bits");
-        else progress(spec.name + ": " + std::to_string(pending) + " element(s) uncertified, escalating to " + std::to_string(bits) + " bits");
-    };
-    // Escalation recomputes only the query rows (b, h, i) that hold undecided elements: an output
-    // element of sdpa (b, h, i, c), a weight (b, h, i, j) and an lse (b, h, i) belong to row (b, h, i);
-    // an mha output (b, i, c) to query row (b, i) of every head (multi_head_attention_into then
-    // recomputes that query row's projections and all its heads). Every row is computed exactly as
-    // in a full call, and the values certified at a lower rung are kept, so the result is the same.
-    auto rows_for = [&](const certify::request& req) {
-        std::vector<std::uint8_t> rows;
-        if (req.pending.empty() || req.pending[0].empty()) return rows;  // first rung: everything
-        rows.assign(rows_total, 0);
-        const std::size_t sq = d.query_length;
-        for (std::size_t t = 0; t < names.size(); ++t) {
-            const std::vector<std::uint8_t>& p = req.pending[t];
-            for (std::size_t n = 0; n < p.size(); ++n) {
-                if (!p[n]) continue;
-                if (names[t] == "output" && spec.kind == case_kind::mha) {
-                    const std::size_t row = n / d.output_dim, b = row / sq, i = row % sq;  // (b, i)
-                    for (std::size_t h = 0; h < d.heads; ++h) rows[(b * d.heads + h) * sq + i] = 1;
-                } else {
-                    const std::size_t width = names[t] == "output" ? d.head_dim_v : names[t] == "weights" ? d.key_length : 1;
-                    rows[n / width] = 1;
-                }
-            }
-        }
-        return rows;
-    };
+    // The fast path by default; the MPFI ladder alone on request (its NaN and row rules below).
     certify::result cert;
-    if (method == certification_method::fast) {
-        if (progress) progress(spec.name + ": computing in double-double with error bounds");
-        try {
+    try {
+        if (method == certification_method::fast) {
+            if (progress) progress(spec.name + ": computing in double-double with error bounds");
             cert = certify_case_fast(spec, data, threads);
-        } catch (const certify::uncertified_error& e) {
-            throw check_failure("case '" + spec.name + "': " + e.what());
+        } else {
+            certify::options opts;
+            opts.shapes = shapes;
+            // NaN is exact only in rows that are empty from the mask alone under the nan policy, and in
+            // what they feed: their output and weights (sdpa: row (b, h, i); mha: every output feature of
+            // query row (b, i) once one of its heads is empty). lse of an empty row is −inf, never NaN.
+            const std::vector<std::uint8_t> empty = empty_rows_of(spec, data);
+            const case_shapes& d = spec.shapes;
+            const std::size_t rows_total = d.batch * d.heads * d.query_length;
+            if (spec.conventions.empty_rows == empty_row_policy::nan) {
+                auto per_row = [&](std::size_t width) {
+                    std::vector<std::uint8_t> f(rows_total * width, 0);
+                    for (std::size_t r = 0; r < rows_total; ++r)
+                        for (std::size_t c = 0; c < width && empty[r]; ++c) f[r * width + c] = 1;
+                    return f;
+                };
+                if (spec.kind == case_kind::sdpa) {
+                    opts.nan_allowed.push_back(per_row(d.head_dim_v));
+                } else {
+                    std::vector<std::uint8_t> f(d.batch * d.query_length * d.output_dim, 0);
+                    for (std::size_t b = 0; b < d.batch; ++b)
+                        for (std::size_t h = 0; h < d.heads; ++h)
+                            for (std::size_t i = 0; i < d.query_length; ++i)
+                                if (empty[(b * d.heads + h) * d.query_length + i])
+                                    for (std::size_t c = 0; c < d.output_dim; ++c) f[(b * d.query_length + i) * d.output_dim + c] = 1;
+                    opts.nan_allowed.push_back(std::move(f));
+                }
+                if (spec.outputs.weights) opts.nan_allowed.push_back(per_row(d.key_length));
+            }
+            opts.progress = [&](std::size_t rung, int bits, std::size_t pending) {
+                if (!progress) return;
+                if (rung == 0) progress(spec.name + ": computing the enclosure at " + std::to_string(bits) + " bits");
+                else progress(spec.name + ": " + std::to_string(pending) + " element(s) uncertified, escalating to " + std::to_string(bits) + " bits");
+            };
+            // Escalation recomputes only the query rows (b, h, i) that hold undecided elements: an output
+            // element of sdpa (b, h, i, c), a weight (b, h, i, j) and an lse (b, h, i) belong to row (b, h, i);
+            // an mha output (b, i, c) to query row (b, i) of every head (multi_head_attention_into then
+            // recomputes that query row's projections and all its heads). Every row is computed exactly as
+            // in a full call, and the values certified at a lower rung are kept, so the result is the same.
+            auto rows_for = [&](const certify::request& req) {
+                std::vector<std::uint8_t> rows;
+                if (req.pending.empty() || req.pending[0].empty()) return rows;  // first rung: everything
+                rows.assign(rows_total, 0);
+                const std::size_t sq = d.query_length;
+                for (std::size_t t = 0; t < names.size(); ++t) {
+                    const std::vector<std::uint8_t>& p = req.pending[t];
+                    for (std::size_t n = 0; n < p.size(); ++n) {
+                        if (!p[n]) continue;
+                        if (names[t] == "output" && spec.kind == case_kind::mha) {
+                            const std::size_t row = n / d.output_dim, b = row / sq, i = row % sq;  // (b, i)
+                            for (std::size_t h = 0; h < d.heads; ++h) rows[(b * d.heads + h) * sq + i] = 1;
+                        } else {
+                            const std::size_t width = names[t] == "output" ? d.head_dim_v : names[t] == "weights" ? d.key_length : 1;
+                            rows[n / width] = 1;
+                        }
+                    }
+                }
+                return rows;
+            };
+            cert = certify::certify(
+                names, targets,
+                [&]<unsigned D>(std::integral_constant<unsigned, D>, const certify::request& req) {
+                    using P = uniform_precision<mpfr_interval<D>>;
+                    const std::vector<std::uint8_t> rows = rows_for(req);
+                    const case_outputs_of<P> out = compute_case<P, double>(spec, data, threads, softmax_algorithm::shifted_division, 64, rows);
+                    std::vector<std::vector<mpfr_interval<D>>> r{generate_detail::flat(out.output)};
+                    if (spec.outputs.weights) r.push_back(generate_detail::flat(out.weights));
+                    if (spec.outputs.lse) r.push_back(generate_detail::flat(out.lse));
+                    return r;
+                },
+                opts);
         }
-    } else try {
-        cert = certify::certify(
-            names, targets,
-            [&]<unsigned D>(std::integral_constant<unsigned, D>, const certify::request& req) {
-                using P = uniform_precision<mpfr_interval<D>>;
-                const std::vector<std::uint8_t> rows = rows_for(req);
-                const case_outputs_of<P> out = compute_case<P, double>(spec, data, threads, softmax_algorithm::shifted_division, 64, rows);
-                std::vector<std::vector<mpfr_interval<D>>> r{generate_detail::flat(out.output)};
-                if (spec.outputs.weights) r.push_back(generate_detail::flat(out.weights));
-                if (spec.outputs.lse) r.push_back(generate_detail::flat(out.lse));
-                return r;
-            },
-            opts);
     } catch (const certify::uncertified_error& e) {
         // Inconclusive, not bad input: exit 1 as golden/README.md says; nothing is written.
         throw check_failure("case '" + spec.name + "': " + e.what());
