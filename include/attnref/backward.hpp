@@ -46,7 +46,8 @@
 ///   nan      the row's output is NaN, so is every gradient it reaches (as autograd through a softmax
 ///            of −inf gives): dQ_i and grad_logits row i are NaN, and dK, dV of every key of that
 ///            kv head are NaN.
-/// Otherwise, keys masked for every query of a kv head get dK = dV = 0 exactly.
+/// Otherwise, keys masked for every query of a kv head get dK = dV = 0 exactly, and a query row with
+/// exactly one attendable key gets dS = 0 exactly (so dQ_i = 0 and no dK from it), decided from the mask.
 ///
 /// Multi-head attention (weights y = x·W + b, multi_head_attention.hpp): the projections and the
 /// head outputs are recomputed, then
@@ -194,12 +195,22 @@ constexpr void scaled_dot_product_attention_backward_into(
                     }
                 }
                 // dS, then the chain through soft-capping and the scale; dV.
+                // A row with exactly one attendable key has P = 1 whatever its logit, so dS = 0 exactly
+                // (mathematically P·(dP − D) with P = 1, D = dP). Set structurally, from the mask alone
+                // (no comparison of computed values, which scalar.hpp forbids for intervals), for every
+                // arithmetic: in floating point it is what the textbook algorithm computes anyway
+                // (P̂ = 1 exactly, dP − 1·dP = 0); flash's D = dO·O and recomputed P could leave a
+                // rounding residue, which this removes; and in interval arithmetic it is the only way
+                // such a row's dQ (and its share of dK) can certify: dP − dP is an interval around 0
+                // that never rounds to one double. Even a non-finite dO gives 0 here: P does not depend
+                // on the logits, so neither does L.
+                const bool single_key = count_allowed(allowed) == 1;
                 for (std::size_t j = 0; j < sk; ++j) {
                     ds[j] = A(0);
                     g[j] = Lg(0);
                     if (!allowed[j]) continue;
                     const A centred = convert<A>(dp[j]) - row_term;
-                    ds[j] = p[j] * centred;
+                    ds[j] = single_key ? A(0) : p[j] * centred;
                     if (!grad_logits.empty()) grad_logits(b, h, i, j) = convert<DS>(ds[j]);
                     Lg gj = convert<Lg>(ds[j]);
                     if (options.softcap) {
