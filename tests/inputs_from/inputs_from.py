@@ -226,6 +226,35 @@ expect(rc == 0 and bm["inputs"]["format"] == "bfloat16" and [f["dtype"] for f in
        np.array_equal(np.load(os.path.join(out, "mine_bf16", "query.npy")), decoded),
        f"'<u2' files with --input-dtype bfloat16: format bfloat16, the decoded values stored [{se.strip()}]")
 
+# Masks from files: a boolean mask ('|b1'), an additive mask with -inf entries, a seed mask.
+mask_in = fresh(os.path.join(WORK, "mask_in"))
+for n, a in (("query", q), ("key", k), ("value", v)):
+    np.save(os.path.join(mask_in, n + ".npy"), a)
+bmask = rng.random((2, 4, 5, 7)) < 0.7
+bmask[..., 0] = True  # no empty row
+amask = np.where(rng.random((2, 4, 5, 7)) < 0.2, -np.inf, rng.standard_normal((2, 4, 5, 7))).astype(np.float32)
+amask[..., 0] = 0
+np.save(os.path.join(mask_in, "mask.npy"), bmask)
+np.save(os.path.join(mask_in, "additive_mask.npy"), amask)
+rc, so, se = run("generate", "--quiet", "--inputs-from", mask_in, "--name", "mine_masks", "--boolean-mask", "--additive-mask",
+                 "--out", out)
+expect(rc == 0, f"generate --inputs-from with mask.npy and additive_mask.npy (-inf entries) exits 0 [{se.strip()}]")
+if rc == 0:
+    mk = json.load(open(os.path.join(out, "mine_masks", "manifest.json")))
+    expect([f["dtype"] for f in mk["inputs"]["files"]] == ["<f4", "<f4", "<f4", "|b1", "<f4"] and
+           np.array_equal(np.load(os.path.join(out, "mine_masks", "additive_mask.npy")), amask.astype(np.float64)),
+           "masks: recorded dtypes, additive mask stored as given (-inf kept)")
+    if PYPATH:
+        r = attnref.sdpa(q, k, v, mask=bmask, additive_mask=amask.astype(np.float64), arith="certified")
+        expect(same_bits(np.asarray(r.output), np.load(os.path.join(out, "mine_masks", "output.npy"))),
+               "masked case: output equals attnref.sdpa(mask=..., additive_mask=...) bit for bit")
+smask = (rng.random((2, 4, 5, 7)) < 0.3).astype(np.float64)
+seed_in = fresh(os.path.join(WORK, "seed_in"))
+for n, a in (("query", q), ("key", k), ("value", v), ("seed_mask", smask)):
+    np.save(os.path.join(seed_in, n + ".npy"), a)
+rc, so, se = run("generate", "--quiet", "--inputs-from", seed_in, "--name", "mine_seed", "--seed-mask", "--out", out)
+expect(rc == 0, f"generate --inputs-from with seed_mask.npy exits 0 [{se.strip()}]")
+
 # ---- 5. hostile inputs: exit 2, the file (or flag) named ---------------------------------------
 
 
@@ -268,6 +297,10 @@ hostile("inexact_format", lambda d: None, "query.npy", ("--input-format", "float
 hostile("mask_shape", put("mask.npy", np.ones((2, 4, 5, 6), dtype=bool)), "mask.npy", ("--boolean-mask",))
 hostile("unasked_mask", put("mask.npy", np.ones((2, 4, 5, 7), dtype=bool)), "mask.npy")
 hostile("shape_flag", lambda d: None, "--sq", ("--sq", "6"))
+pinf = amask.copy()
+pinf[1, 2, 3, 4] = np.inf
+hostile("additive_plus_inf", put("additive_mask.npy", pinf), "additive_mask.npy", ("--additive-mask",))
+hostile("seed_mask_half", put("seed_mask.npy", smask * 0.5), "seed_mask.npy", ("--seed-mask",))
 hostile("u2_without_dtype", put("query.npy", q.view(np.uint16)[..., ::2].copy()), "query.npy")
 # Other inputs under the name of the case written in 1.: OUT/mine exists and differs.
 other = fresh(os.path.join(WORK, "hostile", "existing_out"))
