@@ -39,6 +39,8 @@
 ///                        (u: unit roundoff of the accumulate type; u_storage: that of the output type
 ///                        where narrower, the gradients being stored in it); ≤ 1 means it held
 ///   grad_norm_rel        ‖ĝ − g‖₂ / ‖g‖₂ (normwise relative error)
+///   grad_bound_norm_rel  ‖bound‖₂ / ‖g‖₂: the bound's size against the gradient's; ≥ 1 means the bound
+///                        is as large as the values it bounds (vacuous: a ratio ≤ 1 then proves nothing)
 /// The forward columns of a backward point are NaN (not measured).
 ///
 /// The a-priori bound is error_bounds.hpp's first-order SDPA bound (docs/error-bounds.md, eq. 8):
@@ -153,7 +155,7 @@ struct result {
     /// error is 1 − stage_rms / out_rms.
     std::array<double, 5> stage_rms{};
     /// Backward points: per gradient dQ, dK, dV (NaN for forward points), see the file comment.
-    std::array<double, 3> grad_bound_ratio{}, grad_norm_rel{};
+    std::array<double, 3> grad_bound_ratio{}, grad_norm_rel{}, grad_bound_norm_rel{};
 };
 
 /// Names of the backward algorithms in studies.
@@ -269,6 +271,7 @@ result measure(const point& pt) {
     result res;
     res.grad_bound_ratio.fill(std::numeric_limits<double>::quiet_NaN());
     res.grad_norm_rel.fill(std::numeric_limits<double>::quiet_NaN());
+    res.grad_bound_norm_rel.fill(std::numeric_limits<double>::quiet_NaN());
     const double u = static_cast<double>(attnref::unit_roundoff<A>());
     res.u = u;
     const double u_w = scalar_traits<W>::digits < scalar_traits<A>::digits ? static_cast<double>(attnref::unit_roundoff<W>()) : 0.0;
@@ -436,7 +439,7 @@ result measure_backward(const point& pt) {
     o.softmax.block_size = pt.block;
     o.threads = 1;
     const extents_t<4> qe{1, 1, sq, d}, ke{1, 1, n, d};
-    std::array<double, 3> diff_sq{}, ref_sq{};
+    std::array<double, 3> diff_sq{}, ref_sq{}, bound_sq{};
     for (std::uint64_t seed : pt.seeds) {
         const std::vector<double> q = generator::generate(family, seed, generator::role::query, {1, 1, sq, d}, fmt);
         const std::vector<double> k = generator::generate(family, seed, generator::role::key, {1, 1, n, d}, fmt);
@@ -482,11 +485,15 @@ result measure_backward(const point& pt) {
                 const double ratio = err == 0 ? 0.0 : err / b;
                 res.grad_bound_ratio[t] = std::max(res.grad_bound_ratio[t], std::isnan(ratio) ? std::numeric_limits<double>::infinity() : ratio);
                 diff_sq[t] += err * err;
+                bound_sq[t] += b * b;
                 const double x = static_cast<double>(exact);
                 ref_sq[t] += x * x;
             }
     }
-    for (std::size_t t = 0; t < 3; ++t) res.grad_norm_rel[t] = ref_sq[t] > 0 ? std::sqrt(diff_sq[t] / ref_sq[t]) : std::sqrt(diff_sq[t]);
+    for (std::size_t t = 0; t < 3; ++t) {
+        res.grad_norm_rel[t] = ref_sq[t] > 0 ? std::sqrt(diff_sq[t] / ref_sq[t]) : std::sqrt(diff_sq[t]);
+        res.grad_bound_norm_rel[t] = ref_sq[t] > 0 ? std::sqrt(bound_sq[t] / ref_sq[t]) : std::numeric_limits<double>::infinity();
+    }
     return res;
 }
 
