@@ -421,6 +421,10 @@ result measure_backward(const point& pt) {
     using R = reference_real;
     const std::size_t sq = pt.queries, n = pt.seq, d = pt.head_dim;
     if (sq == 0 || n == 0 || d == 0) throw std::invalid_argument("study point: queries, seq and head_dim must be positive");
+    // The reference must be well beyond the policy: 133 bits leave 20 bits over binary128's 113.
+    if constexpr (scalar_traits<A>::digits > 113)
+        throw std::invalid_argument("study: backward point of policy '" + pt.policy + "': its " + std::to_string(scalar_traits<A>::digits) +
+                                    "-bit arithmetic is not 20 bits less precise than the 133-bit MPFR reference; its error cannot be measured");
     constexpr double nan = std::numeric_limits<double>::quiet_NaN();
     result res;
     res.out_max = res.out_rms = res.p_max = res.p_rms = res.lse_max = res.lse_rms = res.ulp_max = res.bias = res.bias_z = res.bound_ratio = nan;

@@ -301,6 +301,7 @@ pinf = amask.copy()
 pinf[1, 2, 3, 4] = np.inf
 hostile("additive_plus_inf", put("additive_mask.npy", pinf), "additive_mask.npy", ("--additive-mask",))
 hostile("seed_mask_half", put("seed_mask.npy", smask * 0.5), "seed_mask.npy", ("--seed-mask",))
+hostile("max_memory", lambda d: None, "--max-memory", ("--max-memory", "64K"))
 hostile("u2_without_dtype", put("query.npy", q.view(np.uint16)[..., ::2].copy()), "query.npy")
 # Other inputs under the name of the case written in 1.: OUT/mine exists and differs.
 other = fresh(os.path.join(WORK, "hostile", "existing_out"))
