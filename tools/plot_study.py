@@ -8,6 +8,9 @@ writes, for the rows present in the CSV:
                         (shifted softmax, no offset; log-log)
   error_vs_offset.svg   max relative error of P vs logit offset, one line per softmax algorithm
   bound_vs_observed.svg observed max output error against the a-priori bound (err/bound), every point
+  backward_vs_length.svg  backward points (attnref study --backward): normwise relative error of dQ, dK,
+                        dV (top) and max |error| / first-order bound (bottom) vs sequence length, one
+                        line per policy (colour) and backward algorithm (solid textbook, dashed flash)
 SVG output is deterministic (fixed hashsalt, no date).
 """
 import csv
@@ -32,8 +35,11 @@ def save(fig, path):
 def main(argv):
     if len(argv) != 3:
         sys.exit("usage: plot_study.py STUDY.csv OUTDIR")
-    rows = list(csv.DictReader(open(argv[1])))
+    all_rows = list(csv.DictReader(open(argv[1])))
     out = argv[2]
+    # Backward points (a CSV from before the backward columns has none) have their own plot.
+    backward = [r for r in all_rows if r.get("backward", "0") == "1"]
+    rows = [r for r in all_rows if r.get("backward", "0") != "1"]
     f = lambda r, k: float(r[k])
 
     # 1. error vs sequence length per policy
@@ -94,6 +100,34 @@ def main(argv):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
         save(fig, f"{out}/bound_vs_observed.svg")
+
+    # 4. backward: error of dQ, dK, dV vs sequence length
+    lines = defaultdict(list)
+    for r in backward:
+        lines[(r["policy"], r["backward_algorithm"], r["head_dim"])].append(
+            (int(r["seq"]), [f(r, g + "_norm_rel") for g in ("dq", "dk", "dv")], [f(r, g + "_bound_ratio") for g in ("dq", "dk", "dv")]))
+    if any(len(v) > 1 for v in lines.values()):
+        fig, axes = plt.subplots(2, 3, figsize=(12, 7), sharex=True)
+        colours = {}
+        for (policy, alg, dk), pts in sorted(lines.items()):
+            pts = sorted(pts)
+            colour = colours.setdefault(policy, f"C{len(colours)}")
+            style = "o-" if alg == "textbook" else "s--"
+            for g in range(3):
+                axes[0][g].plot([p[0] for p in pts], [p[1][g] for p in pts], style, color=colour, label=f"{policy} {alg}")
+                axes[1][g].plot([p[0] for p in pts], [max(p[2][g], 1e-300) for p in pts], style, color=colour)
+        for g, name in enumerate(("dQ", "dK", "dV")):
+            axes[0][g].set_title(f"{name}: ‖ĝ − g‖₂ / ‖g‖₂")
+            axes[1][g].set_title(f"{name}: max |ĝ − g| / first-order bound")
+            axes[1][g].axhline(1.0, color="red", linestyle=":")
+            axes[1][g].set_xlabel("sequence length n (keys)")
+            for row in (0, 1):
+                axes[row][g].set_xscale("log", base=2)
+                axes[row][g].set_yscale("log")
+                axes[row][g].grid(True, which="both", alpha=0.3)
+        axes[0][2].legend(fontsize=7, loc="center left", bbox_to_anchor=(1, 0.5))
+        fig.suptitle("Attention backward error vs sequence length (vs attnref's backward in MPFR, 133 bits)")
+        save(fig, f"{out}/backward_vs_length.svg")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "attnref/golden/manifest.hpp"
 #include "attnref/golden/safe_io.hpp"
 #include "attnref/golden/sha256.hpp"
+#include "attnref/golden/user_inputs.hpp"
 #include "shard.hpp"
 #include "summary.hpp"
 
@@ -52,6 +54,9 @@ struct generate_args {
     std::string max_memory;
     std::string method = "fast";
     std::string shard;  ///< "I/N": only shard I of N of the selected cases (shard.hpp)
+    // The user's own inputs (--inputs-from DIR, user_inputs.hpp) and regenerating one case directory (--golden).
+    std::string inputs_from, input_dtype, golden;
+    std::set<std::string> given;  ///< the ad-hoc flags given on the command line (filled by the callback)
 };
 
 /// Bytes per value `generate` budgets for: the certification holds MPFI intervals (two MPFR numbers
@@ -120,6 +125,54 @@ case_spec ad_hoc_case(const generate_args& a) {
     return parse_suite(suite.dump(), "command line").front();
 }
 
+/// The ad-hoc case with its inputs from the user's files (--inputs-from): shapes from the files (shape
+/// flags, when given, must agree), conventions from the flags, inputs.format the narrowest exact one or
+/// the --input-format given (checked), generator "files" with each file's dtype and sha256.
+std::pair<case_spec, case_data> inputs_from_case(generate_args a) {
+    const fs::path dir = a.inputs_from;
+    if (a.given.count("--seed")) throw data_error("command line: --seed: the inputs come from --inputs-from, not from the generator");
+    if (!a.input_dtype.empty() && a.input_dtype != "bfloat16")
+        throw data_error("command line: --input-dtype: expected 'bfloat16' (the only dtype .npy cannot name), got '" + printable(a.input_dtype) + "'");
+    user_input_options o;
+    o.kind = *from_name<case_kind>(a.kind);
+    o.heads = a.given.count("--heads") ? a.heads : 0;
+    o.kv_heads = a.given.count("--kv-heads") ? a.kv_heads : 0;
+    o.bias = a.bias;
+    o.boolean_mask = a.boolean_mask;
+    o.additive_mask = a.additive_mask;
+    o.seed_mask = a.seed_mask;
+    o.bfloat16_bits = a.input_dtype == "bfloat16";
+    const case_shapes sh = user_input_shapes(dir, o);
+    const std::string from = (dir / "query.npy").string();
+    const std::pair<const char*, std::pair<std::size_t*, std::size_t>> shape_flags[] = {
+        {"--batch", {&a.batch, sh.batch}},          {"--heads", {&a.heads, sh.heads}},
+        {"--kv-heads", {&a.kv_heads, sh.kv_heads}}, {"--sq", {&a.sq, sh.query_length}},
+        {"--sk", {&a.sk, sh.key_length}},           {"--dk", {&a.dk, sh.head_dim_qk}},
+        {"--dv", {&a.dv, sh.head_dim_v}},           {"--model-dim", {&a.model_dim, sh.model_dim}},
+        {"--output-dim", {&a.output_dim, sh.output_dim}}};
+    for (const auto& [flag, v] : shape_flags) {
+        if (a.given.count(flag) && *v.first != v.second)
+            throw data_error("command line: " + std::string(flag) + " " + std::to_string(*v.first) + " disagrees with the files in " +
+                             printable(dir.string()) + ", which give " + std::to_string(v.second) + " (see query.npy, key.npy, value.npy" +
+                             (o.kind == case_kind::mha ? ", w_q.npy, w_v.npy, w_o.npy)" : ")"));
+        *v.first = v.second;
+    }
+    const std::optional<generator::input_format> declared =
+        a.given.count("--input-format") ? from_name<generator::input_format>(a.input_format) : std::nullopt;
+    a.input_format = "float64";
+    case_spec spec = ad_hoc_case(a);
+    check_case_memory(spec, printable(dir.string()) + " (--inputs-from)", interval_bytes_per_value);
+    user_inputs in = read_user_inputs(dir, spec, o);
+    if (declared) require_exact_in(dir, spec, in.data, *declared, "--input-format " + std::string(format_name(*declared)));
+    spec.inputs.format = declared ? *declared : in.narrowest;
+    spec.inputs.seed = 0;
+    spec.inputs.from_files = true;
+    spec.inputs.files = std::move(in.files);
+    // The finished description through the strict reader's own validation, as every case.
+    complete_and_validate(spec, "command line");
+    return {std::move(spec), std::move(in.data)};
+}
+
 struct case_outcome {
     std::string status;
     double seconds = 0;
@@ -128,10 +181,33 @@ struct case_outcome {
     std::string detail;
 };
 
-void run_generate(const generate_args& a) {
+void run_generate(generate_args a) {
     std::vector<case_spec> cases;
     fs::path out = a.out;
-    if (!a.name.empty()) {
+    std::optional<case_data> inputs;    // a "files" case's inputs (not the generator's)
+    std::optional<fs::path> case_dir;   // --golden: the one directory compared or written
+    if (!a.golden.empty()) {
+        if (!a.name.empty() || !a.inputs_from.empty() || !a.cases.empty() || !a.shard.empty())
+            throw data_error("command line: --golden: regenerates one case from its own manifest; not with --name, --inputs-from, --case or --shard");
+        if (!a.max_memory.empty()) set_max_memory(parse_memory_size(a.max_memory, "--max-memory"));
+        // load_case checks the manifest and every file's sha256: a "files" case's stored inputs are
+        // used as they are; other cases' inputs come from the generator again.
+        loaded_case lc = load_case(a.golden);
+        if (lc.m.spec.inputs.from_files) inputs = std::move(lc.data);
+        if (lc.m.reference.method == reference_method_mpfi && a.method == "fast") a.method = "mpfi";
+        cases.push_back(lc.m.spec);
+        case_dir = a.out.empty() ? fs::path(a.golden) : fs::path(a.out) / lc.m.spec.name;
+        if (out.empty()) out = fs::path(a.golden).parent_path();
+        if (out.empty()) out = ".";
+    } else if (!a.inputs_from.empty()) {
+        if (a.name.empty()) throw data_error("command line: --inputs-from: needs --name (the case's name)");
+        if (!a.cases.empty() || !a.shard.empty()) throw data_error("command line: --inputs-from: makes one ad-hoc case; not with --case or --shard");
+        if (!a.max_memory.empty()) set_max_memory(parse_memory_size(a.max_memory, "--max-memory"));
+        auto [spec, data] = inputs_from_case(a);
+        cases.push_back(std::move(spec));
+        inputs = std::move(data);
+        if (out.empty()) out = ".";
+    } else if (!a.name.empty()) {
         cases.push_back(ad_hoc_case(a));
         if (out.empty()) out = ".";
     } else {
@@ -185,12 +261,13 @@ void run_generate(const generate_args& a) {
         const bool long_case = case_cost(s) > 2e6;
         const generated_case g = generate_case(s, inner_threads,
                                                long_case ? std::function<void(const std::string&)>(say) : std::function<void(const std::string&)>(),
-                                               a.method == "mpfi" ? certification_method::mpfi : certification_method::fast);
+                                               a.method == "mpfi" ? certification_method::mpfi : certification_method::fast,
+                                               inputs ? &*inputs : nullptr);
         case_outcome& o = outcomes[i];
         o.seconds = g.seconds;
         o.certified = g.certified_elements;
         o.escalated = g.escalated_elements;
-        const fs::path dir = out / s.name;
+        const fs::path dir = case_dir ? *case_dir : out / s.name;
         // Compare and publish under an exclusive lock on --out: a concurrent `generate` into the
         // same directory waits, then sees this case as written (unchanged or CONFLICT), so no run
         // silently replaces another's case.
@@ -252,7 +329,7 @@ void run_generate(const generate_args& a) {
 
     for (std::size_t i = 0; i < cases.size(); ++i)
         if (outcomes[i].conflict)
-            throw data_error((out / cases[i].name).string() + ": existing case differs from the regenerated one (" +
+            throw data_error((case_dir ? *case_dir : out / cases[i].name).string() + ": existing case differs from the regenerated one (" +
                              outcomes[i].detail + "); not overwritten, use --force");
     // The shard's record last: a shard directory without it is incomplete (merge refuses it).
     if (shard && !a.verify) {
@@ -265,7 +342,7 @@ void run_generate(const generate_args& a) {
     std::size_t differing = 0;
     std::string first;
     for (std::size_t i = 0; i < cases.size(); ++i)
-        if (outcomes[i].differs && differing++ == 0) first = (out / cases[i].name).string() + ": " + outcomes[i].detail;
+        if (outcomes[i].differs && differing++ == 0) first = (case_dir ? *case_dir : out / cases[i].name).string() + ": " + outcomes[i].detail;
     if (differing)
         throw check_failure(fmt::format("--verify: {} of {} case(s) differ from the regenerated data; first: {}", differing,
                                         cases.size(), first));
@@ -293,10 +370,19 @@ void register_generate(CLI::App& app) {
     g->add_option("--shard", a->shard,
                   "compute only shard I of N (I/N, 0-based) of the selected cases into --out, with shard.json; "
                   "`attnref merge` assembles the shards");
+    g->add_option("--golden", a->golden,
+                  "regenerate the one case in this directory from its own manifest (a 'files' case from its stored "
+                  "inputs, sha256-checked) and compare (--verify) or write it there (or into --out/NAME)");
     g->add_option("--max-memory", a->max_memory,
                   "refuse cases estimated to need more memory (bytes, K/M/G/T suffix; default 4G; 256 bytes per value)");
     auto* adhoc = "Ad-hoc case";
     g->add_option("--name", a->name, "ad-hoc case name ([a-z0-9_]); enables the flags below")->group(adhoc);
+    g->add_option("--inputs-from", a->inputs_from,
+                  "read the inputs from DIR/query.npy, key.npy, value.npy (mha: and w_q ... w_o, b_* with --bias; masks "
+                  "when asked for): shapes from the files, values certified as given (golden/README.md, 'Your own inputs')")
+        ->group(adhoc);
+    g->add_option("--input-dtype", a->input_dtype, "with --inputs-from: bfloat16 reads '<u2' files as bfloat16 bit patterns")
+        ->group(adhoc);
     g->add_option("--description", a->description, "one-line description")->group(adhoc);
     g->add_option("--kind", a->kind, "sdpa or mha")->check(CLI::IsMember({"sdpa", "mha"}))->group(adhoc);
     g->add_option("--batch", a->batch, "B")->check(unsigned_text())->group(adhoc);
@@ -327,13 +413,19 @@ void register_generate(CLI::App& app) {
         ->check(CLI::IsMember({"on_product", "on_query", "split_sqrt"}))->group(adhoc);
     g->add_option("--softcap", a->softcap, "soft-capping constant")->group(adhoc);
     g->add_option("--alibi-slopes", a->alibi_slopes, "ALiBi slopes, one per head")->delimiter(',')->group(adhoc);
-    g->add_option("--input-format", a->input_format, "float64, float32, bfloat16 or float16")
+    g->add_option("--input-format", a->input_format,
+                  "float64, float32, bfloat16 or float16 (with --inputs-from: default the narrowest holding every value exactly)")
         ->check(CLI::IsMember({"float64", "float32", "bfloat16", "float16"}))->group(adhoc);
     g->add_option("--seed", a->seed, "generator seed")->check(unsigned_text())->group(adhoc);
     g->add_option("--targets", a->targets, "extra correctly rounded copies: float32, bfloat16, float16")->delimiter(',')->group(adhoc);
     g->add_flag("--no-weights", a->no_weights, "do not store the attention weights P")->group(adhoc);
     g->add_flag("--no-lse", a->no_lse, "do not store the log-sum-exp")->group(adhoc);
-    g->callback([a] { run_generate(*a); });
+    g->callback([a, g] {
+        for (const char* flag : {"--batch", "--heads", "--kv-heads", "--sq", "--sk", "--dk", "--dv", "--model-dim", "--output-dim",
+                                 "--input-format", "--seed"})
+            if (g->get_option(flag)->count() > 0) a->given.insert(flag);
+        run_generate(*a);
+    });
 }
 
 }  // namespace attnref::verify

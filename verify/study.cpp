@@ -5,8 +5,12 @@
 /// JSON: {"sweeps": [{"name": "...", "policy": ["fp32", ...], "algorithm": ["shifted", ...],
 ///        "block": [64], "placement": ["on_product"], "seq": [256], "head_dim": [64], "offset": [0],
 ///        "ramp": [0], "logit_scale": [1], "queries": 8, "seeds": [1, 2, 3, 4],
-///        "direct_logits": false, "spread": 4, "positive_values": false}, ...]}   (all keys optional)
+///        "direct_logits": false, "spread": 4, "positive_values": false,
+///        "backward": false, "backward_algorithm": ["textbook", "flash"]}, ...]}   (all keys optional)
+/// Backward sweeps (--backward, "backward": true) measure dQ, dK, dV against the MPFR backward and its
+/// first-order bound (study.hpp); a bound exceeded anywhere makes the command exit 1 after writing.
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
@@ -43,6 +47,8 @@ struct study_flags {
     std::size_t queries = 0, threads = 0;
     double spread = 4;
     bool direct_logits = false, positive_values = false, no_plot = false;
+    bool backward = false;
+    std::vector<std::string> backward_algorithms;
 };
 
 std::string parse_policy(const std::string& s) {
@@ -54,6 +60,10 @@ std::string parse_policy(const std::string& s) {
 softmax_algorithm parse_algorithm(const std::string& s) {
     if (auto a = study::algorithm_from_name(s)) return *a;
     throw data_error("attnref study: unknown softmax algorithm '" + s + "' (naive, shifted, division_free, online)");
+}
+backward_algorithm parse_backward_algorithm(const std::string& s) {
+    if (auto a = study::backward_algorithm_from_name(s)) return *a;
+    throw data_error("attnref study: unknown backward algorithm '" + s + "' (textbook, flash)");
 }
 scale_placement parse_placement(const std::string& s) {
     if (auto p = study::placement_from_name(s)) return *p;
@@ -85,13 +95,16 @@ study::sweep sweep_from_json(const nlohmann::json& j) {
     s.direct_logits = j.value("direct_logits", s.direct_logits);
     s.spread = j.value("spread", s.spread);
     s.positive_values = j.value("positive_values", s.positive_values);
+    s.backward = j.value("backward", s.backward);
+    if (j.contains("backward_algorithm"))
+        s.backward_algorithms = map_all<backward_algorithm>(strings("backward_algorithm"), parse_backward_algorithm);
     return s;
 }
 
 bool any_axis_flag(const study_flags& f) {
     return !f.policies.empty() || !f.algorithms.empty() || !f.placements.empty() || !f.blocks.empty() || !f.seqs.empty() ||
            !f.head_dims.empty() || !f.offsets.empty() || !f.ramps.empty() || !f.logit_scales.empty() || !f.seeds.empty() ||
-           f.queries != 0 || f.direct_logits || f.positive_values;
+           f.queries != 0 || f.direct_logits || f.positive_values || !f.backward_algorithms.empty();
 }
 
 study::sweep sweep_from_flags(const study_flags& f) {
@@ -110,13 +123,18 @@ study::sweep sweep_from_flags(const study_flags& f) {
     s.direct_logits = f.direct_logits;
     s.spread = f.spread;
     s.positive_values = f.positive_values;
+    s.backward = f.backward;
+    if (!f.backward_algorithms.empty()) s.backward_algorithms = map_all<backward_algorithm>(f.backward_algorithms, parse_backward_algorithm);
+    if (s.backward) s.name = "backward";
     return s;
 }
 
 std::string csv_header() {
     return "sweep,policy,algorithm,block,placement,seq,queries,head_dim,offset,ramp,logit_scale,direct_logits,seeds,"
            "u,out_max,out_rms,p_max,p_rms,lse_max,lse_rms,ulp_max,bias,bias_z,bound_ratio,"
-           "rms_hi_logits,rms_hi_softmax,rms_hi_p_cast,rms_hi_pv,rms_hi_output";
+           "rms_hi_logits,rms_hi_softmax,rms_hi_p_cast,rms_hi_pv,rms_hi_output,"
+           "backward,backward_algorithm,dq_bound_ratio,dk_bound_ratio,dv_bound_ratio,dq_norm_rel,dk_norm_rel,dv_norm_rel,"
+           "dq_bound_norm_rel,dk_bound_norm_rel,dv_bound_norm_rel";
 }
 
 std::string csv_row(const study::point& p, const study::result& r) {
@@ -126,10 +144,35 @@ std::string csv_row(const study::point& p, const study::result& r) {
                        study::placement_name(p.placement), p.seq, p.queries, p.head_dim, p.offset, p.ramp, p.logit_scale,
                        p.direct_logits ? 1 : 0, p.seeds.size(), r.u, r.out_max, r.out_rms, r.p_max, r.p_rms, r.lse_max,
                        r.lse_rms, r.ulp_max, r.bias, r.bias_z, r.bound_ratio, r.stage_rms[0], r.stage_rms[1],
-                       r.stage_rms[2], r.stage_rms[3], r.stage_rms[4]);
+                       r.stage_rms[2], r.stage_rms[3], r.stage_rms[4]) +
+           fmt::format(",{},{},{:.4e},{:.4e},{:.4e},{:.6e},{:.6e},{:.6e},{:.4e},{:.4e},{:.4e}", p.backward ? 1 : 0,
+                       p.backward ? study::backward_algorithm_name(p.backward_alg) : "", r.grad_bound_ratio[0], r.grad_bound_ratio[1],
+                       r.grad_bound_ratio[2], r.grad_norm_rel[0], r.grad_norm_rel[1], r.grad_norm_rel[2], r.grad_bound_norm_rel[0],
+                       r.grad_bound_norm_rel[1], r.grad_bound_norm_rel[2]);
 }
 
-std::string table(const std::vector<study::point>& points, const std::vector<study::result>& results) {
+/// The backward points' table: per gradient the worst |error|/bound and the normwise relative error.
+std::string backward_table(const std::vector<study::point>& points, const std::vector<study::result>& results) {
+    std::string t = fmt::format("backward: dQ, dK, dV vs attnref's backward in MPFR (133 bits); err/bound: max |error| / first-order bound "
+                                "(backward_bounds.hpp, must be <= 1); norm: ||error||_2 / ||g||_2; bound/g: max over dQ, dK, dV of "
+                                "||bound||_2 / ||g||_2 (>= 1: the bound is vacuous)\n");
+    t += fmt::format("{:<14} {:<9} {:>5} {:>4} | {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} | {:>8}\n", "policy", "backward", "n", "dk", "dQ e/b",
+                     "dK e/b", "dV e/b", "dQ norm", "dK norm", "dV norm", "bound/g");
+    for (std::size_t i = 0; i < points.size(); ++i) {
+        const study::point& p = points[i];
+        const study::result& r = results[i];
+        if (!p.backward) continue;
+        const bool violated = !(std::max({r.grad_bound_ratio[0], r.grad_bound_ratio[1], r.grad_bound_ratio[2]}) <= 1);
+        const double tightness = std::max({r.grad_bound_norm_rel[0], r.grad_bound_norm_rel[1], r.grad_bound_norm_rel[2]});
+        t += fmt::format("{:<14} {:<9} {:>5} {:>4} | {:>9.2e} {:>9.2e} {:>9.2e} | {:>9.2e} {:>9.2e} {:>9.2e} | {:>8.2e}{}{}\n", p.policy,
+                         study::backward_algorithm_name(p.backward_alg), p.seq, p.head_dim, r.grad_bound_ratio[0], r.grad_bound_ratio[1],
+                         r.grad_bound_ratio[2], r.grad_norm_rel[0], r.grad_norm_rel[1], r.grad_norm_rel[2], tightness,
+                         violated ? "  BOUND EXCEEDED" : "", !(tightness < 1) ? "  VACUOUS" : "");
+    }
+    return t;
+}
+
+std::string forward_table(const std::vector<study::point>& points, const std::vector<study::result>& results) {
     std::string t = fmt::format("{:<9} {:<14} {:<13} {:>5} {:>5} {:>4} {:>7} {:>6} | {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9}\n",
                                 "sweep", "policy", "softmax", "block", "n", "dk", "offset", "ramp", "out max", "out rms",
                                 "P max", "lse max", "ulp max", "bias", "bias z", "err/bound");
@@ -158,6 +201,17 @@ std::string table(const std::vector<study::point>& points, const std::vector<stu
                          share(r.out_rms, r.stage_rms[4]));
     }
     return t;
+}
+
+std::string table(const std::vector<study::point>& all_points, const std::vector<study::result>& all_results) {
+    std::vector<study::point> points;
+    std::vector<study::result> results;
+    for (std::size_t i = 0; i < all_points.size(); ++i)
+        if (!all_points[i].backward) points.push_back(all_points[i]), results.push_back(all_results[i]);
+    const bool backward = points.size() != all_points.size();
+    if (!backward) return forward_table(points, results);
+    const std::string b = backward_table(all_points, all_results);
+    return points.empty() ? b : forward_table(points, results) + "\n" + b;
 }
 
 void write_file(const std::filesystem::path& path, const std::string& text) {
@@ -194,8 +248,11 @@ std::string shell_quote(const std::string& s) {
 }
 
 
+void plot(const study_flags& f, const std::filesystem::path& out);
+
 void run_study(const study_flags& f) {
     std::vector<study::sweep> sweeps;
+    if (!f.backward_algorithms.empty() && !f.backward) throw data_error("attnref study: --backward-algorithm: needs --backward");
     if (any_axis_flag(f)) {
         sweeps.push_back(sweep_from_flags(f));
     } else if (!f.json.empty()) {
@@ -208,11 +265,18 @@ void run_study(const study_flags& f) {
             throw data_error("attnref study: " + f.json + ": " + e.what());
         }
     } else {
-        sweeps = study::default_study();
+        sweeps = f.backward ? study::default_backward_study() : study::default_study();
     }
     std::vector<study::point> points;
-    for (const study::sweep& s : sweeps)
-        for (study::point& p : study::expand(s)) points.push_back(std::move(p));
+    for (const study::sweep& s : sweeps) {
+        std::vector<study::point> expanded;
+        try {
+            expanded = study::expand(s);
+        } catch (const std::invalid_argument& e) {
+            throw data_error(std::string("attnref study: ") + e.what());
+        }
+        for (study::point& p : expanded) points.push_back(std::move(p));
+    }
     const std::filesystem::path out(f.out);
     std::filesystem::create_directories(out);
     std::fprintf(stderr, "attnref study: %zu points\n", points.size());
@@ -227,7 +291,21 @@ void run_study(const study_flags& f) {
     write_file(out / "table.txt", text);
     std::fputs(text.c_str(), stdout);
     std::printf("wrote %s and %s\n", (out / "study.csv").c_str(), (out / "table.txt").c_str());
-    if (f.no_plot) return;
+    // A backward bound exceeded is a finding the study asserts: exit 1, after writing everything.
+    std::size_t exceeded = 0;
+    std::string first;
+    for (std::size_t i = 0; i < points.size(); ++i) {
+        const study::result& r = results[i];
+        if (points[i].backward && !(std::max({r.grad_bound_ratio[0], r.grad_bound_ratio[1], r.grad_bound_ratio[2]}) <= 1) && exceeded++ == 0)
+            first = fmt::format("{} {} n={}", points[i].policy, study::backward_algorithm_name(points[i].backward_alg), points[i].seq);
+    }
+    if (!f.no_plot) plot(f, out);
+    if (exceeded)
+        throw check_failure(fmt::format("attnref study: the first-order backward bound was exceeded at {} point(s); first: {}", exceeded, first));
+}
+
+/// Draws DIR/*.svg with the plot script, or prints the command to run.
+void plot(const study_flags& f, const std::filesystem::path& out) {
     const std::string script = f.plot_script.empty() ? default_plot_script() : f.plot_script;
     // No shell: the script runs from an argument vector (posix_spawn), so a path holding ', $( ),
     // ; or a newline is only ever a file name.
@@ -266,6 +344,10 @@ void register_study(CLI::App& app) {
     s->add_option("--threads", f->threads, "worker threads (0: all cores); results do not depend on it");
     s->add_option("--plot-script", f->plot_script, "plot script (default: share/attnref/tools/plot_study.py beside the attnref executable)");
     s->add_flag("--no-plot", f->no_plot, "do not draw plots");
+    s->add_flag("--backward", f->backward,
+                "measure the backward pass (dQ, dK, dV vs the MPFR backward and backward_bounds.hpp's bound); alone: the "
+                "default backward study");
+    s->add_option("--backward-algorithm", f->backward_algorithms, "with --backward: textbook flash (default both)");
     s->callback([f] { run_study(*f); });
 }
 

@@ -30,6 +30,19 @@
 ///                        its z-score mean/(sd/√seeds) across seeds (|z| > 3: rounding bias)
 ///   bound_ratio          max_l |ô_l − o_l| / bound_l  (≤ 1 means the a-priori bound held)
 ///
+/// Backward points (point::backward, `attnref study --backward`): the gradients dQ, dK, dV of SDPA
+/// (backward.hpp) under the policy and the backward algorithm (textbook or flash), for an upstream
+/// gradient dO from the generator (stream "value" of seed + 2^32, rounded to the storage format like
+/// the inputs), against attnref's own backward in mpfr_real<40> on the same inputs. Reported per
+/// gradient g ∈ {dQ, dK, dV} over all seeds:
+///   grad_bound_ratio     max_e |ĝ_e − g_e| / bound_e with backward_bounds.hpp's first-order bound
+///                        (u: unit roundoff of the accumulate type; u_storage: that of the output type
+///                        where narrower, the gradients being stored in it); ≤ 1 means it held
+///   grad_norm_rel        ‖ĝ − g‖₂ / ‖g‖₂ (normwise relative error)
+///   grad_bound_norm_rel  ‖bound‖₂ / ‖g‖₂: the bound's size against the gradient's; ≥ 1 means the bound
+///                        is as large as the values it bounds (vacuous: a ratio ≤ 1 then proves nothing)
+/// The forward columns of a backward point are NaN (not measured).
+///
 /// The a-priori bound is error_bounds.hpp's first-order SDPA bound (docs/error-bounds.md, eq. 8):
 /// per output element, with u the unit roundoff of the accumulate type, u_w of the weights type
 /// and u_o of the output type where narrower,
@@ -59,6 +72,8 @@
 #include <vector>
 
 #include "attnref/attention.hpp"
+#include "attnref/backward.hpp"
+#include "attnref/backward_bounds.hpp"
 #include "attnref/binary_format.hpp"
 #include "attnref/error_bounds.hpp"
 #include "attnref/formats.hpp"
@@ -124,6 +139,9 @@ struct point {
     double spread = 4;
     /// Values uniform on [0, 1) instead of [-1, 1): no cancellation in P·V.
     bool positive_values = false;
+    /// A backward point: dQ, dK, dV with this backward algorithm instead of the forward's measurements.
+    bool backward = false;
+    backward_algorithm backward_alg = backward_algorithm::textbook;
 };
 
 /// Measurements of one point (see the file comment).
@@ -136,7 +154,15 @@ struct result {
     /// attribution_stages; NaN where the stage is already at least double. The stage's share of the
     /// error is 1 − stage_rms / out_rms.
     std::array<double, 5> stage_rms{};
+    /// Backward points: per gradient dQ, dK, dV (NaN for forward points), see the file comment.
+    std::array<double, 3> grad_bound_ratio{}, grad_norm_rel{}, grad_bound_norm_rel{};
 };
+
+/// Names of the backward algorithms in studies.
+inline constexpr std::pair<const char*, backward_algorithm> backward_algorithm_names[] = {
+    {"textbook", backward_algorithm::textbook}, {"flash", backward_algorithm::flash}};
+inline constexpr std::string_view backward_algorithm_name(backward_algorithm a) { return name_in(backward_algorithm_names, a); }
+inline std::optional<backward_algorithm> backward_algorithm_from_name(std::string_view n) { return value_in(backward_algorithm_names, n); }
 
 /// The stages studied one at a time in double: q·kᵀ (with scale), the softmax (max, exp, sum,
 /// division), P's cast before P·V, the P·V accumulation, the final output rounding. (SDPA points
@@ -243,6 +269,9 @@ result measure(const point& pt) {
     const std::size_t sq = pt.queries, n = pt.seq, d = pt.head_dim;
     if (sq == 0 || n == 0 || d == 0) throw std::invalid_argument("study point: queries, seq and head_dim must be positive");
     result res;
+    res.grad_bound_ratio.fill(std::numeric_limits<double>::quiet_NaN());
+    res.grad_norm_rel.fill(std::numeric_limits<double>::quiet_NaN());
+    res.grad_bound_norm_rel.fill(std::numeric_limits<double>::quiet_NaN());
     const double u = static_cast<double>(attnref::unit_roundoff<A>());
     res.u = u;
     const double u_w = scalar_traits<W>::digits < scalar_traits<A>::digits ? static_cast<double>(attnref::unit_roundoff<W>()) : 0.0;
@@ -382,13 +411,106 @@ result measure(const point& pt) {
     return res;
 }
 
+/// A backward point (see the file comment): gradients under Policy vs attnref's backward in
+/// mpfr_real<40>, each element against backward_bounds.hpp's first-order bound.
+template <class Policy>
+result measure_backward(const point& pt) {
+    using S = typename Policy::storage_type;
+    using A = typename Policy::accumulate_type;
+    using O = typename Policy::output_type;
+    using R = reference_real;
+    const std::size_t sq = pt.queries, n = pt.seq, d = pt.head_dim;
+    if (sq == 0 || n == 0 || d == 0) throw std::invalid_argument("study point: queries, seq and head_dim must be positive");
+    // The reference must be well beyond the policy: 133 bits leave 20 bits over binary128's 113.
+    if constexpr (scalar_traits<A>::digits > 113)
+        throw std::invalid_argument("study: backward point of policy '" + pt.policy + "': its " + std::to_string(scalar_traits<A>::digits) +
+                                    "-bit arithmetic is not 20 bits less precise than the 133-bit MPFR reference; its error cannot be measured");
+    constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+    result res;
+    res.out_max = res.out_rms = res.p_max = res.p_rms = res.lse_max = res.lse_rms = res.ulp_max = res.bias = res.bias_z = res.bound_ratio = nan;
+    res.stage_rms.fill(nan);
+    const double u = static_cast<double>(attnref::unit_roundoff<A>());
+    res.u = u;
+    const double u_storage = scalar_traits<O>::digits < scalar_traits<A>::digits ? static_cast<double>(attnref::unit_roundoff<O>()) : 0.0;
+    const binary_format fmt = format_of<S>();
+    generator::input_family family;
+    for (const char* role : {"query", "key"}) family.roles[role] = {1, 0};
+    family.roles["value"] = pt.positive_values ? generator::affine{0.5, 0.5} : generator::affine{1, 0};
+    attention_options o;
+    if (pt.logit_scale != 1) o.scale = scale_of(pt);
+    o.placement = pt.placement;
+    o.softmax.algorithm = pt.algorithm;
+    o.softmax.block_size = pt.block;
+    o.threads = 1;
+    const extents_t<4> qe{1, 1, sq, d}, ke{1, 1, n, d};
+    std::array<double, 3> diff_sq{}, ref_sq{}, bound_sq{};
+    for (std::uint64_t seed : pt.seeds) {
+        const std::vector<double> q = generator::generate(family, seed, generator::role::query, {1, 1, sq, d}, fmt);
+        const std::vector<double> k = generator::generate(family, seed, generator::role::key, {1, 1, n, d}, fmt);
+        const std::vector<double> v = generator::generate(family, seed, generator::role::value, {1, 1, n, d}, fmt);
+        const std::vector<double> g = generator::generate(family, seed + (std::uint64_t{1} << 32), generator::role::value, {1, 1, sq, d}, fmt);
+        auto as_s = [](const std::vector<double>& x) {
+            std::vector<S> r;
+            r.reserve(x.size());
+            for (double e : x) r.push_back(convert<S>(e));
+            return r;
+        };
+        auto as_r = [](const std::vector<double>& x) { return std::vector<R>(x.begin(), x.end()); };
+        const std::vector<S> qs = as_s(q), ks = as_s(k), vs = as_s(v), gs = as_s(g);
+        const std::vector<R> qr = as_r(q), kr = as_r(k), vr = as_r(v), gr = as_r(g);
+        // The reference: forward (P, lse for the bound) and backward in mpfr_real<40>.
+        attention_options ro = o;
+        ro.softmax.algorithm = softmax_algorithm::shifted_division;
+        const auto fwd = scaled_dot_product_attention<uniform_precision<R>, R, R, R>(
+            tensor_view<const R, 4>{qr.data(), qe}, tensor_view<const R, 4>{kr.data(), ke}, tensor_view<const R, 4>{vr.data(), ke}, ro);
+        const auto ref = scaled_dot_product_attention_backward<uniform_precision<R>, R, R, R, R>(
+            tensor_view<const R, 4>{qr.data(), qe}, tensor_view<const R, 4>{kr.data(), ke}, tensor_view<const R, 4>{vr.data(), ke},
+            tensor_view<const R, 4>{gr.data(), qe}, ro);
+        const auto got = scaled_dot_product_attention_backward<Policy, S, S, S, S>(
+            tensor_view<const S, 4>{qs.data(), qe}, tensor_view<const S, 4>{ks.data(), ke}, tensor_view<const S, 4>{vs.data(), ke},
+            tensor_view<const S, 4>{gs.data(), qe}, o, backward_options{pt.backward_alg});
+        std::vector<double> weights(fwd.weights.size()), lse(fwd.lse.size());
+        for (std::size_t e = 0; e < weights.size(); ++e) weights[e] = static_cast<double>(fwd.weights.data()[e]);
+        for (std::size_t e = 0; e < lse.size(); ++e) lse[e] = static_cast<double>(fwd.lse.data()[e]);
+        // The bound for the scale the policy computes with: the default 1/√dk in the policy's own arithmetic
+        // is within u of the exact one, a first-order effect the bound's (B5) scale term covers.
+        const sdpa_gradient_bounds bound = sdpa_gradient_first_order_bounds(
+            tensor_view<const double, 4>{q.data(), qe}, tensor_view<const double, 4>{k.data(), ke}, tensor_view<const double, 4>{v.data(), ke},
+            tensor_view<const double, 4>{g.data(), qe}, tensor_view<const double, 4>{weights.data(), {1, 1, sq, n}},
+            tensor_view<const double, 3>{lse.data(), {1, 1, sq}}, o, u, u_storage);
+        const std::array refs{&ref.grad_query, &ref.grad_key, &ref.grad_value};
+        const std::array gots{&got.grad_query, &got.grad_key, &got.grad_value};
+        const std::array bounds{&bound.grad_query, &bound.grad_key, &bound.grad_value};
+        for (std::size_t t = 0; t < 3; ++t)
+            for (std::size_t e = 0; e < refs[t]->size(); ++e) {
+                const R& exact = refs[t]->data()[e];
+                const double err = std::abs(static_cast<double>(R(to_reference<R>(gots[t]->data()[e]) - exact)));
+                const double b = bounds[t]->data()[e];
+                const double ratio = err == 0 ? 0.0 : err / b;
+                res.grad_bound_ratio[t] = std::max(res.grad_bound_ratio[t], std::isnan(ratio) ? std::numeric_limits<double>::infinity() : ratio);
+                diff_sq[t] += err * err;
+                bound_sq[t] += b * b;
+                const double x = static_cast<double>(exact);
+                ref_sq[t] += x * x;
+            }
+    }
+    for (std::size_t t = 0; t < 3; ++t) {
+        res.grad_norm_rel[t] = ref_sq[t] > 0 ? std::sqrt(diff_sq[t] / ref_sq[t]) : std::sqrt(diff_sq[t]);
+        res.grad_bound_norm_rel[t] = ref_sq[t] > 0 ? std::sqrt(bound_sq[t] / ref_sq[t]) : std::numeric_limits<double>::infinity();
+    }
+    return res;
+}
+
 }  // namespace detail
 
-/// Runs one point: SDPA under the point's policy and in mpfr_real<40>, and the measurements.
+/// Runs one point: SDPA (or its backward, point::backward) under the point's policy and in
+/// mpfr_real<40>, and the measurements.
 inline result run_point(const point& pt) {
     result r;
     const std::optional<std::string> name = policy_from_name(pt.policy);
-    if (!name || !visit_policy(*name, [&]<class P>(std::type_identity<P>) { r = detail::measure<P>(pt); }))
+    if (!name || !visit_policy(*name, [&]<class P>(std::type_identity<P>) {
+            r = pt.backward ? detail::measure_backward<P>(pt) : detail::measure<P>(pt);
+        }))
         throw std::invalid_argument("study: unknown policy '" + pt.policy + "'");
     return r;
 }
@@ -450,6 +572,9 @@ struct sweep {
     bool direct_logits = false;
     double spread = 4;
     bool positive_values = false;
+    /// A backward sweep: one point per backward algorithm below for every other combination.
+    bool backward = false;
+    std::vector<backward_algorithm> backward_algorithms{backward_algorithm::textbook, backward_algorithm::flash};
 };
 
 inline std::vector<point> expand(const sweep& s) {
@@ -462,9 +587,19 @@ inline std::vector<point> expand(const sweep& s) {
                         for (std::size_t d : s.head_dims)
                             for (double off : s.offsets)
                                 for (double ramp : s.ramps)
-                                    for (double ls : s.logit_scales)
-                                        out.push_back({s.name, p, a, b, pl, n, s.queries, d, off, ramp, ls, s.seeds,
-                                                       s.direct_logits, s.spread, s.positive_values});
+                                    for (double ls : s.logit_scales) {
+                                        if (s.backward && (off != 0 || ramp != 0 || s.direct_logits))
+                                            throw std::invalid_argument("study sweep '" + s.name +
+                                                                        "': backward points have no logit offset, ramp or direct logits");
+                                        if (!s.backward) {
+                                            out.push_back({s.name, p, a, b, pl, n, s.queries, d, off, ramp, ls, s.seeds,
+                                                           s.direct_logits, s.spread, s.positive_values});
+                                            continue;
+                                        }
+                                        for (backward_algorithm ba : s.backward_algorithms)
+                                            out.push_back({s.name, p, a, b, pl, n, s.queries, d, off, ramp, ls, s.seeds,
+                                                           s.direct_logits, s.spread, s.positive_values, true, ba});
+                                    }
     return out;
 }
 
@@ -492,6 +627,18 @@ inline std::vector<sweep> default_study() {
     rescale.spread = 0;
     rescale.positive_values = true;
     return {length, offset, rescale};
+}
+
+/// The default backward study (`attnref study --backward`): dQ, dK, dV error vs sequence length n for
+/// float64, float32, pure bf16, the bf16/fp16 kernels with fp32 accumulation and fp32 with P cast to
+/// bf16, textbook and flash backward, 8 queries, dk = dv = 64, 4 seeds.
+inline std::vector<sweep> default_backward_study() {
+    sweep s;
+    s.name = "backward";
+    s.policies = {"float64", "float32", "bf16", "bf16_fp32acc", "fp16_fp32acc", "fp32_p_bf16"};
+    s.seqs = {16, 64, 256, 1024};
+    s.backward = true;
+    return {s};
 }
 
 }  // namespace attnref::study

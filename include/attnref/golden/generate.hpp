@@ -164,13 +164,14 @@ inline certify::result certify_gradients(const case_spec& spec, const case_data&
 }
 
 /// Generates the inputs, certifies the reference (threads for attnref's parallel_for) and
-/// serialises everything. `progress` receives one-line messages (may be empty).
+/// serialises everything. `progress` receives one-line messages (may be empty). `inputs`: the
+/// case's inputs when they do not come from the generator (a "files" case, user_inputs.hpp).
 inline generated_case generate_case(const case_spec& spec, std::size_t threads, const std::function<void(const std::string&)>& progress = {},
-                                    certification_method method = certification_method::fast) {
+                                    certification_method method = certification_method::fast, const case_data* inputs = nullptr) {
     const auto start = std::chrono::steady_clock::now();
     generated_case g;
     g.m.spec = spec;
-    const case_data data = generate_inputs(spec);
+    const case_data data = inputs ? *inputs : generate_inputs(spec);
 
     // Inputs: '<f8' values of the input format; mask '|b1'.
     for (const input_tensor_layout& t : input_layout(spec)) {

@@ -12,7 +12,8 @@
 /// error is one line naming the file and the field, e.g.
 ///     golden/x/manifest.json: field 'shapes.heads': expected a positive integer, got -1
 /// In a suite, omitted fields take the defaults documented in golden/README.md; in a manifest every
-/// field must be present.
+/// field must be present. A manifest's inputs.generator is "splitmix64-v1" or, for a case made from
+/// the user's files (`attnref generate --inputs-from`, user_inputs.hpp), "files" with inputs.files.
 
 #include <cstddef>
 #include <cstdint>
@@ -75,10 +76,24 @@ struct case_conventions {
     bool projection_bias = false;  ///< mha only
 };
 
+/// One input file a "files" case was made from (`attnref generate --inputs-from`, user_inputs.hpp):
+/// its role, the dtype it was given in ('<f8', '<f4', '<f2', bfloat16 bits '<u2', masks '|b1') and the
+/// sha256 of the file as given. The case stores the values themselves as '<f8' like any other case.
+struct input_file_record {
+    std::string role, dtype, sha256;
+};
+
+/// Name of inputs.generator for a case whose inputs came from the user's files.
+inline constexpr const char* files_generator = "files";
+
 struct case_inputs {
     generator::input_format format = generator::input_format::float64;
     std::uint64_t seed = 0;
     generator::input_family family;
+    /// Inputs from the user's files (inputs.generator "files": no seed, no family; the stored
+    /// inputs are the case's own .npy files), not from the generator.
+    bool from_files = false;
+    std::vector<input_file_record> files;  ///< from_files only: one per input role, in input_layout order
 };
 
 struct case_outputs {
@@ -495,10 +510,33 @@ inline void read_family(const reader& r, generator::input_family& f) {
 }
 
 inline void read_inputs(const reader& r, case_spec& s) {
-    r.object({"format", "generator", "seed", "family"});
+    r.object({"format", "generator", "seed", "family", "files"});
     if (auto v = r.get("format")) s.inputs.format = v->choice(attnref::binary_format_names);
-    if (auto v = r.get("generator"))
-        if (v->string() != generator::name) v->expected("'" + std::string(generator::name) + "'");
+    if (auto v = r.get("generator")) {
+        const std::string g = v->string();
+        // "files" (attnref generate --inputs-from) only in a case's manifest: a suite has no inputs to read.
+        s.inputs.from_files = g == files_generator && r.strict();
+        if (g != generator::name && !s.inputs.from_files)
+            v->expected("'" + std::string(generator::name) + "'" + (r.strict() ? std::string(" or '") + files_generator + "'" : std::string()));
+    }
+    if (s.inputs.from_files) {
+        // No seed and no family: null. The user's files: role, dtype as given, sha256 as given.
+        for (const char* key : {"seed", "family"})
+            if (!r.required(key).value().is_null()) r.required(key).expected(std::string("null for generator '") + files_generator + "'");
+        const reader files = r.required("files");
+        for (std::size_t i = 0; i < files.array().size(); ++i) {
+            const reader f = files.at(i);
+            f.object({"role", "dtype", "sha256"});
+            input_file_record e{f.required("role").string(), f.required("dtype").string(), f.required("sha256").string()};
+            if (e.dtype != "<f8" && e.dtype != "<f4" && e.dtype != "<f2" && e.dtype != "<u2" && e.dtype != "|b1")
+                f.required("dtype").expected("one of '<f8', '<f4', '<f2', '<u2' (bfloat16 bits), '|b1'");
+            if (e.sha256.size() != 64 || e.sha256.find_first_not_of("0123456789abcdef") != std::string::npos)
+                f.required("sha256").expected("64 lowercase hex digits");
+            s.inputs.files.push_back(std::move(e));
+        }
+        return;
+    }
+    if (r.has("files")) r.required("files").fail(std::string("only for generator '") + files_generator + "'");
     if (auto v = r.get("seed")) s.inputs.seed = v->unsigned_integer();
     if (auto v = r.get("family")) read_family(*v, s.inputs.family);
 }
@@ -699,8 +737,21 @@ inline void complete_and_validate(case_spec& s, const std::string& file, const s
     // The gradients' bound (golden/check.hpp) needs the stored weights and lse.
     if (s.outputs.gradients && !s.outputs.weights) fail("outputs.weights", "must be true when outputs.gradients is true");
     if (s.outputs.gradients && !s.outputs.lse) fail("outputs.lse", "must be true when outputs.gradients is true");
+    if (s.inputs.from_files) {
+        // One record per input role, in input_layout order (the roles the case reads from files).
+        const std::vector<input_tensor_layout> layout = input_layout(s);
+        if (s.inputs.files.size() != layout.size()) fail("inputs.files", "expected one entry per input of the case (" + std::to_string(layout.size()) + ")");
+        for (std::size_t i = 0; i < layout.size(); ++i) {
+            const std::string role(generator::role_name(layout[i].role));
+            if (s.inputs.files[i].role != role)
+                fail("inputs.files[" + std::to_string(i) + "].role", "expected '" + role + "', got '" + printable(s.inputs.files[i].role) + "'");
+            if ((s.inputs.files[i].dtype == "|b1") != (layout[i].role == generator::role::mask))
+                fail("inputs.files[" + std::to_string(i) + "].dtype", "'|b1' is the boolean mask's dtype, and only its");
+        }
+        s.inputs.family = {};
+    }
     std::map<std::string, generator::affine> roles;
-    for (const input_tensor_layout& t : input_layout(s)) {
+    for (const input_tensor_layout& t : (s.inputs.from_files ? std::vector<input_tensor_layout>{} : input_layout(s))) {
         using generator::role;
         if (t.role == role::mask || t.role == role::seed_mask) continue;
         const std::string n(generator::role_name(t.role));
@@ -784,9 +835,18 @@ inline json to_json(const case_spec& s) {
     fam["additive_inf_probability"] = f.additive_inf_probability;
     json in;
     in["format"] = generator::format_name(s.inputs.format);
-    in["generator"] = generator::name;
-    in["seed"] = s.inputs.seed;
-    in["family"] = fam;
+    if (s.inputs.from_files) {
+        in["generator"] = files_generator;
+        in["seed"] = nullptr;
+        in["family"] = nullptr;
+        json files = json::array();
+        for (const input_file_record& e : s.inputs.files) files.push_back(json{{"role", e.role}, {"dtype", e.dtype}, {"sha256", e.sha256}});
+        in["files"] = files;
+    } else {
+        in["generator"] = generator::name;
+        in["seed"] = s.inputs.seed;
+        in["family"] = fam;
+    }
     j["inputs"] = in;
     json outputs{{"weights", s.outputs.weights}, {"lse", s.outputs.lse}};
     if (s.outputs.gradients) outputs["gradients"] = true;
