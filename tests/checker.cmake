@@ -13,7 +13,7 @@ if(TARGET attnref_verify)
   # The bound cache is gone: its flags are usage errors (exit 2), and a file where the cache used to
   # be has no effect (bounds are recomputed every run; check.test shows a forged bound cannot pass).
   add_test(NAME checker_cli_prepare COMMAND /usr/bin/python3 -c
-    "import numpy as n,os;d='${_t}';os.makedirs(d,exist_ok=True);o=n.load('${_g}/output.npy');n.save(d+'/ok.npy',o.astype(n.float32));n.save(d+'/off.npy',(o+0.05).astype(n.float32));w=n.load('${_g}/weights.npy');n.save(d+'/w.npy',w.astype(n.float32));n.save(d+'/offset.npy',n.load('${PROJECT_SOURCE_DIR}/golden/sdpa_adv_logit_offset_1000/output.npy').astype(n.float32))")
+    "import numpy as n,os,shutil;d='${_t}';shutil.rmtree(d,ignore_errors=True);os.makedirs(d);o=n.load('${_g}/output.npy');n.save(d+'/ok.npy',o.astype(n.float32));n.save(d+'/off.npy',(o+0.05).astype(n.float32));w=n.load('${_g}/weights.npy');n.save(d+'/w.npy',w.astype(n.float32));n.save(d+'/offset.npy',n.load('${PROJECT_SOURCE_DIR}/golden/sdpa_adv_logit_offset_1000/output.npy').astype(n.float32))")
   set_tests_properties(checker_cli_prepare PROPERTIES FIXTURES_SETUP checker_cli)
   foreach(_pair "no_cache:--no-cache" "cache_dir:--cache-dir ${_t}/cache" "verbose:--verbose")
     string(FIND "${_pair}" ":" _at)
