@@ -169,8 +169,10 @@ inline dd inv_sqrt(std::size_t n) {
 }
 
 /// One column j of (5), the reference order of operations (the AVX2 kernel below performs the
-/// same operations on four columns at once, so both give identical bits).
-inline void dot_step(double x, double xl, double b, double bl, double& hi, double& lo) {
+/// same operations on four columns at once, so both give identical bits). `run` accumulates
+/// Σ(|c_i| + |S_i|) for the a-posteriori bound (5b): c_i the compensation term added in step i,
+/// S_i the low-order sum after it.
+inline void dot_step(double x, double xl, double b, double bl, double& hi, double& lo, double& run) {
     const double p = x * b;
     const double r = std::fma(x, b, -p);
     const double s = hi + p;
@@ -178,7 +180,9 @@ inline void dot_step(double x, double xl, double b, double bl, double& hi, doubl
     const double e = (hi - (s - bb)) + (p - bb);
     hi = s;
     const double cross = x * bl + xl * b;
-    lo = lo + ((e + r) + cross);
+    const double c = (e + r) + cross;
+    lo = lo + c;
+    run = run + (std::fabs(c) + std::fabs(lo));
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(ATTNREF_SANITIZE_BUILD)
@@ -186,12 +190,14 @@ inline void dot_step(double x, double xl, double b, double bl, double& hi, doubl
 /// (5) on 16 columns at a time, accumulators in registers; columns j ≥ m − m % 16 by dot_step.
 __attribute__((target("avx2,fma"))) inline void dot_rows_avx2(const double* ah, const double* al, std::size_t n,
                                                                const double* bh, const double* bl, std::size_t ldb,
-                                                               std::size_t m, double* out_hi, double* out_lo) {
+                                                               std::size_t m, double* out_hi, double* out_lo, double* out_run) {
     typedef double v4 __attribute__((vector_size(32)));
+    typedef long long v4i __attribute__((vector_size(32)));
     typedef double v4u __attribute__((vector_size(32), aligned(8), may_alias));  // unaligned access
+    const v4i nosign = {0x7fffffffffffffffLL, 0x7fffffffffffffffLL, 0x7fffffffffffffffLL, 0x7fffffffffffffffLL};
     std::size_t j0 = 0;
     for (; j0 + 16 <= m; j0 += 16) {
-        v4 hi[4] = {}, lo[4] = {};
+        v4 hi[4] = {}, lo[4] = {}, run[4] = {};
         for (std::size_t c = 0; c < n; ++c) {
             const double xs = ah[c], xls = al ? al[c] : 0.0;
             const v4 x = {xs, xs, xs, xs}, xl = {xls, xls, xls, xls};
@@ -207,56 +213,74 @@ __attribute__((target("avx2,fma"))) inline void dot_rows_avx2(const double* ah, 
                 const v4 e = (hi[k] - (s - bb)) + (p - bb);
                 hi[k] = s;
                 const v4 cross = x * blv + xl * b;
-                lo[k] = lo[k] + ((e + r) + cross);
+                const v4 cc = (e + r) + cross;
+                lo[k] = lo[k] + cc;
+                const v4 acc = reinterpret_cast<v4>(reinterpret_cast<v4i>(cc) & nosign);     // |c|, exact
+                const v4 alo = reinterpret_cast<v4>(reinterpret_cast<v4i>(lo[k]) & nosign);  // |S|, exact
+                run[k] = run[k] + (acc + alo);
             }
         }
         for (int k = 0; k < 4; ++k) {
             *reinterpret_cast<v4u*>(out_hi + j0 + 4 * k) = hi[k];
             *reinterpret_cast<v4u*>(out_lo + j0 + 4 * k) = lo[k];
+            *reinterpret_cast<v4u*>(out_run + j0 + 4 * k) = run[k];
         }
     }
     for (std::size_t j = j0; j < m; ++j) {
-        double hi = 0, lo = 0;
-        for (std::size_t c = 0; c < n; ++c) dot_step(ah[c], al ? al[c] : 0.0, bh[c * ldb + j], bl ? bl[c * ldb + j] : 0.0, hi, lo);
+        double hi = 0, lo = 0, run = 0;
+        for (std::size_t c = 0; c < n; ++c)
+            dot_step(ah[c], al ? al[c] : 0.0, bh[c * ldb + j], bl ? bl[c * ldb + j] : 0.0, hi, lo, run);
         out_hi[j] = hi;
         out_lo[j] = lo;
+        out_run[j] = run;
     }
 }
 #endif
 
 /// (5) Double-word dot products of one row a (n double-words; al may be null) with the m columns
-/// of B (n × m, row stride ldb; bl may be null): out[j] = Σ_c a_c·B_cj with
-///   |out_j − Σ (ah+al)(bh+bl)| ≤ (n + 3)²u²·Σ|ah_c||bh_cj|          (plus underflow, (3)).
-/// Ogita, Rump & Oishi 2005 (Dot2) with the low-order cross terms folded into the compensation.
-/// The order over c is fixed; columns are independent, so vectorising over them changes nothing.
+/// of B (n × m, row stride ldb; bl may be null): out[j] = Σ_c a_c·B_cj, and out_err[j] a bound on
+/// |out_j − Σ (ah+al)(bh+bl)| without its last term: the a-posteriori part of (5b),
+///   2^-52(1 + 2^-52)·Σ(|c_i| + |S_i|)   (computed, made safe upward by sum_up),
+/// to which the caller adds 7.01u²·Σ|ah_c||bh_cj| (≤ 7.01u²‖ah‖‖bh_j‖ or a Hölder bound); the
+/// a-priori bound (5a), (n + 3)²u²·Σ|ah_c||bh_cj|, holds as well and callers take the smaller.
+/// Ogita, Rump & Oishi 2005 (Dot2) with the low-order cross terms folded into the compensation,
+/// and Higham's running error bound (Accuracy and Stability of Numerical Algorithms, 2nd ed.,
+/// §3.3) for the compensation sum. The order over c is fixed; columns are independent, so
+/// vectorising over them changes nothing.
 inline void dot_rows(const double* ah, const double* al, std::size_t n, const double* bh, const double* bl, std::size_t ldb,
-                     std::size_t m, double* out_hi, double* out_lo) {
+                     std::size_t m, double* out_hi, double* out_lo, double* out_err) {
 #ifdef ATTNREF_FAST_AVX2
     static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     if (avx2) {
-        dot_rows_avx2(ah, al, n, bh, bl, ldb, m, out_hi, out_lo);
+        dot_rows_avx2(ah, al, n, bh, bl, ldb, m, out_hi, out_lo, out_err);
     } else
 #endif
     {
         for (std::size_t j = 0; j < m; ++j) {
-            double hi = 0, lo = 0;
-            for (std::size_t c = 0; c < n; ++c) dot_step(ah[c], al ? al[c] : 0.0, bh[c * ldb + j], bl ? bl[c * ldb + j] : 0.0, hi, lo);
+            double hi = 0, lo = 0, run = 0;
+            for (std::size_t c = 0; c < n; ++c)
+                dot_step(ah[c], al ? al[c] : 0.0, bh[c * ldb + j], bl ? bl[c * ldb + j] : 0.0, hi, lo, run);
             out_hi[j] = hi;
             out_lo[j] = lo;
+            out_err[j] = run;
         }
     }
     for (std::size_t j = 0; j < m; ++j) {
         const dd t = dw::two_sum(out_hi[j], out_lo[j]);  // exact renormalisation
         out_hi[j] = t.hi;
         out_lo[j] = t.lo;
+        out_err[j] = dw::up(dw::sum_up(out_err[j], 2 * n) * 0x1.0000000000001p-52);  // (5b)
     }
 }
 
-/// (5) constant: (n + 3)²u².
+/// (5a) constant: (n + 3)²u².
 inline double dot_constant(std::size_t n) {
     const double k = static_cast<double>(n) + 3;
     return dw::up(k * k * 0x1p-106);
 }
+
+/// (5b) constant of the a-priori remainder, 7.01u² rounded up to an exact double: 7.25u².
+inline constexpr double dot_remainder_constant = 7.25 * 0x1p-106;
 
 /// Euclidean norm, rounded upward ((3): the 2n operations of the sum by sum_up; sqrt is monotonic
 /// and correctly rounded, covered by the outer up).
@@ -350,12 +374,15 @@ inline dd_matrix project(const dd_matrix& x, const double* w, std::size_t n, con
         const double* xl = x.lo.empty() ? nullptr : x.lo.data() + r * k;
         double* oh = y.hi.data() + r * n;
         double* ol = y.lo.data() + r * n;
-        dot_rows(xh, xl, k, w, nullptr, n, n, oh, ol);
+        double* oe = y.err.data() + r * n;
+        dot_rows(xh, xl, k, w, nullptr, n, n, oh, ol, oe);
         const double xn = norm_up(xh, k);
         const double xe = x.err.empty() ? 0.0 : norm_up(x.err.data() + r * k, k);
         for (std::size_t j = 0; j < n; ++j) {
-            // (7): (n+3)²u²‖x‖‖w_j‖ + ‖e_x‖‖w_j‖ (Cauchy–Schwarz), then the bias addition (η).
-            double e = dw::up(cdot * xn * wnorm[j] + xe * wnorm[j]);
+            // (7): the smaller of (5a) (n+3)²u²‖x‖‖w_j‖ and (5b), plus ‖e_x‖‖w_j‖ (Cauchy–Schwarz),
+            // then the bias addition (η).
+            const double cs = xn * wnorm[j];
+            double e = dw::up(std::min(cdot * cs, oe[j] + dot_remainder_constant * cs) + xe * wnorm[j]);
             if (bias) {
                 const dd s = dw::add({oh[j], ol[j]}, {bias[j], 0.0});
                 oh[j] = s.hi;
@@ -398,9 +425,17 @@ struct head_inputs {
     const double *vh, *vl, *ve;      // Sk × dv
 };
 
+/// Per-thread buffers of attention_row (reused across rows; every element used is rewritten).
+struct row_workspace {
+    std::vector<double> sh, sl, se, ex, ph, pl, pe;
+    std::vector<std::uint8_t> allowed;
+    std::vector<dd> x;
+    std::vector<exp_result> ej;
+};
+
 struct row_outputs {
     // per element of the row
-    std::vector<double> oh, ol, oe;  // dv
+    std::vector<double> oh, ol, oe, orun;  // dv
     bool nan = false;                // the row is NaN by construction (empty, nan policy)
 };
 
@@ -543,7 +578,7 @@ struct head_context {
 /// Computes row i of head (b, h). Head outputs (dd + bound) are returned in ro.
 inline void attention_row(const head_context& hc, const head_inputs& in, const std::vector<double>& kn,
                           const std::vector<double>& ken, const std::vector<double>& vn, const std::vector<double>& ven,
-                          const std::vector<double>& vmax, const std::vector<double>& evmax, std::size_t b, std::size_t h, std::size_t i, std::vector<double>& sh, std::vector<double>& sl,
+                          const std::vector<double>& vmax, const std::vector<double>& evmax, std::size_t b, std::size_t h, std::size_t i, row_workspace& ws,
                           row_outputs& ro) {
     const attention_options& o = *hc.o;
     const std::size_t Sq = hc.Sq, Sk = hc.Sk, dk = hc.dk, dv = hc.dv;
@@ -553,7 +588,11 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
     ro.oh.assign(dv, 0);
     ro.ol.assign(dv, 0);
     ro.oe.assign(dv, 0);
-    std::vector<std::uint8_t> allowed(Sk);
+    ro.orun.assign(dv, 0);
+    std::vector<double>&sh = ws.sh, &sl = ws.sl, &se = ws.se;
+    sh.resize(Sk), sl.resize(Sk), se.resize(Sk);
+    std::vector<std::uint8_t>& allowed = ws.allowed;
+    allowed.resize(Sk);
     std::size_t count = 0;
     for (std::size_t j = 0; j < Sk; ++j) count += allowed[j] = !structurally_masked(o.mask, b, h, i, j, Sq, Sk);
     const double inf = std::numeric_limits<double>::infinity();
@@ -580,10 +619,12 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
         std::fill(allowed.begin(), allowed.end(), std::uint8_t{1});  // uniform: softmax of Sk zero logits
     }
     // (8) logits x_j = s·(q_i·k_j) − ALiBi + additive + seed·(−1e9), each with a bound.
-    std::vector<dd> x(Sk);
-    std::vector<double> ex(Sk, 0.0);
+    std::vector<dd>& x = ws.x;
+    std::vector<double>& ex = ws.ex;
+    x.assign(Sk, dd{});
+    ex.assign(Sk, 0.0);
     if (!empty) {
-        dot_rows(in.qh + i * dk, in.ql ? in.ql + i * dk : nullptr, dk, in.kth, in.ktl, Sk, Sk, sh.data(), sl.data());
+        dot_rows(in.qh + i * dk, in.ql ? in.ql + i * dk : nullptr, dk, in.kth, in.ktl, Sk, Sk, sh.data(), sl.data(), se.data());
         const double qn = norm_up(in.qh + i * dk, dk);
         const double qen = in.qe ? norm_up(in.qe + i * dk, dk) : 0.0;
         const double cdot = dot_constant(dk);
@@ -592,7 +633,8 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
         for (std::size_t j = 0; j < Sk; ++j) {
             if (!allowed[j]) continue;
             const dd sdot{sh[j], sl[j]};
-            const double edot = dw::up(cdot * qn * kn[j] + qen * kn[j] + qn * ken[j] + qen * ken[j]);
+            const double cs = qn * kn[j];  // ≥ Σ|q||k| (Cauchy–Schwarz); (5a) or (5b), the smaller
+            const double edot = dw::up(std::min(cdot * cs, se[j] + dot_remainder_constant * cs) + qen * kn[j] + qn * ken[j] + qen * ken[j]);
             dd xj = dw::mul(sdot, hc.scale);
             double e = dw::up(as * edot + dw::mag(sdot) * hc.scale_err + edot * hc.scale_err + eta * dw::mag(xj));
             if (alibi != 0) {
@@ -618,7 +660,8 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
     for (std::size_t j = 0; j < Sk; ++j)
         if (allowed[j] && (js == Sk || x[j].hi > x[js].hi)) js = j;
     const dd m = x[js];
-    std::vector<exp_result> ej(Sk);
+    std::vector<exp_result>& ej = ws.ej;
+    ej.resize(Sk);
     dd y{0, 0};
     double ey = 0;
     std::size_t terms = 0;
@@ -657,7 +700,8 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
     const double ez = dw::up(az0 * erho + az0 * rmax * rmax * 1.01 + eta * (az0 * dw::mag(rho) * 1.01 + dw::mag(z)));
     const double inv_low = dw::up(1 / lowy);
     // (8d) weights p_j = e_j / y in scaled form 2^K·P̃.
-    std::vector<double> ph(Sk, 0), pl(Sk, 0), pe(Sk, 0);
+    std::vector<double>&ph = ws.ph, &pl = ws.pl, &pe = ws.pe;
+    ph.assign(Sk, 0.0), pl.assign(Sk, 0.0), pe.assign(Sk, 0.0);
     for (std::size_t j = 0; j < Sk; ++j) {
         if (!allowed[j]) {
             if (hc.w_sink) hc.w_sink->put_exact(row * Sk + j, 0.0);
@@ -707,7 +751,7 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
     }
     // (8f) o_c = Σ_j p_j v_jc: (5) and the propagated errors, each bounded both by Cauchy–Schwarz
     // (‖p‖₂‖v_c‖₂) and by Hölder (‖p‖₁·max_j|v_jc|; Σ p_j ≈ 1), whichever is smaller.
-    dot_rows(ph.data(), pl.data(), Sk, in.vh, in.vl, dv, dv, ro.oh.data(), ro.ol.data());
+    dot_rows(ph.data(), pl.data(), Sk, in.vh, in.vl, dv, dv, ro.oh.data(), ro.ol.data(), ro.orun.data());
     const double pn = norm_up(ph.data(), Sk), pen = norm_up(pe.data(), Sk);
     double p1 = 0, ep1 = 0;
     for (std::size_t j = 0; j < Sk; ++j) p1 += std::fabs(ph[j]), ep1 += pe[j];
@@ -715,9 +759,11 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
     ep1 = dw::sum_up(ep1, Sk);
     const double cdot = dot_constant(Sk);
     for (std::size_t c = 0; c < dv; ++c) {
-        const double cs = dw::up(cdot * pn * vn[c] + pen * vn[c] + pn * ven[c] + pen * ven[c]);
-        const double ho = dw::up(cdot * p1 * vmax[c] + ep1 * vmax[c] + p1 * evmax[c] + ep1 * evmax[c]);
-        ro.oe[c] = std::min(cs, ho);
+        const double pv = std::min(pn * vn[c], p1 * vmax[c]);  // ≥ Σ_j|p_j||v_jc|
+        const double dot = std::min(cdot * pv, ro.orun[c] + dot_remainder_constant * pv);  // (5a) or (5b)
+        const double cs = pen * vn[c] + pn * ven[c] + pen * ven[c];
+        const double ho = ep1 * vmax[c] + p1 * evmax[c] + ep1 * evmax[c];
+        ro.oe[c] = dw::up(dot + std::min(cs, ho));
         if (hc.out_sink) hc.out_sink->put(row * dv + c, bounded{{ro.oh[c], ro.ol[c]}, ro.oe[c], 0});
     }
 }
@@ -890,10 +936,10 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
                 const detail::head_inputs in{Sq, Sk, dk, dv, qh.data(), mha ? ql.data() : nullptr, mha ? qe.data() : nullptr,
                                              kth.data(), mha ? ktl.data() : nullptr, mha ? kte.data() : nullptr,
                                              vh.data(), mha ? vl.data() : nullptr, mha ? ve.data() : nullptr};
-                std::vector<double> sh(Sk), sl(Sk);
+                detail::row_workspace ws;
                 detail::row_outputs ro;
                 for (std::size_t i = 0; i < Sq; ++i) {
-                    detail::attention_row(hc, in, kn, ken, vn, ven, vmax, evmax, b, h, i, sh, sl, ro);
+                    detail::attention_row(hc, in, kn, ken, vn, ven, vmax, evmax, b, h, i, ws, ro);
                     if (mha) {
                         const std::size_t base = (b * Sq + i) * (H * dv) + h * dv;
                         for (std::size_t c = 0; c < dv; ++c)
