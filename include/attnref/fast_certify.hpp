@@ -22,6 +22,7 @@
 /// projected values outside that range; docs/fast-certify.md (1)).
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -69,6 +70,15 @@ struct fast_options {
 struct fast_stats {
     std::string whole_case_reason;  ///< non-empty: the case went to MPFI as a whole, and why
     std::size_t escalated_rows = 0; ///< (b, h, i) rows recomputed through the MPFI ladder
+    // Where the time went (benchmarks): wall seconds of each phase, and thread-seconds (summed over
+    // the worker threads) of the three stages of the per-row attention core.
+    double projection_seconds = 0;         ///< Q, K, V projections (multi-head)
+    double attention_seconds = 0;          ///< the per-(b, h) attention core, wall
+    double logits_thread_seconds = 0;      ///< q·kᵀ, scale, biases, masks (8)
+    double softmax_thread_seconds = 0;     ///< exp, sum, reciprocal, weights and lse with their checks (8a)–(8e)
+    double pv_thread_seconds = 0;          ///< P·V and its bounds (8f)
+    double output_projection_seconds = 0;  ///< merged heads · W_o and the output checks (multi-head)
+    double escalation_seconds = 0;         ///< the MPFI ladder for the undecided rows
 };
 
 
@@ -93,27 +103,27 @@ inline bool round_check(const bounded& x, const certify::binary_format& f, doubl
     if (e - q < -60) {
         // |h| far below the quantum: rounds to ±0 when |v| < 2^q/4 and its sign is known.
         const double spread = std::fabs(l) + b;
-        if (!(spread <= 0.5 * std::fabs(h)) || !(std::ldexp(std::fabs(h) + spread, static_cast<int>(-g)) < 0.25)) return false;
+        if (!(spread <= 0.5 * std::fabs(h)) || !(dw::scale2(std::fabs(h) + spread, static_cast<int>(-g)) < 0.25)) return false;
         out = h > 0 ? 0.0 : -0.0;
         return true;
     }
-    const double m = std::ldexp(h, static_cast<int>(-g));  // exact: |m| < 2^53, no underflow (e − q ≥ −60)
+    const double m = dw::scale2(h, static_cast<int>(-g));  // exact: |m| < 2^53, no underflow (e − q ≥ −60)
     const double y0 = std::nearbyint(m);                    // ties to even (reference environment)
     const double rr = m - y0;                               // exact (|rr| ≤ 1/2, same binade)
-    const double ts = rr + std::ldexp(l, static_cast<int>(-g));
-    const double bs = std::ldexp(b, static_cast<int>(-g));
+    const double ts = rr + dw::scale2(l, static_cast<int>(-g));
+    const double bs = dw::scale2(b, static_cast<int>(-g));
     // (9) y = y0·2^q is a value of the format; every v with |v − y| < half the smaller gap to its
     // neighbours rounds to y. Gaps in units of 2^q: 1, except ½ below y = 2^(p−1)·2^q when q is
     // above the subnormal quantum. |v − y| ≤ |ts| + bs, each computed with ≤ 2^-53 absolute error.
     const long qmin = static_cast<long>(f.min_exponent) - (f.precision - 1);
-    const double half_gap = (std::fabs(y0) == std::ldexp(1.0, f.precision - 1) && q > qmin) ? 0.25 : 0.5;
+    const double half_gap = (std::fabs(y0) == dw::scale2(1.0, f.precision - 1) && q > qmin) ? 0.25 : 0.5;
     if (!(std::fabs(ts) + bs <= half_gap - 0x1p-50)) return false;
     if (y0 == 0) {
         if (!(std::fabs(l) + b <= 0.5 * std::fabs(h))) return false;
         out = h > 0 ? 0.0 : -0.0;
         return true;
     }
-    const double y = std::ldexp(y0, static_cast<int>(q));  // exact: y0 has ≤ p bits, q ≥ min − p + 1
+    const double y = dw::scale2(y0, static_cast<int>(q));  // exact: y0 has ≤ p bits, q ≥ min − p + 1
     if (std::fabs(y) > f.max_finite) return false;
     out = y;
     return true;
@@ -324,7 +334,7 @@ inline exp_result exp_dd(dd d, double ed) {
         er = dw::up(er + dw::mag(r));
         r = {0, 0};
     }
-    const dd rs{std::ldexp(r.hi, -8), std::ldexp(r.lo, -8)};  // exact
+    const dd rs{dw::scale2(r.hi, -8), dw::scale2(r.lo, -8)};  // exact
     dd t = c.inv_fact[9];
     for (int i = 8; i >= 0; --i) t = dw::add(dw::mul(t, rs), c.inv_fact[i]);
     // (6b) Horner error ≤ 2η, remainder ≤ |r'|^10/10!·e^|r'|; relative to T ≥ e^-0.0015.
@@ -431,6 +441,7 @@ struct row_workspace {
     std::vector<std::uint8_t> allowed;
     std::vector<dd> x;
     std::vector<exp_result> ej;
+    double t_logits = 0, t_softmax = 0, t_pv = 0;  ///< thread-seconds per stage (fast_stats)
 };
 
 struct row_outputs {
@@ -618,6 +629,8 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
         }
         std::fill(allowed.begin(), allowed.end(), std::uint8_t{1});  // uniform: softmax of Sk zero logits
     }
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
     // (8) logits x_j = s·(q_i·k_j) − ALiBi + additive + seed·(−1e9), each with a bound.
     std::vector<dd>& x = ws.x;
     std::vector<double>& ex = ws.ex;
@@ -655,6 +668,8 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
             ex[j] = e;
         }
     }
+    const auto t1 = clock::now();
+    ws.t_logits += std::chrono::duration<double>(t1 - t0).count();
     // (8a) shift m = x̃_{j*} (an exact double-word; any shift is exact in exact arithmetic).
     std::size_t js = Sk;
     for (std::size_t j = 0; j < Sk; ++j)
@@ -677,11 +692,11 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
         }
         const int K = ej[j].x.scale;
         if (K < -700) {
-            ey += std::ldexp(1.0, std::max(K + 1, -1000));
+            ey += dw::scale2(1.0, std::max(K + 1, -1000));
             continue;
         }
-        y = dw::add(y, {std::ldexp(ej[j].x.v.hi, K), std::ldexp(ej[j].x.v.lo, K)});
-        ey += std::ldexp(ej[j].x.bound, K);
+        y = dw::add(y, {dw::scale2(ej[j].x.v.hi, K), dw::scale2(ej[j].x.v.lo, K)});
+        ey += dw::scale2(ej[j].x.bound, K);
         ++terms;
     }
     // (8b) the sum: n additions of positive terms, each relative η.
@@ -718,11 +733,11 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
         const double ep = dw::up(E.bound * inv_low + aE * ey * inv_low * inv_low + aE * ez + eta * dw::mag(P));
         if (hc.w_sink) hc.w_sink->put(row * Sk + j, bounded{P, ep, E.scale});
         if (E.scale < -480) {
-            pe[j] = std::ldexp(1.0, std::max(E.scale + 2, -1000));
+            pe[j] = dw::scale2(1.0, std::max(E.scale + 2, -1000));
         } else {
-            ph[j] = std::ldexp(P.hi, E.scale);
-            pl[j] = std::ldexp(P.lo, E.scale);
-            pe[j] = dw::up(std::ldexp(ep, E.scale));
+            ph[j] = dw::scale2(P.hi, E.scale);
+            pl[j] = dw::scale2(P.lo, E.scale);
+            pe[j] = dw::up(dw::scale2(ep, E.scale));
         }
     }
     // (8e) lse = m + log ŷ: λ0 = log(ŷ.hi) (any double), τ = ŷ·e^-λ0 − 1, log ŷ = λ0 + log1p(τ).
@@ -732,8 +747,8 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
         if (!w.ok || w.tiny) {
             hc.l_sink->put(row, bounded{});
         } else {
-            const dd wv{std::ldexp(w.x.v.hi, w.x.scale), std::ldexp(w.x.v.lo, w.x.scale)};
-            const double we = dw::up(std::ldexp(w.x.bound, w.x.scale));
+            const dd wv{dw::scale2(w.x.v.hi, w.x.scale), dw::scale2(w.x.v.lo, w.x.scale)};
+            const double we = dw::up(dw::scale2(w.x.bound, w.x.scale));
             const dd yw = dw::mul(y, wv);
             const dd tau = dw::sub(yw, {1, 0});
             const double etau = dw::up(dw::mag(y) * we + eta * dw::mag(yw) + eta * dw::mag(tau));
@@ -749,6 +764,8 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
             }
         }
     }
+    const auto t2 = clock::now();
+    ws.t_softmax += std::chrono::duration<double>(t2 - t1).count();
     // (8f) o_c = Σ_j p_j v_jc: (5) and the propagated errors, each bounded both by Cauchy–Schwarz
     // (‖p‖₂‖v_c‖₂) and by Hölder (‖p‖₁·max_j|v_jc|; Σ p_j ≈ 1), whichever is smaller.
     dot_rows(ph.data(), pl.data(), Sk, in.vh, in.vl, dv, dv, ro.oh.data(), ro.ol.data(), ro.orun.data());
@@ -766,6 +783,32 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
         ro.oe[c] = dw::up(dot + std::min(cs, ho));
         if (hc.out_sink) hc.out_sink->put(row * dv + c, bounded{{ro.oh[c], ro.ol[c]}, ro.oe[c], 0});
     }
+    ws.t_pv += std::chrono::duration<double>(clock::now() - t2).count();
+}
+
+#ifdef ATTNREF_FAST_AVX2
+/// attention_row compiled with FMA available, everything inlined (flatten): std::fma becomes one
+/// instruction instead of a library call. Same operations in the same order, each correctly
+/// rounded as before (FMA is exact-then-rounded either way; contraction stays off), so the same
+/// bits; chosen at run time as dot_rows chooses its AVX2 kernel.
+__attribute__((target("avx2,fma"), flatten)) inline void attention_row_fma(
+    const head_context& hc, const head_inputs& in, const std::vector<double>& kn, const std::vector<double>& ken,
+    const std::vector<double>& vn, const std::vector<double>& ven, const std::vector<double>& vmax, const std::vector<double>& evmax,
+    std::size_t b, std::size_t h, std::size_t i, row_workspace& ws, row_outputs& ro) {
+    attention_row(hc, in, kn, ken, vn, ven, vmax, evmax, b, h, i, ws, ro);
+}
+#endif
+
+/// attention_row, through attention_row_fma where the processor has AVX2 and FMA.
+inline void attention_row_dispatch(const head_context& hc, const head_inputs& in, const std::vector<double>& kn,
+                                   const std::vector<double>& ken, const std::vector<double>& vn, const std::vector<double>& ven,
+                                   const std::vector<double>& vmax, const std::vector<double>& evmax, std::size_t b, std::size_t h,
+                                   std::size_t i, row_workspace& ws, row_outputs& ro) {
+#ifdef ATTNREF_FAST_AVX2
+    static const bool fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (fma) return attention_row_fma(hc, in, kn, ken, vn, ven, vmax, evmax, b, h, i, ws, ro);
+#endif
+    attention_row(hc, in, kn, ken, vn, ven, vmax, evmax, b, h, i, ws, ro);
 }
 
 }  // namespace detail
@@ -872,9 +915,11 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
             };
             (void)dm;
             auto bias = [](const tensor_view<const double, 1>& b) { return b.empty() ? nullptr : b.data; };
+            const auto tp = std::chrono::steady_clock::now();
             Q = detail::project(input(p.x_q), p.params.w_q.data, H * dk, bias(p.params.b_q), threads);
             Kp = detail::project(input(p.x_k), p.params.w_k.data, Hkv * dk, bias(p.params.b_k), threads);
             Vp = detail::project(input(p.x_v), p.params.w_v.data, Hkv * dv, bias(p.params.b_v), threads);
+            stats.projection_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
             check(Q.hi.data(), Q.hi.size(), "projected query");
             check(Kp.hi.data(), Kp.hi.size(), "projected key");
             check(Vp.hi.data(), Vp.hi.size(), "projected value");
@@ -891,6 +936,8 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
                           std::vector<double>(B * Sq * H * dv)};
                 nan_rows.assign(B * Sq * H, 0);
             }
+            std::mutex stats_lock;
+            const auto ta = std::chrono::steady_clock::now();
             ::attnref::detail::parallel_for(B * H, threads, [&](std::size_t task) {
                 const std::size_t b = task / H, h = task % H, hk = h / group;
                 std::vector<double> qh(Sq * dk), ql, qe, kth(dk * Sk), ktl, kte, vh(Sk * dv), vl, ve;
@@ -939,7 +986,7 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
                 detail::row_workspace ws;
                 detail::row_outputs ro;
                 for (std::size_t i = 0; i < Sq; ++i) {
-                    detail::attention_row(hc, in, kn, ken, vn, ven, vmax, evmax, b, h, i, ws, ro);
+                    detail::attention_row_dispatch(hc, in, kn, ken, vn, ven, vmax, evmax, b, h, i, ws, ro);
                     if (mha) {
                         const std::size_t base = (b * Sq + i) * (H * dv) + h * dv;
                         for (std::size_t c = 0; c < dv; ++c)
@@ -947,9 +994,15 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
                         nan_rows[(b * Sq + i) * H + h] = ro.nan ? 1 : 0;
                     }
                 }
+                const std::lock_guard<std::mutex> g(stats_lock);
+                stats.logits_thread_seconds += ws.t_logits;
+                stats.softmax_thread_seconds += ws.t_softmax;
+                stats.pv_thread_seconds += ws.t_pv;
             });
+            stats.attention_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - ta).count();
             if (mha) {
                 // (7) again: output = merged·W_o + b_o.
+                const auto to = std::chrono::steady_clock::now();
                 const detail::dd_matrix out = detail::project(merged, p.params.w_o.data, dout,
                                                               p.params.b_o.empty() ? nullptr : p.params.b_o.data, threads);
                 for (std::size_t row = 0; row < B * Sq; ++row) {
@@ -961,6 +1014,7 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
                         else sinks[0].put(n, bounded{{out.hi[n], out.lo[n]}, out.err[n], 0});
                     }
                 }
+                stats.output_projection_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - to).count();
             }
         }
     }
@@ -975,6 +1029,7 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
     bool any = false;
     for (auto& u : undecided) any = any || std::find(u.begin(), u.end(), std::uint8_t{1}) != u.end();
     if (any && fo.fallback) {
+        const auto te = std::chrono::steady_clock::now();
         detail::mpfi_runner run{&p, B, H, Sq, Sk, dv, dout, want_weights, want_lse, std::vector<std::uint8_t>(nt, 0), threads};
         for (std::size_t t = 0; t < nt; ++t)
             run.need[t] = std::find(undecided[t].begin(), undecided[t].end(), std::uint8_t{1}) != undecided[t].end();
@@ -992,6 +1047,7 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
         if (want_weights) shapes.push_back({B, H, Sq, Sk});
         if (want_lse) shapes.push_back({B, H, Sq});
         detail::escalate(names, targets, r.values, undecided, nan_rows, run, B * H * Sq, stats, precisions, shapes);
+        stats.escalation_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
         for (int bits : precisions) r.precisions_bits.push_back(bits);
         for (auto& rep : r.reports)
             if (rep.escalated) rep.precisions_bits.insert(rep.precisions_bits.end(), precisions.begin(), precisions.end());
