@@ -76,8 +76,10 @@ double seconds(F&& f) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-/// Runs bench/torch_mha.py with posix_spawn (argument vector, no shell) and reads its one line.
-double torch_seconds(const std::string& python, const shape& s, std::size_t threads, int repeats) {
+/// Runs bench/torch_mha.py with posix_spawn (argument vector, no shell) and reads its one line:
+/// best wall seconds, and the CPU seconds of that run (into cpu).
+double torch_seconds(const std::string& python, const shape& s, std::size_t threads, int repeats, double& cpu) {
+    cpu = -1;
     const std::string script = ATTNREF_BENCH_DIR "/torch_mha.py";
     std::vector<std::string> args{python, script, std::to_string(s.batch), std::to_string(s.length), std::to_string(s.model_dim),
                                   std::to_string(s.heads), std::to_string(threads), std::to_string(repeats)};
@@ -114,7 +116,10 @@ double torch_seconds(const std::string& python, const shape& s, std::size_t thre
     waitpid(pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
     try {
-        return std::stod(out);
+        std::size_t used = 0;
+        const double wall = std::stod(out, &used);
+        cpu = std::stod(out.substr(used));
+        return wall;
     } catch (...) {
         return -1;
     }
@@ -182,7 +187,8 @@ int main(int argc, char** argv) {
         const case_spec spec = mha_case(s);
         const case_data data = generate_inputs(spec);
         const double macs = multiply_adds(spec);
-        const double torch_s = torch_seconds(python, s, threads, s.length > 512 ? 3 : 10);
+        double torch_cpu = -1;
+        const double torch_s = torch_seconds(python, s, threads, s.length > 512 ? 3 : 10, torch_cpu);
         certify::result fast;
         fast::fast_stats stats;
         fast::fast_options fo;
@@ -223,10 +229,11 @@ int main(int argc, char** argv) {
                                         torch_s, fast_s, torch_s > 0 ? fast_s / torch_s : 0.0, elements, escalated, mpfi).c_str());
         std::printf("%s\n", fmt::format("    fast path: projections {:.3f} s, attention {:.3f} s (thread-s: logits {:.2f}, softmax {:.2f}, "
                                         "P.V {:.2f}), output projection {:.3f} s, MPFI escalation {:.3f} s ({} rows); "
-                                        "user CPU {:.2f} s; load average before {}",
+                                        "user CPU {:.2f} s (PyTorch's best run: {:.3f} s, CPU ratio {:.1f}x); load average before {}",
                                         stats.projection_seconds, stats.attention_seconds, stats.logits_thread_seconds,
                                         stats.softmax_thread_seconds, stats.pv_thread_seconds, stats.output_projection_seconds,
-                                        stats.escalation_seconds, stats.escalated_rows, fast_cpu, load).c_str());
+                                        stats.escalation_seconds, stats.escalated_rows, fast_cpu, torch_cpu,
+                                        torch_cpu > 0 ? fast_cpu / torch_cpu : 0.0, load).c_str());
         if (bound_histogram) {
             std::printf("%s\n", hist[0].line("output").c_str());
             std::printf("%s\n", hist[1].line("weights").c_str());
