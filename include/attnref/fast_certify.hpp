@@ -197,7 +197,10 @@ inline void dot_step(double x, double xl, double b, double bl, double& hi, doubl
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(ATTNREF_SANITIZE_BUILD)
 #define ATTNREF_FAST_AVX2 1
-/// (5) on 16 columns at a time, accumulators in registers; columns j ≥ m − m % 16 by dot_step.
+/// (5) on blocks of up to 1024 columns: for each c the block's accumulators (hi, lo, run; 24 KiB,
+/// in L1) take one step, four columns per instruction, so B is read row by row (contiguous)
+/// instead of down its columns. Columns past the last multiple of 4 by dot_step. The operations
+/// on each column are dot_step's, in the same order over c.
 __attribute__((target("avx2,fma"))) inline void dot_rows_avx2(const double* ah, const double* al, std::size_t n,
                                                                const double* bh, const double* bl, std::size_t ldb,
                                                                std::size_t m, double* out_hi, double* out_lo, double* out_run) {
@@ -205,38 +208,40 @@ __attribute__((target("avx2,fma"))) inline void dot_rows_avx2(const double* ah, 
     typedef long long v4i __attribute__((vector_size(32)));
     typedef double v4u __attribute__((vector_size(32), aligned(8), may_alias));  // unaligned access
     const v4i nosign = {0x7fffffffffffffffLL, 0x7fffffffffffffffLL, 0x7fffffffffffffffLL, 0x7fffffffffffffffLL};
-    std::size_t j0 = 0;
-    for (; j0 + 16 <= m; j0 += 16) {
-        v4 hi[4] = {}, lo[4] = {}, run[4] = {};
+    constexpr std::size_t block = 1024;
+    const std::size_t m4 = m - m % 4;
+    for (std::size_t j = 0; j < m4; ++j) out_hi[j] = 0, out_lo[j] = 0, out_run[j] = 0;
+    for (std::size_t j0 = 0; j0 < m4; j0 += block) {
+        const std::size_t w = std::min(block, m4 - j0);
         for (std::size_t c = 0; c < n; ++c) {
             const double xs = ah[c], xls = al ? al[c] : 0.0;
             const v4 x = {xs, xs, xs, xs}, xl = {xls, xls, xls, xls};
             const double* brow = bh + c * ldb + j0;
             const double* lrow = bl ? bl + c * ldb + j0 : nullptr;
-            for (int k = 0; k < 4; ++k) {
-                const v4 b = *reinterpret_cast<const v4u*>(brow + 4 * k);
-                const v4 blv = lrow ? v4(*reinterpret_cast<const v4u*>(lrow + 4 * k)) : v4{0, 0, 0, 0};
+            for (std::size_t j = 0; j < w; j += 4) {
+                v4u* hp = reinterpret_cast<v4u*>(out_hi + j0 + j);
+                v4u* lp = reinterpret_cast<v4u*>(out_lo + j0 + j);
+                v4u* rp = reinterpret_cast<v4u*>(out_run + j0 + j);
+                const v4 hi = *hp;
+                const v4 b = *reinterpret_cast<const v4u*>(brow + j);
+                const v4 blv = lrow ? v4(*reinterpret_cast<const v4u*>(lrow + j)) : v4{0, 0, 0, 0};
                 const v4 p = x * b;
                 const v4 r = __builtin_ia32_vfmaddpd256(x, b, -p);  // fma(x, b, −p), exact
-                const v4 s = hi[k] + p;
-                const v4 bb = s - hi[k];
-                const v4 e = (hi[k] - (s - bb)) + (p - bb);
-                hi[k] = s;
+                const v4 s = hi + p;
+                const v4 bb = s - hi;
+                const v4 e = (hi - (s - bb)) + (p - bb);
+                *hp = s;
                 const v4 cross = x * blv + xl * b;
                 const v4 cc = (e + r) + cross;
-                lo[k] = lo[k] + cc;
-                const v4 acc = reinterpret_cast<v4>(reinterpret_cast<v4i>(cc) & nosign);     // |c|, exact
-                const v4 alo = reinterpret_cast<v4>(reinterpret_cast<v4i>(lo[k]) & nosign);  // |S|, exact
-                run[k] = run[k] + (acc + alo);
+                const v4 lo = v4(*lp) + cc;
+                *lp = lo;
+                const v4 acc = reinterpret_cast<v4>(reinterpret_cast<v4i>(cc) & nosign);  // |c|, exact
+                const v4 alo = reinterpret_cast<v4>(reinterpret_cast<v4i>(lo) & nosign);  // |S|, exact
+                *rp = v4(*rp) + (acc + alo);
             }
         }
-        for (int k = 0; k < 4; ++k) {
-            *reinterpret_cast<v4u*>(out_hi + j0 + 4 * k) = hi[k];
-            *reinterpret_cast<v4u*>(out_lo + j0 + 4 * k) = lo[k];
-            *reinterpret_cast<v4u*>(out_run + j0 + 4 * k) = run[k];
-        }
     }
-    for (std::size_t j = j0; j < m; ++j) {
+    for (std::size_t j = m4; j < m; ++j) {
         double hi = 0, lo = 0, run = 0;
         for (std::size_t c = 0; c < n; ++c)
             dot_step(ah[c], al ? al[c] : 0.0, bh[c * ldb + j], bl ? bl[c * ldb + j] : 0.0, hi, lo, run);
