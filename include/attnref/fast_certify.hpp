@@ -197,49 +197,69 @@ inline void dot_step(double x, double xl, double b, double bl, double& hi, doubl
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(ATTNREF_SANITIZE_BUILD)
 #define ATTNREF_FAST_AVX2 1
-/// (5) on blocks of up to 1024 columns: for each c the block's accumulators (hi, lo, run; 24 KiB,
-/// in L1) take one step, four columns per instruction, so B is read row by row (contiguous)
-/// instead of down its columns. Columns past the last multiple of 4 by dot_step. The operations
-/// on each column are dot_step's, in the same order over c.
-__attribute__((target("avx2,fma"))) inline void dot_rows_avx2(const double* ah, const double* al, std::size_t n,
-                                                               const double* bh, const double* bl, std::size_t ldb,
-                                                               std::size_t m, double* out_hi, double* out_lo, double* out_run) {
+/// Steps c … c + U − 1 of dot_rows_avx2 on columns j0 … j0 + w − 1 (w a multiple of 4), the
+/// accumulators held in registers across the U steps.
+template <int U>
+__attribute__((target("avx2,fma"), always_inline)) inline void dot_steps_avx2(const double* ah, const double* al, const double* bh,
+                                                                              const double* bl, std::size_t ldb, std::size_t c,
+                                                                              std::size_t j0, std::size_t w, double* out_hi,
+                                                                              double* out_lo, double* out_run) {
     typedef double v4 __attribute__((vector_size(32)));
     typedef long long v4i __attribute__((vector_size(32)));
     typedef double v4u __attribute__((vector_size(32), aligned(8), may_alias));  // unaligned access
     const v4i nosign = {0x7fffffffffffffffLL, 0x7fffffffffffffffLL, 0x7fffffffffffffffLL, 0x7fffffffffffffffLL};
+    v4 x[U], xl[U];
+    const double* brow[U];
+    const double* lrow[U];
+#pragma GCC unroll 4
+    for (int u = 0; u < U; ++u) {
+        const double xs = ah[c + u], xls = al ? al[c + u] : 0.0;
+        x[u] = v4{xs, xs, xs, xs};
+        xl[u] = v4{xls, xls, xls, xls};
+        brow[u] = bh + (c + u) * ldb + j0;
+        lrow[u] = bl ? bl + (c + u) * ldb + j0 : nullptr;
+    }
+    for (std::size_t j = 0; j < w; j += 4) {
+        v4u* hp = reinterpret_cast<v4u*>(out_hi + j0 + j);
+        v4u* lp = reinterpret_cast<v4u*>(out_lo + j0 + j);
+        v4u* rp = reinterpret_cast<v4u*>(out_run + j0 + j);
+        v4 hi = *hp, lo = *lp, run = *rp;
+#pragma GCC unroll 4
+        for (int u = 0; u < U; ++u) {
+            const v4 b = *reinterpret_cast<const v4u*>(brow[u] + j);
+            const v4 blv = lrow[u] ? v4(*reinterpret_cast<const v4u*>(lrow[u] + j)) : v4{0, 0, 0, 0};
+            const v4 p = x[u] * b;
+            const v4 r = __builtin_ia32_vfmaddpd256(x[u], b, -p);  // fma(x, b, −p), exact
+            const v4 s = hi + p;
+            const v4 bb = s - hi;
+            const v4 e = (hi - (s - bb)) + (p - bb);
+            hi = s;
+            const v4 cross = x[u] * blv + xl[u] * b;
+            const v4 cc = (e + r) + cross;
+            lo = lo + cc;
+            const v4 acc = reinterpret_cast<v4>(reinterpret_cast<v4i>(cc) & nosign);  // |c|, exact
+            const v4 alo = reinterpret_cast<v4>(reinterpret_cast<v4i>(lo) & nosign);  // |S|, exact
+            run = run + (acc + alo);
+        }
+        *hp = hi, *lp = lo, *rp = run;
+    }
+}
+
+/// (5) on blocks of up to 1024 columns: for each four values of c the block's accumulators (hi,
+/// lo, run; 24 KiB, in L1) take four steps, four columns per instruction, so B is read row by row
+/// (contiguous) instead of down its columns. Columns past the last multiple of 4 by dot_step. The operations
+/// on each column are dot_step's, in the same order over c.
+__attribute__((target("avx2,fma"))) inline void dot_rows_avx2(const double* ah, const double* al, std::size_t n,
+                                                               const double* bh, const double* bl, std::size_t ldb,
+                                                               std::size_t m, double* out_hi, double* out_lo, double* out_run) {
     constexpr std::size_t block = 1024;
     const std::size_t m4 = m - m % 4;
     for (std::size_t j = 0; j < m4; ++j) out_hi[j] = 0, out_lo[j] = 0, out_run[j] = 0;
     for (std::size_t j0 = 0; j0 < m4; j0 += block) {
         const std::size_t w = std::min(block, m4 - j0);
-        for (std::size_t c = 0; c < n; ++c) {
-            const double xs = ah[c], xls = al ? al[c] : 0.0;
-            const v4 x = {xs, xs, xs, xs}, xl = {xls, xls, xls, xls};
-            const double* brow = bh + c * ldb + j0;
-            const double* lrow = bl ? bl + c * ldb + j0 : nullptr;
-            for (std::size_t j = 0; j < w; j += 4) {
-                v4u* hp = reinterpret_cast<v4u*>(out_hi + j0 + j);
-                v4u* lp = reinterpret_cast<v4u*>(out_lo + j0 + j);
-                v4u* rp = reinterpret_cast<v4u*>(out_run + j0 + j);
-                const v4 hi = *hp;
-                const v4 b = *reinterpret_cast<const v4u*>(brow + j);
-                const v4 blv = lrow ? v4(*reinterpret_cast<const v4u*>(lrow + j)) : v4{0, 0, 0, 0};
-                const v4 p = x * b;
-                const v4 r = __builtin_ia32_vfmaddpd256(x, b, -p);  // fma(x, b, −p), exact
-                const v4 s = hi + p;
-                const v4 bb = s - hi;
-                const v4 e = (hi - (s - bb)) + (p - bb);
-                *hp = s;
-                const v4 cross = x * blv + xl * b;
-                const v4 cc = (e + r) + cross;
-                const v4 lo = v4(*lp) + cc;
-                *lp = lo;
-                const v4 acc = reinterpret_cast<v4>(reinterpret_cast<v4i>(cc) & nosign);  // |c|, exact
-                const v4 alo = reinterpret_cast<v4>(reinterpret_cast<v4i>(lo) & nosign);  // |S|, exact
-                *rp = v4(*rp) + (acc + alo);
-            }
-        }
+        std::size_t c = 0;
+        for (; c + 4 <= n; c += 4) dot_steps_avx2<4>(ah, al, bh, bl, ldb, c, j0, w, out_hi, out_lo, out_run);
+        for (; c < n; ++c) dot_steps_avx2<1>(ah, al, bh, bl, ldb, c, j0, w, out_hi, out_lo, out_run);
     }
     for (std::size_t j = m4; j < m; ++j) {
         double hi = 0, lo = 0, run = 0;
