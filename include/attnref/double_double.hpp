@@ -16,6 +16,7 @@
 ///                      (AccurateDWPlusDW): relative error ≤ 3u² + 13u³.
 ///   mul(x, y)          JMP 2017 Algorithm 12 (DWTimesDW3, with FMA): relative error ≤ 5u².
 ///   mul(x, d)          JMP 2017 Algorithm 9 (DWTimesFP3, with FMA): relative error ≤ 2u².
+/// Also exact helpers without library calls: scale2 (= ldexp), exponent_of (= ilogb).
 /// dd_eta = 2^-100 = 64u² bounds all three (docs/fast-certify.md (2)); no division is used (the
 /// reciprocal is bounded a posteriori, fast_certify.hpp).
 
@@ -95,6 +96,13 @@ inline double mag(dd x) { return std::fabs(x.hi) * (1 + 0x1p-52); }
 inline double up(double computed) {
     if (!(computed < std::numeric_limits<double>::infinity())) return std::numeric_limits<double>::infinity();
     return computed * (1 + 0x1p-45) + 0x1p-999;
+}
+
+/// ⌊log₂|x|⌋ for finite x ≠ 0, the same value as std::ilogb(x), read from the exponent field for
+/// normal x (no library call).
+inline int exponent_of(double x) {
+    const int biased = static_cast<int>((std::bit_cast<std::uint64_t>(x) >> 52) & 0x7ff);
+    return biased != 0 ? biased - 1023 : std::ilogb(x);
 }
 
 /// x·2^k, the same value as std::ldexp(x, k) (a multiplication by an exact power of two rounds

@@ -97,7 +97,7 @@ inline bool round_check(const bounded& x, const certify::binary_format& f, doubl
     }
     const dd n = dw::two_sum(x.v.hi, x.v.lo);
     const double h = n.hi, l = n.lo;
-    const long e = static_cast<long>(std::ilogb(h)) + x.scale;  // floor(log2|h|) in real terms
+    const long e = static_cast<long>(dw::exponent_of(h)) + x.scale;  // floor(log2|h|) in real terms
     const long q = std::max<long>(e, f.min_exponent) - (f.precision - 1);  // quantum exponent
     const long g = q - x.scale;                                            // in scaled units
     if (e - q < -60) {
