@@ -137,9 +137,10 @@ std::string load_average() {
     return fmt::format("{:.2f} {:.2f} {:.2f}", l[0], l[1], l[2]);
 }
 
-/// log2(bound / ulp(value)) histogram, bins [-64, 0) of width 8 and one for ≥ -2 (undecidable).
+/// log2(bound / ulp(value)) histogram: below -56, [-56, -8) in bins of width 8, [-8, -2), and ≥ -2
+/// (never certified: the bound exceeds a quarter ulp).
 struct histogram {
-    static constexpr int bins = 10;
+    static constexpr int bins = 9;
     std::array<std::atomic<std::size_t>, bins> count{};
     void add(const fast::bounded& x) {
         if (x.v.hi == 0 || x.bound == 0) return count[0]++, void();
@@ -150,7 +151,11 @@ struct histogram {
     std::string line(const char* name) const {
         std::string s = fmt::format("    log2(bound/ulp) of {:<8}", name);
         for (int b = 0; b < bins; ++b)
-            s += fmt::format(" {}:{}", b == bins - 1 ? std::string("[-2,)") : b == 0 ? std::string("(,-56)") : fmt::format("[{},{})", b * 8 - 64, b * 8 - 56),
+            s += fmt::format(" {}:{}",
+                             b == bins - 1   ? std::string("[-2,)")
+                             : b == 0        ? std::string("(,-56)")
+                             : b == bins - 2 ? std::string("[-8,-2)")
+                                             : fmt::format("[{},{})", b * 8 - 64, b * 8 - 56),
                              count[static_cast<std::size_t>(b)].load());
         return s;
     }
