@@ -7,13 +7,24 @@
 // path (generate_case) time for the two smaller shapes, whose values it compares with the fast ones.
 // With --fast-rung-only the escalated elements are counted but not sent to MPFI (the time is then
 // the fast rung's alone, and those elements are NOT certified; the table says so).
-// Usage: golden.bench [--threads N] [--skip-mpfi-large] [--skip-large] [--fast-rung-only] [--python PATH]
+// Under each shape a breakdown line gives the fast path's phases (fast_stats): projection, attention
+// core (wall) with its thread-seconds for logits / softmax / P·V, output projection, MPFI escalation;
+// the process's CPU (user) seconds during the fast call, and the load average before it.
+// With --bound-histogram, the distribution of log2(bound / ulp(value)) of every bounded output and
+// weight element (an element is certified only when the ratio is below ~1/4 and it is not too near
+// a rounding midpoint).
+// Usage: golden.bench [--threads N] [--skip-mpfi-large] [--skip-large] [--fast-rung-only] [--bound-histogram]
+//                     [--python PATH]
 
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -65,8 +76,10 @@ double seconds(F&& f) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-/// Runs bench/torch_mha.py with posix_spawn (argument vector, no shell) and reads its one line.
-double torch_seconds(const std::string& python, const shape& s, std::size_t threads, int repeats) {
+/// Runs bench/torch_mha.py with posix_spawn (argument vector, no shell) and reads its one line:
+/// best wall seconds, and the CPU seconds of that run (into cpu).
+double torch_seconds(const std::string& python, const shape& s, std::size_t threads, int repeats, double& cpu) {
+    cpu = -1;
     const std::string script = ATTNREF_BENCH_DIR "/torch_mha.py";
     std::vector<std::string> args{python, script, std::to_string(s.batch), std::to_string(s.length), std::to_string(s.model_dim),
                                   std::to_string(s.heads), std::to_string(threads), std::to_string(repeats)};
@@ -103,23 +116,63 @@ double torch_seconds(const std::string& python, const shape& s, std::size_t thre
     waitpid(pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
     try {
-        return std::stod(out);
+        std::size_t used = 0;
+        const double wall = std::stod(out, &used);
+        cpu = std::stod(out.substr(used));
+        return wall;
     } catch (...) {
         return -1;
     }
 }
 
+double user_cpu_seconds() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_utime.tv_sec) + static_cast<double>(u.ru_utime.tv_usec) * 1e-6;
+}
+
+std::string load_average() {
+    double l[3] = {0, 0, 0};
+    if (getloadavg(l, 3) != 3) return "?";
+    return fmt::format("{:.2f} {:.2f} {:.2f}", l[0], l[1], l[2]);
+}
+
+/// log2(bound / ulp(value)) histogram: below -56, [-56, -8) in bins of width 8, [-8, -2), and ≥ -2
+/// (never certified: the bound exceeds a quarter ulp).
+struct histogram {
+    static constexpr int bins = 9;
+    std::array<std::atomic<std::size_t>, bins> count{};
+    void add(const fast::bounded& x) {
+        if (x.v.hi == 0 || x.bound == 0) return count[0]++, void();
+        const int r = std::ilogb(x.bound) - std::ilogb(x.v.hi) + 52;  // ≈ log2(bound / ulp)
+        const int b = r >= -2 ? bins - 1 : std::clamp((r + 64) / 8, 0, bins - 2);
+        count[static_cast<std::size_t>(b)]++;
+    }
+    std::string line(const char* name) const {
+        std::string s = fmt::format("    log2(bound/ulp) of {:<8}", name);
+        for (int b = 0; b < bins; ++b)
+            s += fmt::format(" {}:{}",
+                             b == bins - 1   ? std::string("[-2,)")
+                             : b == 0        ? std::string("(,-56)")
+                             : b == bins - 2 ? std::string("[-8,-2)")
+                                             : fmt::format("[{},{})", b * 8 - 64, b * 8 - 56),
+                             count[static_cast<std::size_t>(b)].load());
+        return s;
+    }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
     std::size_t threads = 2;
-    bool skip_mpfi_large = false, skip_large = false, fast_rung_only = false;
+    bool skip_mpfi_large = false, skip_large = false, fast_rung_only = false, bound_histogram = false;
     std::string python = "/usr/bin/python3";
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::stoul(argv[++i]);
         else if (!std::strcmp(argv[i], "--skip-mpfi-large")) skip_mpfi_large = true;
         else if (!std::strcmp(argv[i], "--skip-large")) skip_large = true;
         else if (!std::strcmp(argv[i], "--fast-rung-only")) fast_rung_only = true;
+        else if (!std::strcmp(argv[i], "--bound-histogram")) bound_histogram = true;
         else if (!std::strcmp(argv[i], "--python") && i + 1 < argc) python = argv[++i];
         else {
             std::fprintf(stderr, "golden.bench: unknown argument '%s'\n", argv[i]);
@@ -139,12 +192,21 @@ int main(int argc, char** argv) {
         const case_spec spec = mha_case(s);
         const case_data data = generate_inputs(spec);
         const double macs = multiply_adds(spec);
-        const double torch_s = torch_seconds(python, s, threads, s.length > 512 ? 3 : 10);
+        double torch_cpu = -1;
+        const double torch_s = torch_seconds(python, s, threads, s.length > 512 ? 3 : 10, torch_cpu);
         certify::result fast;
         fast::fast_stats stats;
         fast::fast_options fo;
         fo.fallback = !fast_rung_only;
+        histogram hist[2];
+        if (bound_histogram)
+            fo.observe = [&](std::size_t t, std::size_t, const fast::bounded& x) {
+                if (t < 2) hist[t].add(x);
+            };
+        const std::string load = load_average();
+        const double cpu0 = user_cpu_seconds();
         const double fast_s = seconds([&] { fast = certify_case_fast(spec, data, threads, &stats, fo); });
+        const double fast_cpu = user_cpu_seconds() - cpu0;
         std::size_t elements = 0, escalated = 0;
         for (const certify::tensor_report& r : fast.reports) elements += r.elements, escalated += r.escalated;
         std::string mpfi = "-";
@@ -170,6 +232,17 @@ int main(int argc, char** argv) {
         }
         std::printf("%s\n", fmt::format("{:<22} {:>9.3f} {:>10.4f} s {:>10.3f} s {:>7.1f}x {:>10} {:>11} {:>12}", s.label, macs / 1e9,
                                         torch_s, fast_s, torch_s > 0 ? fast_s / torch_s : 0.0, elements, escalated, mpfi).c_str());
+        std::printf("%s\n", fmt::format("    fast path: projections {:.3f} s, attention {:.3f} s (thread-s: logits {:.2f}, softmax {:.2f}, "
+                                        "P.V {:.2f}), output projection {:.3f} s, MPFI escalation {:.3f} s ({} rows); "
+                                        "user CPU {:.2f} s (PyTorch's best run: {:.3f} s, CPU ratio {:.1f}x); load average before {}",
+                                        stats.projection_seconds, stats.attention_seconds, stats.logits_thread_seconds,
+                                        stats.softmax_thread_seconds, stats.pv_thread_seconds, stats.output_projection_seconds,
+                                        stats.escalation_seconds, stats.escalated_rows, fast_cpu, torch_cpu,
+                                        torch_cpu > 0 ? fast_cpu / torch_cpu : 0.0, load).c_str());
+        if (bound_histogram) {
+            std::printf("%s\n", hist[0].line("output").c_str());
+            std::printf("%s\n", hist[1].line("weights").c_str());
+        }
         std::fflush(stdout);
     }
     return status;

@@ -16,11 +16,14 @@
 ///                      (AccurateDWPlusDW): relative error ≤ 3u² + 13u³.
 ///   mul(x, y)          JMP 2017 Algorithm 12 (DWTimesDW3, with FMA): relative error ≤ 5u².
 ///   mul(x, d)          JMP 2017 Algorithm 9 (DWTimesFP3, with FMA): relative error ≤ 2u².
+/// Also exact helpers without library calls: scale2 (= ldexp), exponent_of (= ilogb).
 /// dd_eta = 2^-100 = 64u² bounds all three (docs/fast-certify.md (2)); no division is used (the
 /// reciprocal is bounded a posteriori, fast_certify.hpp).
 
+#include <bit>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 
 namespace attnref::dw {
@@ -86,13 +89,28 @@ inline double mag(dd x) { return std::fabs(x.hi) * (1 + 0x1p-52); }
 
 /// The value of a bound expression evaluated in round-to-nearest with at most 32 operations on
 /// nonnegative operands (additions and multiplications only), made safe upward: the exact value is
-/// at most computed·(1 − u)^-32 ≤ computed·(1 + 2^-46); the multiplication by (1 + 2^-46) is
-/// itself rounded, which nextafter covers; underflowed intermediates lose at most 2^-1074 each,
-/// covered by the absolute 2^-1000 while they are multiplied by factors below 2^60
-/// (docs/fast-certify.md (3)).
+/// at most computed·(1 − u)^-32 ≤ computed·(1 + 2^-46); underflowed intermediates lose at most
+/// 2^-1074 each, covered by an absolute 2^-1000 while they are multiplied by factors below 2^60
+/// (docs/fast-certify.md (3)). The result RN(RN(c·(1 + 2^-45)) + 2^-999) is at least
+/// c·(1 + 2^-46) + 2^-1000 (3'), so no directed rounding or nextafter is needed.
 inline double up(double computed) {
     if (!(computed < std::numeric_limits<double>::infinity())) return std::numeric_limits<double>::infinity();
-    return std::nextafter(computed * (1 + 0x1p-46) + 0x1p-1000, std::numeric_limits<double>::infinity());
+    return computed * (1 + 0x1p-45) + 0x1p-999;
+}
+
+/// ⌊log₂|x|⌋ for finite x ≠ 0, the same value as std::ilogb(x), read from the exponent field for
+/// normal x (no library call).
+inline int exponent_of(double x) {
+    const int biased = static_cast<int>((std::bit_cast<std::uint64_t>(x) >> 52) & 0x7ff);
+    return biased != 0 ? biased - 1023 : std::ilogb(x);
+}
+
+/// x·2^k, the same value as std::ldexp(x, k) (a multiplication by an exact power of two rounds
+/// once, as ldexp does, when the result is subnormal), without the library call for
+/// −1022 ≤ k ≤ 1023.
+inline double scale2(double x, long k) {
+    if (k < -1022 || k > 1023) return std::ldexp(x, static_cast<int>(k));
+    return x * std::bit_cast<double>(static_cast<std::uint64_t>(k + 1023) << 52);
 }
 
 /// A bound accumulated as a sum of n ≥ 0 nonnegative terms in round-to-nearest (each term itself

@@ -22,6 +22,7 @@
 /// projected values outside that range; docs/fast-certify.md (1)).
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -69,6 +70,15 @@ struct fast_options {
 struct fast_stats {
     std::string whole_case_reason;  ///< non-empty: the case went to MPFI as a whole, and why
     std::size_t escalated_rows = 0; ///< (b, h, i) rows recomputed through the MPFI ladder
+    // Where the time went (benchmarks): wall seconds of each phase, and thread-seconds (summed over
+    // the worker threads) of the three stages of the per-row attention core.
+    double projection_seconds = 0;         ///< Q, K, V projections (multi-head)
+    double attention_seconds = 0;          ///< the per-(b, h) attention core, wall
+    double logits_thread_seconds = 0;      ///< q·kᵀ, scale, biases, masks (8)
+    double softmax_thread_seconds = 0;     ///< exp, sum, reciprocal, weights and lse with their checks (8a)–(8e)
+    double pv_thread_seconds = 0;          ///< P·V and its bounds (8f)
+    double output_projection_seconds = 0;  ///< merged heads · W_o and the output checks (multi-head)
+    double escalation_seconds = 0;         ///< the MPFI ladder for the undecided rows
 };
 
 
@@ -87,33 +97,33 @@ inline bool round_check(const bounded& x, const certify::binary_format& f, doubl
     }
     const dd n = dw::two_sum(x.v.hi, x.v.lo);
     const double h = n.hi, l = n.lo;
-    const long e = static_cast<long>(std::ilogb(h)) + x.scale;  // floor(log2|h|) in real terms
+    const long e = static_cast<long>(dw::exponent_of(h)) + x.scale;  // floor(log2|h|) in real terms
     const long q = std::max<long>(e, f.min_exponent) - (f.precision - 1);  // quantum exponent
     const long g = q - x.scale;                                            // in scaled units
     if (e - q < -60) {
         // |h| far below the quantum: rounds to ±0 when |v| < 2^q/4 and its sign is known.
         const double spread = std::fabs(l) + b;
-        if (!(spread <= 0.5 * std::fabs(h)) || !(std::ldexp(std::fabs(h) + spread, static_cast<int>(-g)) < 0.25)) return false;
+        if (!(spread <= 0.5 * std::fabs(h)) || !(dw::scale2(std::fabs(h) + spread, static_cast<int>(-g)) < 0.25)) return false;
         out = h > 0 ? 0.0 : -0.0;
         return true;
     }
-    const double m = std::ldexp(h, static_cast<int>(-g));  // exact: |m| < 2^53, no underflow (e − q ≥ −60)
+    const double m = dw::scale2(h, static_cast<int>(-g));  // exact: |m| < 2^53, no underflow (e − q ≥ −60)
     const double y0 = std::nearbyint(m);                    // ties to even (reference environment)
     const double rr = m - y0;                               // exact (|rr| ≤ 1/2, same binade)
-    const double ts = rr + std::ldexp(l, static_cast<int>(-g));
-    const double bs = std::ldexp(b, static_cast<int>(-g));
+    const double ts = rr + dw::scale2(l, static_cast<int>(-g));
+    const double bs = dw::scale2(b, static_cast<int>(-g));
     // (9) y = y0·2^q is a value of the format; every v with |v − y| < half the smaller gap to its
     // neighbours rounds to y. Gaps in units of 2^q: 1, except ½ below y = 2^(p−1)·2^q when q is
     // above the subnormal quantum. |v − y| ≤ |ts| + bs, each computed with ≤ 2^-53 absolute error.
     const long qmin = static_cast<long>(f.min_exponent) - (f.precision - 1);
-    const double half_gap = (std::fabs(y0) == std::ldexp(1.0, f.precision - 1) && q > qmin) ? 0.25 : 0.5;
+    const double half_gap = (std::fabs(y0) == dw::scale2(1.0, f.precision - 1) && q > qmin) ? 0.25 : 0.5;
     if (!(std::fabs(ts) + bs <= half_gap - 0x1p-50)) return false;
     if (y0 == 0) {
         if (!(std::fabs(l) + b <= 0.5 * std::fabs(h))) return false;
         out = h > 0 ? 0.0 : -0.0;
         return true;
     }
-    const double y = std::ldexp(y0, static_cast<int>(q));  // exact: y0 has ≤ p bits, q ≥ min − p + 1
+    const double y = dw::scale2(y0, static_cast<int>(q));  // exact: y0 has ≤ p bits, q ≥ min − p + 1
     if (std::fabs(y) > f.max_finite) return false;
     out = y;
     return true;
@@ -169,8 +179,10 @@ inline dd inv_sqrt(std::size_t n) {
 }
 
 /// One column j of (5), the reference order of operations (the AVX2 kernel below performs the
-/// same operations on four columns at once, so both give identical bits).
-inline void dot_step(double x, double xl, double b, double bl, double& hi, double& lo) {
+/// same operations on four columns at once, so both give identical bits). `run` accumulates
+/// Σ(|c_i| + |S_i|) for the a-posteriori bound (5b): c_i the compensation term added in step i,
+/// S_i the low-order sum after it.
+inline void dot_step(double x, double xl, double b, double bl, double& hi, double& lo, double& run) {
     const double p = x * b;
     const double r = std::fma(x, b, -p);
     const double s = hi + p;
@@ -178,85 +190,132 @@ inline void dot_step(double x, double xl, double b, double bl, double& hi, doubl
     const double e = (hi - (s - bb)) + (p - bb);
     hi = s;
     const double cross = x * bl + xl * b;
-    lo = lo + ((e + r) + cross);
+    const double c = (e + r) + cross;
+    lo = lo + c;
+    run = run + (std::fabs(c) + std::fabs(lo));
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(ATTNREF_SANITIZE_BUILD)
 #define ATTNREF_FAST_AVX2 1
-/// (5) on 16 columns at a time, accumulators in registers; columns j ≥ m − m % 16 by dot_step.
+/// Steps c … c + U − 1 of dot_rows_avx2 on columns j0 … j0 + w − 1 (w a multiple of 4), the
+/// accumulators held in registers across the U steps.
+template <int U>
+__attribute__((target("avx2,fma"), always_inline)) inline void dot_steps_avx2(const double* ah, const double* al, const double* bh,
+                                                                              const double* bl, std::size_t ldb, std::size_t c,
+                                                                              std::size_t j0, std::size_t w, double* out_hi,
+                                                                              double* out_lo, double* out_run) {
+    typedef double v4 __attribute__((vector_size(32)));
+    typedef long long v4i __attribute__((vector_size(32)));
+    typedef double v4u __attribute__((vector_size(32), aligned(8), may_alias));  // unaligned access
+    const v4i nosign = {0x7fffffffffffffffLL, 0x7fffffffffffffffLL, 0x7fffffffffffffffLL, 0x7fffffffffffffffLL};
+    v4 x[U], xl[U];
+    const double* brow[U];
+    const double* lrow[U];
+#pragma GCC unroll 4
+    for (int u = 0; u < U; ++u) {
+        const double xs = ah[c + u], xls = al ? al[c + u] : 0.0;
+        x[u] = v4{xs, xs, xs, xs};
+        xl[u] = v4{xls, xls, xls, xls};
+        brow[u] = bh + (c + u) * ldb + j0;
+        lrow[u] = bl ? bl + (c + u) * ldb + j0 : nullptr;
+    }
+    for (std::size_t j = 0; j < w; j += 4) {
+        v4u* hp = reinterpret_cast<v4u*>(out_hi + j0 + j);
+        v4u* lp = reinterpret_cast<v4u*>(out_lo + j0 + j);
+        v4u* rp = reinterpret_cast<v4u*>(out_run + j0 + j);
+        v4 hi = *hp, lo = *lp, run = *rp;
+#pragma GCC unroll 4
+        for (int u = 0; u < U; ++u) {
+            const v4 b = *reinterpret_cast<const v4u*>(brow[u] + j);
+            const v4 blv = lrow[u] ? v4(*reinterpret_cast<const v4u*>(lrow[u] + j)) : v4{0, 0, 0, 0};
+            const v4 p = x[u] * b;
+            const v4 r = __builtin_ia32_vfmaddpd256(x[u], b, -p);  // fma(x, b, −p), exact
+            const v4 s = hi + p;
+            const v4 bb = s - hi;
+            const v4 e = (hi - (s - bb)) + (p - bb);
+            hi = s;
+            const v4 cross = x[u] * blv + xl[u] * b;
+            const v4 cc = (e + r) + cross;
+            lo = lo + cc;
+            const v4 acc = reinterpret_cast<v4>(reinterpret_cast<v4i>(cc) & nosign);  // |c|, exact
+            const v4 alo = reinterpret_cast<v4>(reinterpret_cast<v4i>(lo) & nosign);  // |S|, exact
+            run = run + (acc + alo);
+        }
+        *hp = hi, *lp = lo, *rp = run;
+    }
+}
+
+/// (5) on blocks of up to 1024 columns: for each four values of c the block's accumulators (hi,
+/// lo, run; 24 KiB, in L1) take four steps, four columns per instruction, so B is read row by row
+/// (contiguous) instead of down its columns. Columns past the last multiple of 4 by dot_step. The operations
+/// on each column are dot_step's, in the same order over c.
 __attribute__((target("avx2,fma"))) inline void dot_rows_avx2(const double* ah, const double* al, std::size_t n,
                                                                const double* bh, const double* bl, std::size_t ldb,
-                                                               std::size_t m, double* out_hi, double* out_lo) {
-    typedef double v4 __attribute__((vector_size(32)));
-    typedef double v4u __attribute__((vector_size(32), aligned(8), may_alias));  // unaligned access
-    std::size_t j0 = 0;
-    for (; j0 + 16 <= m; j0 += 16) {
-        v4 hi[4] = {}, lo[4] = {};
-        for (std::size_t c = 0; c < n; ++c) {
-            const double xs = ah[c], xls = al ? al[c] : 0.0;
-            const v4 x = {xs, xs, xs, xs}, xl = {xls, xls, xls, xls};
-            const double* brow = bh + c * ldb + j0;
-            const double* lrow = bl ? bl + c * ldb + j0 : nullptr;
-            for (int k = 0; k < 4; ++k) {
-                const v4 b = *reinterpret_cast<const v4u*>(brow + 4 * k);
-                const v4 blv = lrow ? v4(*reinterpret_cast<const v4u*>(lrow + 4 * k)) : v4{0, 0, 0, 0};
-                const v4 p = x * b;
-                const v4 r = __builtin_ia32_vfmaddpd256(x, b, -p);  // fma(x, b, −p), exact
-                const v4 s = hi[k] + p;
-                const v4 bb = s - hi[k];
-                const v4 e = (hi[k] - (s - bb)) + (p - bb);
-                hi[k] = s;
-                const v4 cross = x * blv + xl * b;
-                lo[k] = lo[k] + ((e + r) + cross);
-            }
-        }
-        for (int k = 0; k < 4; ++k) {
-            *reinterpret_cast<v4u*>(out_hi + j0 + 4 * k) = hi[k];
-            *reinterpret_cast<v4u*>(out_lo + j0 + 4 * k) = lo[k];
-        }
+                                                               std::size_t m, double* out_hi, double* out_lo, double* out_run) {
+    constexpr std::size_t block = 1024;
+    const std::size_t m4 = m - m % 4;
+    for (std::size_t j = 0; j < m4; ++j) out_hi[j] = 0, out_lo[j] = 0, out_run[j] = 0;
+    for (std::size_t j0 = 0; j0 < m4; j0 += block) {
+        const std::size_t w = std::min(block, m4 - j0);
+        std::size_t c = 0;
+        for (; c + 4 <= n; c += 4) dot_steps_avx2<4>(ah, al, bh, bl, ldb, c, j0, w, out_hi, out_lo, out_run);
+        for (; c < n; ++c) dot_steps_avx2<1>(ah, al, bh, bl, ldb, c, j0, w, out_hi, out_lo, out_run);
     }
-    for (std::size_t j = j0; j < m; ++j) {
-        double hi = 0, lo = 0;
-        for (std::size_t c = 0; c < n; ++c) dot_step(ah[c], al ? al[c] : 0.0, bh[c * ldb + j], bl ? bl[c * ldb + j] : 0.0, hi, lo);
+    for (std::size_t j = m4; j < m; ++j) {
+        double hi = 0, lo = 0, run = 0;
+        for (std::size_t c = 0; c < n; ++c)
+            dot_step(ah[c], al ? al[c] : 0.0, bh[c * ldb + j], bl ? bl[c * ldb + j] : 0.0, hi, lo, run);
         out_hi[j] = hi;
         out_lo[j] = lo;
+        out_run[j] = run;
     }
 }
 #endif
 
 /// (5) Double-word dot products of one row a (n double-words; al may be null) with the m columns
-/// of B (n × m, row stride ldb; bl may be null): out[j] = Σ_c a_c·B_cj with
-///   |out_j − Σ (ah+al)(bh+bl)| ≤ (n + 3)²u²·Σ|ah_c||bh_cj|          (plus underflow, (3)).
-/// Ogita, Rump & Oishi 2005 (Dot2) with the low-order cross terms folded into the compensation.
-/// The order over c is fixed; columns are independent, so vectorising over them changes nothing.
+/// of B (n × m, row stride ldb; bl may be null): out[j] = Σ_c a_c·B_cj, and out_err[j] a bound on
+/// |out_j − Σ (ah+al)(bh+bl)| without its last term: the a-posteriori part of (5b),
+///   2^-52(1 + 2^-52)·Σ(|c_i| + |S_i|)   (computed, made safe upward by sum_up),
+/// to which the caller adds 7.01u²·Σ|ah_c||bh_cj| (≤ 7.01u²‖ah‖‖bh_j‖ or a Hölder bound); the
+/// a-priori bound (5a), (n + 3)²u²·Σ|ah_c||bh_cj|, holds as well and callers take the smaller.
+/// Ogita, Rump & Oishi 2005 (Dot2) with the low-order cross terms folded into the compensation,
+/// and Higham's running error bound (Accuracy and Stability of Numerical Algorithms, 2nd ed.,
+/// §3.3) for the compensation sum. The order over c is fixed; columns are independent, so
+/// vectorising over them changes nothing.
 inline void dot_rows(const double* ah, const double* al, std::size_t n, const double* bh, const double* bl, std::size_t ldb,
-                     std::size_t m, double* out_hi, double* out_lo) {
+                     std::size_t m, double* out_hi, double* out_lo, double* out_err) {
 #ifdef ATTNREF_FAST_AVX2
     static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     if (avx2) {
-        dot_rows_avx2(ah, al, n, bh, bl, ldb, m, out_hi, out_lo);
+        dot_rows_avx2(ah, al, n, bh, bl, ldb, m, out_hi, out_lo, out_err);
     } else
 #endif
     {
         for (std::size_t j = 0; j < m; ++j) {
-            double hi = 0, lo = 0;
-            for (std::size_t c = 0; c < n; ++c) dot_step(ah[c], al ? al[c] : 0.0, bh[c * ldb + j], bl ? bl[c * ldb + j] : 0.0, hi, lo);
+            double hi = 0, lo = 0, run = 0;
+            for (std::size_t c = 0; c < n; ++c)
+                dot_step(ah[c], al ? al[c] : 0.0, bh[c * ldb + j], bl ? bl[c * ldb + j] : 0.0, hi, lo, run);
             out_hi[j] = hi;
             out_lo[j] = lo;
+            out_err[j] = run;
         }
     }
     for (std::size_t j = 0; j < m; ++j) {
         const dd t = dw::two_sum(out_hi[j], out_lo[j]);  // exact renormalisation
         out_hi[j] = t.hi;
         out_lo[j] = t.lo;
+        out_err[j] = dw::up(dw::sum_up(out_err[j], 2 * n) * 0x1.0000000000001p-52);  // (5b)
     }
 }
 
-/// (5) constant: (n + 3)²u².
+/// (5a) constant: (n + 3)²u².
 inline double dot_constant(std::size_t n) {
     const double k = static_cast<double>(n) + 3;
     return dw::up(k * k * 0x1p-106);
 }
+
+/// (5b) constant of the a-priori remainder, 7.01u² rounded up to an exact double: 7.25u².
+inline constexpr double dot_remainder_constant = 7.25 * 0x1p-106;
 
 /// Euclidean norm, rounded upward ((3): the 2n operations of the sum by sum_up; sqrt is monotonic
 /// and correctly rounded, covered by the outer up).
@@ -273,19 +332,28 @@ struct exp_result {
     bool tiny = false;
     bool ok = true;
 };
-inline exp_result exp_dd(dd d, double ed) {
-    exp_result res;
+/// (6) in three parts so that the polynomial core can run on four arguments at once:
+/// exp_prepare (range reduction (6a), the cases decided without the core), exp_core (Horner and
+/// the squarings, (6b)–(6c)), exp_finish (the bound). exp_dd = all three.
+struct exp_prepared {
+    dd rs;             ///< r̃/2⁸
+    double er = 0;     ///< (6a)
+    double kd = 0;     ///< K
+    int status = 0;    ///< 0: run the core; 1: tiny; 2: not handled (the row is left to MPFI)
+};
+inline exp_prepared exp_prepare(dd d, double ed) {
+    exp_prepared p;
     if (!(ed < 1)) {
-        res.ok = false;
-        return res;
+        p.status = 2;
+        return p;
     }
     if (d.hi + std::fabs(d.lo) + ed <= -800) {  // e^(−800) < 2^-1154
-        res.tiny = true;
-        return res;
+        p.status = 1;
+        return p;
     }
     if (!(d.hi < 700)) {
-        res.ok = false;
-        return res;
+        p.status = 2;
+        return p;
     }
     const constants& c = consts();
     const double kd = std::nearbyint(d.hi * 1.4426950408889634);
@@ -293,33 +361,126 @@ inline exp_result exp_dd(dd d, double ed) {
     // (6a) |r − r̃| ≤ ed + |K|·ln2·(2^-105 + η) + η|r̃|, all × 1.01.
     double er = dw::up(ed + (std::fabs(kd) * 0.7 * (0x1p-105 + dw::dd_eta) + dw::dd_eta * dw::mag(r)) * 1.01);
     if (!(std::fabs(r.hi) <= 0.36)) {
-        res.ok = false;
-        return res;
+        p.status = 2;
+        return p;
     }
     if (std::fabs(r.hi) < 0x1p-400) {  // keep the Horner products away from underflow
         er = dw::up(er + dw::mag(r));
         r = {0, 0};
     }
-    const dd rs{std::ldexp(r.hi, -8), std::ldexp(r.lo, -8)};  // exact
+    p.rs = {dw::scale2(r.hi, -8), dw::scale2(r.lo, -8)};  // exact
+    p.er = er;
+    p.kd = kd;
+    return p;
+}
+
+/// (6b)–(6c) T = Σ_{i≤9} rsⁱ/i! by Horner, then squared eight times.
+inline dd exp_core(dd rs) {
+    const constants& c = consts();
     dd t = c.inv_fact[9];
     for (int i = 8; i >= 0; --i) t = dw::add(dw::mul(t, rs), c.inv_fact[i]);
+    for (int s = 0; s < 8; ++s) t = dw::mul(t, t);
+    return t;
+}
+
+inline exp_result exp_finish(const exp_prepared& p, dd t) {
+    exp_result res;
+    if (p.status == 1) {
+        res.tiny = true;
+        return res;
+    }
+    if (p.status == 2) {
+        res.ok = false;
+        return res;
+    }
     // (6b) Horner error ≤ 2η, remainder ≤ |r'|^10/10!·e^|r'|; relative to T ≥ e^-0.0015.
-    const double ar = std::fabs(rs.hi) * (1 + 0x1p-50);
+    const double ar = std::fabs(p.rs.hi) * (1 + 0x1p-50);
     double rem = ar * ar;
     rem = rem * rem * rem * rem * rem / 3628800.0 * 1.002;
     const double delta_t = dw::up((2 * dw::dd_eta + rem) * 1.002);
-    for (int s = 0; s < 8; ++s) t = dw::mul(t, t);
     // (6c) eight squarings: δ_E ≤ 1.001·(256·δ_T + 255·η); with er: δ ≤ δ_E + er(1 + er)(1 + δ_E).
     const double delta_e = dw::up(1.001 * (256 * delta_t + 255 * dw::dd_eta));
+    const double er = p.er;
     const double delta = dw::up(delta_e + er * (1 + er) * (1 + delta_e));
     if (!(delta < 0.25)) {
         res.ok = false;
         return res;
     }
     res.x.v = t;
-    res.x.scale = static_cast<int>(kd);
+    res.x.scale = static_cast<int>(p.kd);
     res.x.bound = dw::up(delta * dw::mag(t) * 1.34);  // relative to the exact value ≤ |t|/(1 − δ)
     return res;
+}
+
+inline exp_result exp_dd(dd d, double ed) {
+    const exp_prepared p = exp_prepare(d, ed);
+    return exp_finish(p, p.status == 0 ? exp_core(p.rs) : dd{});
+}
+
+#ifdef ATTNREF_FAST_AVX2
+typedef double v4d __attribute__((vector_size(32)));
+/// dw::mul (JMP 2017 Algorithm 12) on four lanes: x ← x·y.
+__attribute__((target("avx2,fma"), always_inline)) inline void mul_v4(v4d& xh, v4d& xl, const v4d& yh, const v4d& yl) {
+    const v4d p = xh * yh;
+    const v4d e = __builtin_ia32_vfmaddpd256(xh, yh, -p);
+    const v4d tl0 = xl * yl;
+    const v4d tl1 = __builtin_ia32_vfmaddpd256(xh, yl, tl0);
+    const v4d cl2 = __builtin_ia32_vfmaddpd256(xl, yh, tl1);
+    const v4d cl3 = e + cl2;
+    const v4d s = p + cl3;
+    xl = cl3 - (s - p);
+    xh = s;
+}
+
+/// exp_core on four arguments: the same operations (dw::add, dw::mul as written in
+/// double_double.hpp) lane by lane, so the same bits.
+__attribute__((target("avx2,fma"))) inline void exp_core_avx2(const double* rh, const double* rl, double* th, double* tl) {
+    typedef v4d v4;
+    typedef double v4u __attribute__((vector_size(32), aligned(8), may_alias));
+    const constants& c = consts();
+    const v4 sh = *reinterpret_cast<const v4u*>(rh), sl = *reinterpret_cast<const v4u*>(rl);
+    v4 h = {c.inv_fact[9].hi, c.inv_fact[9].hi, c.inv_fact[9].hi, c.inv_fact[9].hi};
+    v4 l = {c.inv_fact[9].lo, c.inv_fact[9].lo, c.inv_fact[9].lo, c.inv_fact[9].lo};
+    for (int i = 8; i >= 0; --i) {
+        mul_v4(h, l, sh, sl);
+        const v4 yh = {c.inv_fact[i].hi, c.inv_fact[i].hi, c.inv_fact[i].hi, c.inv_fact[i].hi};
+        const v4 yl = {c.inv_fact[i].lo, c.inv_fact[i].lo, c.inv_fact[i].lo, c.inv_fact[i].lo};
+        // dw::add: two_sum(hi), two_sum(lo), fast_two_sum, fast_two_sum
+        const v4 s = h + yh;
+        const v4 bb = s - h;
+        const v4 se = (h - (s - bb)) + (yh - bb);
+        const v4 t = l + yl;
+        const v4 bt = t - l;
+        const v4 te = (l - (t - bt)) + (yl - bt);
+        const v4 cc = se + t;
+        const v4 v = s + cc;
+        const v4 ve = cc - (v - s);
+        const v4 w = te + ve;
+        h = v + w;
+        l = w - (h - v);
+    }
+    for (int s = 0; s < 8; ++s) {
+        const v4 hh = h, ll = l;
+        mul_v4(h, l, hh, ll);
+    }
+    *reinterpret_cast<v4u*>(th) = h;
+    *reinterpret_cast<v4u*>(tl) = l;
+}
+#endif
+
+/// exp_core for n arguments (hi and lo arrays), four at a time where AVX2 and FMA are available.
+inline void exp_core_many(std::size_t n, const double* rh, const double* rl, double* th, double* tl) {
+    std::size_t i = 0;
+#ifdef ATTNREF_FAST_AVX2
+    static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (avx2)
+        for (; i + 4 <= n; i += 4) exp_core_avx2(rh + i, rl + i, th + i, tl + i);
+#endif
+    for (; i < n; ++i) {
+        const dd t = exp_core({rh[i], rl[i]});
+        th[i] = t.hi;
+        tl[i] = t.lo;
+    }
 }
 
 /// Every nonzero |x| in [2^-400, 2^40] (the ranges of (1)).
@@ -350,12 +511,15 @@ inline dd_matrix project(const dd_matrix& x, const double* w, std::size_t n, con
         const double* xl = x.lo.empty() ? nullptr : x.lo.data() + r * k;
         double* oh = y.hi.data() + r * n;
         double* ol = y.lo.data() + r * n;
-        dot_rows(xh, xl, k, w, nullptr, n, n, oh, ol);
+        double* oe = y.err.data() + r * n;
+        dot_rows(xh, xl, k, w, nullptr, n, n, oh, ol, oe);
         const double xn = norm_up(xh, k);
         const double xe = x.err.empty() ? 0.0 : norm_up(x.err.data() + r * k, k);
         for (std::size_t j = 0; j < n; ++j) {
-            // (7): (n+3)²u²‖x‖‖w_j‖ + ‖e_x‖‖w_j‖ (Cauchy–Schwarz), then the bias addition (η).
-            double e = dw::up(cdot * xn * wnorm[j] + xe * wnorm[j]);
+            // (7): the smaller of (5a) (n+3)²u²‖x‖‖w_j‖ and (5b), plus ‖e_x‖‖w_j‖ (Cauchy–Schwarz),
+            // then the bias addition (η).
+            const double cs = xn * wnorm[j];
+            double e = dw::up(std::min(cdot * cs, oe[j] + dot_remainder_constant * cs) + xe * wnorm[j]);
             if (bias) {
                 const dd s = dw::add({oh[j], ol[j]}, {bias[j], 0.0});
                 oh[j] = s.hi;
@@ -398,9 +562,21 @@ struct head_inputs {
     const double *vh, *vl, *ve;      // Sk × dv
 };
 
+/// Per-thread buffers of attention_row (reused across rows; every element used is rewritten).
+struct row_workspace {
+    std::vector<double> sh, sl, se, ex, ph, pl, pe;
+    std::vector<std::uint8_t> allowed;
+    std::vector<dd> x;
+    std::vector<exp_result> ej;
+    std::vector<exp_prepared> ep;
+    std::vector<std::size_t> core_j;
+    std::vector<double> core_h, core_l, core_th, core_tl;
+    double t_logits = 0, t_softmax = 0, t_pv = 0;  ///< thread-seconds per stage (fast_stats)
+};
+
 struct row_outputs {
     // per element of the row
-    std::vector<double> oh, ol, oe;  // dv
+    std::vector<double> oh, ol, oe, orun;  // dv
     bool nan = false;                // the row is NaN by construction (empty, nan policy)
 };
 
@@ -543,7 +719,7 @@ struct head_context {
 /// Computes row i of head (b, h). Head outputs (dd + bound) are returned in ro.
 inline void attention_row(const head_context& hc, const head_inputs& in, const std::vector<double>& kn,
                           const std::vector<double>& ken, const std::vector<double>& vn, const std::vector<double>& ven,
-                          const std::vector<double>& vmax, const std::vector<double>& evmax, std::size_t b, std::size_t h, std::size_t i, std::vector<double>& sh, std::vector<double>& sl,
+                          const std::vector<double>& vmax, const std::vector<double>& evmax, std::size_t b, std::size_t h, std::size_t i, row_workspace& ws,
                           row_outputs& ro) {
     const attention_options& o = *hc.o;
     const std::size_t Sq = hc.Sq, Sk = hc.Sk, dk = hc.dk, dv = hc.dv;
@@ -553,7 +729,11 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
     ro.oh.assign(dv, 0);
     ro.ol.assign(dv, 0);
     ro.oe.assign(dv, 0);
-    std::vector<std::uint8_t> allowed(Sk);
+    ro.orun.assign(dv, 0);
+    std::vector<double>&sh = ws.sh, &sl = ws.sl, &se = ws.se;
+    sh.resize(Sk), sl.resize(Sk), se.resize(Sk);
+    std::vector<std::uint8_t>& allowed = ws.allowed;
+    allowed.resize(Sk);
     std::size_t count = 0;
     for (std::size_t j = 0; j < Sk; ++j) count += allowed[j] = !structurally_masked(o.mask, b, h, i, j, Sq, Sk);
     const double inf = std::numeric_limits<double>::infinity();
@@ -579,11 +759,15 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
         }
         std::fill(allowed.begin(), allowed.end(), std::uint8_t{1});  // uniform: softmax of Sk zero logits
     }
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
     // (8) logits x_j = s·(q_i·k_j) − ALiBi + additive + seed·(−1e9), each with a bound.
-    std::vector<dd> x(Sk);
-    std::vector<double> ex(Sk, 0.0);
+    std::vector<dd>& x = ws.x;
+    std::vector<double>& ex = ws.ex;
+    x.assign(Sk, dd{});
+    ex.assign(Sk, 0.0);
     if (!empty) {
-        dot_rows(in.qh + i * dk, in.ql ? in.ql + i * dk : nullptr, dk, in.kth, in.ktl, Sk, Sk, sh.data(), sl.data());
+        dot_rows(in.qh + i * dk, in.ql ? in.ql + i * dk : nullptr, dk, in.kth, in.ktl, Sk, Sk, sh.data(), sl.data(), se.data());
         const double qn = norm_up(in.qh + i * dk, dk);
         const double qen = in.qe ? norm_up(in.qe + i * dk, dk) : 0.0;
         const double cdot = dot_constant(dk);
@@ -592,7 +776,8 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
         for (std::size_t j = 0; j < Sk; ++j) {
             if (!allowed[j]) continue;
             const dd sdot{sh[j], sl[j]};
-            const double edot = dw::up(cdot * qn * kn[j] + qen * kn[j] + qn * ken[j] + qen * ken[j]);
+            const double cs = qn * kn[j];  // ≥ Σ|q||k| (Cauchy–Schwarz); (5a) or (5b), the smaller
+            const double edot = dw::up(std::min(cdot * cs, se[j] + dot_remainder_constant * cs) + qen * kn[j] + qn * ken[j] + qen * ken[j]);
             dd xj = dw::mul(sdot, hc.scale);
             double e = dw::up(as * edot + dw::mag(sdot) * hc.scale_err + edot * hc.scale_err + eta * dw::mag(xj));
             if (alibi != 0) {
@@ -613,32 +798,52 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
             ex[j] = e;
         }
     }
+    const auto t1 = clock::now();
+    ws.t_logits += std::chrono::duration<double>(t1 - t0).count();
     // (8a) shift m = x̃_{j*} (an exact double-word; any shift is exact in exact arithmetic).
     std::size_t js = Sk;
     for (std::size_t j = 0; j < Sk; ++j)
         if (allowed[j] && (js == Sk || x[j].hi > x[js].hi)) js = j;
     const dd m = x[js];
-    std::vector<exp_result> ej(Sk);
+    std::vector<exp_result>& ej = ws.ej;
+    ej.resize(Sk);
     dd y{0, 0};
     double ey = 0;
     std::size_t terms = 0;
+    // (6) for every attendable key: reduction, then the cores four at a time, then the bounds.
+    std::vector<exp_prepared>& ep = ws.ep;
+    ep.resize(Sk);
+    ws.core_j.clear(), ws.core_h.clear(), ws.core_l.clear();
     for (std::size_t j = 0; j < Sk; ++j) {
         if (!allowed[j]) continue;
         const dd d = dw::sub(x[j], m);
         const double ed = dw::up(ex[j] + eta * dw::mag(d));
-        ej[j] = exp_dd(d, ed);
+        ep[j] = exp_prepare(d, ed);
+        if (ep[j].status == 2) return fail_row();
+        if (ep[j].status == 0) ws.core_j.push_back(j), ws.core_h.push_back(ep[j].rs.hi), ws.core_l.push_back(ep[j].rs.lo);
+    }
+    const std::size_t ncore = ws.core_j.size();
+    ws.core_th.resize(ncore), ws.core_tl.resize(ncore);
+    exp_core_many(ncore, ws.core_h.data(), ws.core_l.data(), ws.core_th.data(), ws.core_tl.data());
+    for (std::size_t n = 0; n < ncore; ++n) {
+        const std::size_t j = ws.core_j[n];
+        ej[j] = exp_finish(ep[j], {ws.core_th[n], ws.core_tl[n]});
         if (!ej[j].ok) return fail_row();
+    }
+    for (std::size_t j = 0; j < Sk; ++j) {
+        if (!allowed[j]) continue;
+        if (ep[j].status == 1) ej[j] = exp_finish(ep[j], dd{});
         if (ej[j].tiny) {
             ey += 0x1p-1000;
             continue;
         }
         const int K = ej[j].x.scale;
         if (K < -700) {
-            ey += std::ldexp(1.0, std::max(K + 1, -1000));
+            ey += dw::scale2(1.0, std::max(K + 1, -1000));
             continue;
         }
-        y = dw::add(y, {std::ldexp(ej[j].x.v.hi, K), std::ldexp(ej[j].x.v.lo, K)});
-        ey += std::ldexp(ej[j].x.bound, K);
+        y = dw::add(y, {dw::scale2(ej[j].x.v.hi, K), dw::scale2(ej[j].x.v.lo, K)});
+        ey += dw::scale2(ej[j].x.bound, K);
         ++terms;
     }
     // (8b) the sum: n additions of positive terms, each relative η.
@@ -657,7 +862,8 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
     const double ez = dw::up(az0 * erho + az0 * rmax * rmax * 1.01 + eta * (az0 * dw::mag(rho) * 1.01 + dw::mag(z)));
     const double inv_low = dw::up(1 / lowy);
     // (8d) weights p_j = e_j / y in scaled form 2^K·P̃.
-    std::vector<double> ph(Sk, 0), pl(Sk, 0), pe(Sk, 0);
+    std::vector<double>&ph = ws.ph, &pl = ws.pl, &pe = ws.pe;
+    ph.assign(Sk, 0.0), pl.assign(Sk, 0.0), pe.assign(Sk, 0.0);
     for (std::size_t j = 0; j < Sk; ++j) {
         if (!allowed[j]) {
             if (hc.w_sink) hc.w_sink->put_exact(row * Sk + j, 0.0);
@@ -674,11 +880,11 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
         const double ep = dw::up(E.bound * inv_low + aE * ey * inv_low * inv_low + aE * ez + eta * dw::mag(P));
         if (hc.w_sink) hc.w_sink->put(row * Sk + j, bounded{P, ep, E.scale});
         if (E.scale < -480) {
-            pe[j] = std::ldexp(1.0, std::max(E.scale + 2, -1000));
+            pe[j] = dw::scale2(1.0, std::max(E.scale + 2, -1000));
         } else {
-            ph[j] = std::ldexp(P.hi, E.scale);
-            pl[j] = std::ldexp(P.lo, E.scale);
-            pe[j] = dw::up(std::ldexp(ep, E.scale));
+            ph[j] = dw::scale2(P.hi, E.scale);
+            pl[j] = dw::scale2(P.lo, E.scale);
+            pe[j] = dw::up(dw::scale2(ep, E.scale));
         }
     }
     // (8e) lse = m + log ŷ: λ0 = log(ŷ.hi) (any double), τ = ŷ·e^-λ0 − 1, log ŷ = λ0 + log1p(τ).
@@ -688,8 +894,8 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
         if (!w.ok || w.tiny) {
             hc.l_sink->put(row, bounded{});
         } else {
-            const dd wv{std::ldexp(w.x.v.hi, w.x.scale), std::ldexp(w.x.v.lo, w.x.scale)};
-            const double we = dw::up(std::ldexp(w.x.bound, w.x.scale));
+            const dd wv{dw::scale2(w.x.v.hi, w.x.scale), dw::scale2(w.x.v.lo, w.x.scale)};
+            const double we = dw::up(dw::scale2(w.x.bound, w.x.scale));
             const dd yw = dw::mul(y, wv);
             const dd tau = dw::sub(yw, {1, 0});
             const double etau = dw::up(dw::mag(y) * we + eta * dw::mag(yw) + eta * dw::mag(tau));
@@ -705,9 +911,11 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
             }
         }
     }
+    const auto t2 = clock::now();
+    ws.t_softmax += std::chrono::duration<double>(t2 - t1).count();
     // (8f) o_c = Σ_j p_j v_jc: (5) and the propagated errors, each bounded both by Cauchy–Schwarz
     // (‖p‖₂‖v_c‖₂) and by Hölder (‖p‖₁·max_j|v_jc|; Σ p_j ≈ 1), whichever is smaller.
-    dot_rows(ph.data(), pl.data(), Sk, in.vh, in.vl, dv, dv, ro.oh.data(), ro.ol.data());
+    dot_rows(ph.data(), pl.data(), Sk, in.vh, in.vl, dv, dv, ro.oh.data(), ro.ol.data(), ro.orun.data());
     const double pn = norm_up(ph.data(), Sk), pen = norm_up(pe.data(), Sk);
     double p1 = 0, ep1 = 0;
     for (std::size_t j = 0; j < Sk; ++j) p1 += std::fabs(ph[j]), ep1 += pe[j];
@@ -715,11 +923,39 @@ inline void attention_row(const head_context& hc, const head_inputs& in, const s
     ep1 = dw::sum_up(ep1, Sk);
     const double cdot = dot_constant(Sk);
     for (std::size_t c = 0; c < dv; ++c) {
-        const double cs = dw::up(cdot * pn * vn[c] + pen * vn[c] + pn * ven[c] + pen * ven[c]);
-        const double ho = dw::up(cdot * p1 * vmax[c] + ep1 * vmax[c] + p1 * evmax[c] + ep1 * evmax[c]);
-        ro.oe[c] = std::min(cs, ho);
+        const double pv = std::min(pn * vn[c], p1 * vmax[c]);  // ≥ Σ_j|p_j||v_jc|
+        const double dot = std::min(cdot * pv, ro.orun[c] + dot_remainder_constant * pv);  // (5a) or (5b)
+        const double cs = pen * vn[c] + pn * ven[c] + pen * ven[c];
+        const double ho = ep1 * vmax[c] + p1 * evmax[c] + ep1 * evmax[c];
+        ro.oe[c] = dw::up(dot + std::min(cs, ho));
         if (hc.out_sink) hc.out_sink->put(row * dv + c, bounded{{ro.oh[c], ro.ol[c]}, ro.oe[c], 0});
     }
+    ws.t_pv += std::chrono::duration<double>(clock::now() - t2).count();
+}
+
+#ifdef ATTNREF_FAST_AVX2
+/// attention_row compiled with FMA available, everything inlined (flatten): std::fma becomes one
+/// instruction instead of a library call. Same operations in the same order, each correctly
+/// rounded as before (FMA is exact-then-rounded either way; contraction stays off), so the same
+/// bits; chosen at run time as dot_rows chooses its AVX2 kernel.
+__attribute__((target("avx2,fma"), flatten)) inline void attention_row_fma(
+    const head_context& hc, const head_inputs& in, const std::vector<double>& kn, const std::vector<double>& ken,
+    const std::vector<double>& vn, const std::vector<double>& ven, const std::vector<double>& vmax, const std::vector<double>& evmax,
+    std::size_t b, std::size_t h, std::size_t i, row_workspace& ws, row_outputs& ro) {
+    attention_row(hc, in, kn, ken, vn, ven, vmax, evmax, b, h, i, ws, ro);
+}
+#endif
+
+/// attention_row, through attention_row_fma where the processor has AVX2 and FMA.
+inline void attention_row_dispatch(const head_context& hc, const head_inputs& in, const std::vector<double>& kn,
+                                   const std::vector<double>& ken, const std::vector<double>& vn, const std::vector<double>& ven,
+                                   const std::vector<double>& vmax, const std::vector<double>& evmax, std::size_t b, std::size_t h,
+                                   std::size_t i, row_workspace& ws, row_outputs& ro) {
+#ifdef ATTNREF_FAST_AVX2
+    static const bool fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (fma) return attention_row_fma(hc, in, kn, ken, vn, ven, vmax, evmax, b, h, i, ws, ro);
+#endif
+    attention_row(hc, in, kn, ken, vn, ven, vmax, evmax, b, h, i, ws, ro);
 }
 
 }  // namespace detail
@@ -826,9 +1062,11 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
             };
             (void)dm;
             auto bias = [](const tensor_view<const double, 1>& b) { return b.empty() ? nullptr : b.data; };
+            const auto tp = std::chrono::steady_clock::now();
             Q = detail::project(input(p.x_q), p.params.w_q.data, H * dk, bias(p.params.b_q), threads);
             Kp = detail::project(input(p.x_k), p.params.w_k.data, Hkv * dk, bias(p.params.b_k), threads);
             Vp = detail::project(input(p.x_v), p.params.w_v.data, Hkv * dv, bias(p.params.b_v), threads);
+            stats.projection_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
             check(Q.hi.data(), Q.hi.size(), "projected query");
             check(Kp.hi.data(), Kp.hi.size(), "projected key");
             check(Vp.hi.data(), Vp.hi.size(), "projected value");
@@ -845,6 +1083,8 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
                           std::vector<double>(B * Sq * H * dv)};
                 nan_rows.assign(B * Sq * H, 0);
             }
+            std::mutex stats_lock;
+            const auto ta = std::chrono::steady_clock::now();
             ::attnref::detail::parallel_for(B * H, threads, [&](std::size_t task) {
                 const std::size_t b = task / H, h = task % H, hk = h / group;
                 std::vector<double> qh(Sq * dk), ql, qe, kth(dk * Sk), ktl, kte, vh(Sk * dv), vl, ve;
@@ -890,10 +1130,10 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
                 const detail::head_inputs in{Sq, Sk, dk, dv, qh.data(), mha ? ql.data() : nullptr, mha ? qe.data() : nullptr,
                                              kth.data(), mha ? ktl.data() : nullptr, mha ? kte.data() : nullptr,
                                              vh.data(), mha ? vl.data() : nullptr, mha ? ve.data() : nullptr};
-                std::vector<double> sh(Sk), sl(Sk);
+                detail::row_workspace ws;
                 detail::row_outputs ro;
                 for (std::size_t i = 0; i < Sq; ++i) {
-                    detail::attention_row(hc, in, kn, ken, vn, ven, vmax, evmax, b, h, i, sh, sl, ro);
+                    detail::attention_row_dispatch(hc, in, kn, ken, vn, ven, vmax, evmax, b, h, i, ws, ro);
                     if (mha) {
                         const std::size_t base = (b * Sq + i) * (H * dv) + h * dv;
                         for (std::size_t c = 0; c < dv; ++c)
@@ -901,9 +1141,15 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
                         nan_rows[(b * Sq + i) * H + h] = ro.nan ? 1 : 0;
                     }
                 }
+                const std::lock_guard<std::mutex> g(stats_lock);
+                stats.logits_thread_seconds += ws.t_logits;
+                stats.softmax_thread_seconds += ws.t_softmax;
+                stats.pv_thread_seconds += ws.t_pv;
             });
+            stats.attention_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - ta).count();
             if (mha) {
                 // (7) again: output = merged·W_o + b_o.
+                const auto to = std::chrono::steady_clock::now();
                 const detail::dd_matrix out = detail::project(merged, p.params.w_o.data, dout,
                                                               p.params.b_o.empty() ? nullptr : p.params.b_o.data, threads);
                 for (std::size_t row = 0; row < B * Sq; ++row) {
@@ -915,6 +1161,7 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
                         else sinks[0].put(n, bounded{{out.hi[n], out.lo[n]}, out.err[n], 0});
                     }
                 }
+                stats.output_projection_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - to).count();
             }
         }
     }
@@ -929,6 +1176,7 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
     bool any = false;
     for (auto& u : undecided) any = any || std::find(u.begin(), u.end(), std::uint8_t{1}) != u.end();
     if (any && fo.fallback) {
+        const auto te = std::chrono::steady_clock::now();
         detail::mpfi_runner run{&p, B, H, Sq, Sk, dv, dout, want_weights, want_lse, std::vector<std::uint8_t>(nt, 0), threads};
         for (std::size_t t = 0; t < nt; ++t)
             run.need[t] = std::find(undecided[t].begin(), undecided[t].end(), std::uint8_t{1}) != undecided[t].end();
@@ -946,6 +1194,7 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
         if (want_weights) shapes.push_back({B, H, Sq, Sk});
         if (want_lse) shapes.push_back({B, H, Sq});
         detail::escalate(names, targets, r.values, undecided, nan_rows, run, B * H * Sq, stats, precisions, shapes);
+        stats.escalation_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
         for (int bits : precisions) r.precisions_bits.push_back(bits);
         for (auto& rep : r.reports)
             if (rep.escalated) rep.precisions_bits.insert(rep.precisions_bits.end(), precisions.begin(), precisions.end());
