@@ -184,69 +184,28 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
     return b;
 }
 
-/// Per-element bounds on |ĝ − g| of multi-head attention gradients, shaped like mha_gradients.
-struct mha_gradient_bounds {
-    tensor<double, 3> grad_x_q, grad_x_k, grad_x_v;
-    tensor<double, 2> grad_w_q, grad_w_k, grad_w_v, grad_w_o;
-    tensor<double, 1> grad_b_q, grad_b_k, grad_b_v, grad_b_o;
+namespace detail {
+/// (B9)–(B11): the SDPA gradient bound at exact inputs (q, k, v, dO) plus the first-order effect of
+/// errors a_q, a_k, a_v, a_do already in those inputs; also the magnitudes of the head gradients and
+/// the error and magnitude of the head outputs (for dW_o).
+struct perturbed_head_bounds {
+    tensor<double, 4> a_dq, a_dk, a_dv, m_dq, m_dk, m_dv, a_o, m_o;
 };
-
-/// The first-order bound (B8)–(B13) for multi-head attention gradients computed with unit roundoff
-/// `u` and intermediates (projections, head outputs, head gradients) and results stored with
-/// `u_storage` (0: the arithmetic's own format). x_q, x_k, x_v, the parameters and grad_output
-/// (B, Sq, Eo) exact; weights (B, H, Sq, Sk) and lse (B, H, Sq) the exact forward's. Biases absent in
-/// `p` count as 0 (their gradients are still bounded: the gradient at b = 0).
-inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const double, 3> x_q, tensor_view<const double, 3> x_k,
-                                                           tensor_view<const double, 3> x_v, const mha_parameters<double>& p,
-                                                           const mha_options& o, tensor_view<const double, 3> grad_output,
-                                                           tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
-                                                           double u, double u_storage = 0, double u_weights = 0) {
-    const mha_dims md = mha_dims_of(x_q, x_k, x_v, p, o);
-    require_extent("grad_output axis 0 (batch)", grad_output.extents[0], md.batch);
-    require_extent("grad_output axis 1 (query length)", grad_output.extents[1], md.query_length);
-    require_extent("grad_output axis 2 (output features)", grad_output.extents[2], md.output_dim);
-    require_extent("weights axis 3 (key length)", weights.extents[3], md.key_length);
-    const double us = u_storage;
-    // (B8): a projection y = x·W + b in double (values and magnitudes), split into heads.
-    struct projected {
-        tensor<double, 4> value, error;  // (B, heads, S, d)
+inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> q_value, tensor_view<const double, 4> k_value,
+                                                   tensor_view<const double, 4> v_value, tensor_view<const double, 4> do_value,
+                                                   tensor_view<const double, 4> q_error, tensor_view<const double, 4> k_error,
+                                                   tensor_view<const double, 4> v_error, tensor_view<const double, 4> do_error,
+                                                   tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
+                                                   const attention_options& ao, double u, double us, double u_weights) {
+    struct view_pair {
+        tensor_view<const double, 4> value, error;
     };
-    auto project = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> w, tensor_view<const double, 1> bias,
-                       std::size_t heads) {
-        const std::size_t B = x.extents[0], S = x.extents[1], E = x.extents[2], N = w.extents[1], hd = N / heads;
-        projected r{tensor<double, 4>({B, heads, S, hd}, 0.0), tensor<double, 4>({B, heads, S, hd}, 0.0)};
-        const double rel = (static_cast<double>(E) + 2) * u + us;
-        for (std::size_t b = 0; b < B; ++b)
-            for (std::size_t i = 0; i < S; ++i)
-                for (std::size_t c = 0; c < N; ++c) {
-                    double v = 0, m = 0;
-                    for (std::size_t e = 0; e < E; ++e) v += x(b, i, e) * w(e, c), m += std::fabs(x(b, i, e) * w(e, c));
-                    if (!bias.empty()) v += bias[c], m += std::fabs(bias[c]);
-                    r.value(b, c / hd, i, c % hd) = v;
-                    r.error(b, c / hd, i, c % hd) = rel * m;
-                }
-        return r;
-    };
-    const projected Q = project(x_q, p.w_q, p.b_q, md.heads), K = project(x_k, p.w_k, p.b_k, md.kv_heads),
-                    V = project(x_v, p.w_v, p.b_v, md.kv_heads);
-    // dO = dOut·W_oᵀ split into heads, and its error.
-    const std::size_t Eo = md.output_dim, dv = md.head_dim_v, dk = md.head_dim_qk;
-    projected dO{tensor<double, 4>({md.batch, md.heads, md.query_length, dv}, 0.0),
-                 tensor<double, 4>({md.batch, md.heads, md.query_length, dv}, 0.0)};
-    for (std::size_t b = 0; b < md.batch; ++b)
-        for (std::size_t i = 0; i < md.query_length; ++i)
-            for (std::size_t m = 0; m < md.heads * dv; ++m) {
-                double v = 0, mag = 0;
-                for (std::size_t n = 0; n < Eo; ++n)
-                    v += grad_output(b, i, n) * p.w_o(m, n), mag += std::fabs(grad_output(b, i, n) * p.w_o(m, n));
-                dO.value(b, m / dv, i, m % dv) = v;
-                dO.error(b, m / dv, i, m % dv) = ((static_cast<double>(Eo) + 1) * u + us) * mag;
-            }
+    const view_pair Q{q_value, q_error}, K{k_value, k_error}, V{v_value, v_error}, dO{do_value, do_error};
+    const std::size_t dk = q_value.extents[3], dv = v_value.extents[3];
     // (B10) the SDPA bound at the exact head inputs; (B9) the perturbation by the inputs' errors.
-    const attention_options& ao = o.attention;
-    const sdpa_gradient_bounds sb = sdpa_gradient_first_order_bounds(Q.value.view(), K.value.view(), V.value.view(), dO.value.view(),
+    const sdpa_gradient_bounds sb = sdpa_gradient_first_order_bounds(Q.value, K.value, V.value, dO.value,
                                                                       weights, lse, ao, u, us, u_weights);
-    const attention_dims d = detail::attention_dims_of(Q.value.view(), K.value.view(), V.value.view());
+    const attention_dims d = detail::attention_dims_of(Q.value, K.value, V.value);
     const std::size_t group = d.heads / d.kv_heads, sq = d.query_length, sk = d.key_length;
     const double s = detail::bound_logit_scale(ao, dk), gamma = detail::bound_terms(d) * u;
     tensor<double, 4> a_dq = sb.grad_query, a_dk = sb.grad_key, a_dv = sb.grad_value;  // (B10) errors of the head gradients
@@ -257,7 +216,7 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
         for (std::size_t h = 0; h < d.heads; ++h)
             for (std::size_t i = 0; i < sq; ++i) {
                 const std::size_t hk = h / group;
-                const detail::gradient_row r = detail::gradient_row_terms(Q.value.view(), K.value.view(), V.value.view(), dO.value.view(),
+                const detail::gradient_row r = detail::gradient_row_terms(Q.value, K.value, V.value, dO.value,
                                                                           weights, lse, ao, d, b, h, i, s, u, u_weights, dp_abs);
                 double delta = 0, pi_sum = 0;
                 for (std::size_t j = 0; j < sk; ++j) {
@@ -297,6 +256,105 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
                     }
                 }
             }
+    return {std::move(a_dq), std::move(a_dk), std::move(a_dv), std::move(m_dq), std::move(m_dk), std::move(m_dv), std::move(a_o),
+            std::move(m_o)};
+}
+}  // namespace detail
+
+/// The bound (B1)–(B7) for a backward that first rounds q, k, v and grad_output to a format with unit
+/// roundoff u_inputs (a candidate computing in a narrower format than the inputs): the rounding is an
+/// input error a = u_inputs·|x|, carried through (B9). The row sums of dS stay those of (B6) (exactly
+/// 0 for the rounded inputs too).
+inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds_rounded_inputs(
+    tensor_view<const double, 4> q, tensor_view<const double, 4> k, tensor_view<const double, 4> v, tensor_view<const double, 4> grad_output,
+    tensor_view<const double, 4> weights, tensor_view<const double, 3> lse, const attention_options& options, double u, double u_storage,
+    double u_weights, double u_inputs) {
+    if (!(u_inputs > 0)) return sdpa_gradient_first_order_bounds(q, k, v, grad_output, weights, lse, options, u, u_storage, u_weights);
+    auto error = [&](tensor_view<const double, 4> x) {
+        tensor<double, 4> e(x.extents, 0.0);
+        for (std::size_t n = 0; n < e.size(); ++n) e[n] = u_inputs * std::fabs(x[n]);
+        return e;
+    };
+    const tensor<double, 4> eq = error(q), ek = error(k), ev = error(v), eg = error(grad_output);
+    detail::perturbed_head_bounds hb = detail::perturbed_sdpa_bounds(q, k, v, grad_output, eq.view(), ek.view(), ev.view(), eg.view(),
+                                                                     weights, lse, options, u, u_storage, u_weights);
+    sdpa_gradient_bounds b = sdpa_gradient_first_order_bounds(q, k, v, grad_output, weights, lse, options, u, u_storage, u_weights);
+    constexpr double inflation = 1 + 0x1p-20;
+    for (tensor<double, 4>* t : {&hb.a_dq, &hb.a_dk, &hb.a_dv})
+        for (double& x : t->storage()) x *= inflation;
+    b.grad_query = std::move(hb.a_dq);
+    b.grad_key = std::move(hb.a_dk);
+    b.grad_value = std::move(hb.a_dv);
+    return b;
+}
+
+/// Per-element bounds on |ĝ − g| of multi-head attention gradients, shaped like mha_gradients.
+struct mha_gradient_bounds {
+    tensor<double, 3> grad_x_q, grad_x_k, grad_x_v;
+    tensor<double, 2> grad_w_q, grad_w_k, grad_w_v, grad_w_o;
+    tensor<double, 1> grad_b_q, grad_b_k, grad_b_v, grad_b_o;
+};
+
+/// The first-order bound (B8)–(B13) for multi-head attention gradients computed with unit roundoff
+/// `u` and intermediates (projections, head outputs, head gradients) and results stored with
+/// `u_storage` (0: the arithmetic's own format). x_q, x_k, x_v, the parameters and grad_output
+/// (B, Sq, Eo) exact; weights (B, H, Sq, Sk) and lse (B, H, Sq) the exact forward's. Biases absent in
+/// `p` count as 0 (their gradients are still bounded: the gradient at b = 0). u_inputs: the inputs
+/// (x, W, b, grad_output) are first rounded to a format with that unit roundoff (a candidate computing
+/// in a narrower format than the case's inputs): each product of two inputs carries 2·u_inputs more.
+inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const double, 3> x_q, tensor_view<const double, 3> x_k,
+                                                           tensor_view<const double, 3> x_v, const mha_parameters<double>& p,
+                                                           const mha_options& o, tensor_view<const double, 3> grad_output,
+                                                           tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
+                                                           double u, double u_storage = 0, double u_weights = 0,
+                                                           double u_inputs = 0) {
+    const mha_dims md = mha_dims_of(x_q, x_k, x_v, p, o);
+    require_extent("grad_output axis 0 (batch)", grad_output.extents[0], md.batch);
+    require_extent("grad_output axis 1 (query length)", grad_output.extents[1], md.query_length);
+    require_extent("grad_output axis 2 (output features)", grad_output.extents[2], md.output_dim);
+    require_extent("weights axis 3 (key length)", weights.extents[3], md.key_length);
+    const double us = u_storage;
+    // (B8): a projection y = x·W + b in double (values and magnitudes), split into heads.
+    struct projected {
+        tensor<double, 4> value, error;  // (B, heads, S, d)
+    };
+    auto project = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> w, tensor_view<const double, 1> bias,
+                       std::size_t heads) {
+        const std::size_t B = x.extents[0], S = x.extents[1], E = x.extents[2], N = w.extents[1], hd = N / heads;
+        projected r{tensor<double, 4>({B, heads, S, hd}, 0.0), tensor<double, 4>({B, heads, S, hd}, 0.0)};
+        const double rel = (static_cast<double>(E) + 2) * u + us + 2 * u_inputs;
+        for (std::size_t b = 0; b < B; ++b)
+            for (std::size_t i = 0; i < S; ++i)
+                for (std::size_t c = 0; c < N; ++c) {
+                    double v = 0, m = 0;
+                    for (std::size_t e = 0; e < E; ++e) v += x(b, i, e) * w(e, c), m += std::fabs(x(b, i, e) * w(e, c));
+                    if (!bias.empty()) v += bias[c], m += std::fabs(bias[c]);
+                    r.value(b, c / hd, i, c % hd) = v;
+                    r.error(b, c / hd, i, c % hd) = rel * m;
+                }
+        return r;
+    };
+    const projected Q = project(x_q, p.w_q, p.b_q, md.heads), K = project(x_k, p.w_k, p.b_k, md.kv_heads),
+                    V = project(x_v, p.w_v, p.b_v, md.kv_heads);
+    // dO = dOut·W_oᵀ split into heads, and its error.
+    const std::size_t Eo = md.output_dim, dv = md.head_dim_v, dk = md.head_dim_qk;
+    projected dO{tensor<double, 4>({md.batch, md.heads, md.query_length, dv}, 0.0),
+                 tensor<double, 4>({md.batch, md.heads, md.query_length, dv}, 0.0)};
+    for (std::size_t b = 0; b < md.batch; ++b)
+        for (std::size_t i = 0; i < md.query_length; ++i)
+            for (std::size_t m = 0; m < md.heads * dv; ++m) {
+                double v = 0, mag = 0;
+                for (std::size_t n = 0; n < Eo; ++n)
+                    v += grad_output(b, i, n) * p.w_o(m, n), mag += std::fabs(grad_output(b, i, n) * p.w_o(m, n));
+                dO.value(b, m / dv, i, m % dv) = v;
+                dO.error(b, m / dv, i, m % dv) = ((static_cast<double>(Eo) + 1) * u + us + 2 * u_inputs) * mag;
+            }
+    const attention_options& ao = o.attention;
+    detail::perturbed_head_bounds hb = detail::perturbed_sdpa_bounds(Q.value.view(), K.value.view(), V.value.view(), dO.value.view(),
+                                                                     Q.error.view(), K.error.view(), V.error.view(), dO.error.view(),
+                                                                     weights, lse, ao, u, us, u_weights);
+    tensor<double, 4>&a_dq = hb.a_dq, &a_dk = hb.a_dk, &a_dv = hb.a_dv, &m_dq = hb.m_dq, &m_dk = hb.m_dk, &m_dv = hb.m_dv, &a_o = hb.a_o,
+                     &m_o = hb.m_o;
     // (B12), (B13): the linear backward's sums over the merged (B, S, heads·d) layout.
     const tensor<double, 3> A_dq = merge_heads<double>(a_dq.view()), A_dk = merge_heads<double>(a_dk.view()),
                             A_dv = merge_heads<double>(a_dv.view()), M_dq = merge_heads<double>(m_dq.view()),
@@ -306,7 +364,7 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
     auto linear = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> w, const tensor<double, 3>& a, const tensor<double, 3>& m,
                       tensor<double, 3>& gx, tensor<double, 2>& gw, tensor<double, 1>& gb) {
         const std::size_t B = x.extents[0], S = x.extents[1], E = x.extents[2], N = w.extents[1], R = B * S;
-        const double rel_x = (static_cast<double>(N) + 1) * u + us, rel_r = (static_cast<double>(R) + 1) * u + us;
+        const double rel_x = (static_cast<double>(N) + 1) * u + us + u_inputs, rel_r = (static_cast<double>(R) + 1) * u + us + u_inputs;
         gx = tensor<double, 3>({B, S, E}, 0.0);
         gw = tensor<double, 2>({E, N}, 0.0);
         gb = tensor<double, 1>({N}, 0.0);
@@ -325,7 +383,7 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
     linear(x_v, p.w_v, A_dv, M_dv, r.grad_x_v, r.grad_w_v, r.grad_b_v);
     {
         const std::size_t R = md.batch * md.query_length, Mo = md.heads * dv;
-        const double rel_r = (static_cast<double>(R) + 1) * u + us;
+        const double rel_r = (static_cast<double>(R) + 1) * u + us + u_inputs;
         r.grad_w_o = tensor<double, 2>({Mo, Eo}, 0.0);
         r.grad_b_o = tensor<double, 1>({Eo}, 0.0);
         for (std::size_t rr = 0; rr < R; ++rr)
