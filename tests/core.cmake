@@ -57,3 +57,19 @@ if(TARGET attnref_cli AND NOT ATTNREF_SANITIZE)
     "rm -rf mpfi_method && $<TARGET_FILE:attnref_cli> generate --suite ${PROJECT_SOURCE_DIR}/golden/suite.json --method mpfi --quiet --threads 2 --out mpfi_method --case sdpa_basic --case sdpa_softcap --case sdpa_combined_conventions --case sdpa_gqa --case mha_seed_example --case mha_cross_attention && for f in mpfi_method/*/*.npy; do cmp $f ${PROJECT_SOURCE_DIR}/golden/\${f#mpfi_method/} || exit 1; done && test $(ls mpfi_method/*/*.npy | wc -l) -gt 30 && grep -q mpfi-interval mpfi_method/sdpa_basic/manifest.json"
     WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 endif()
+
+# The suite's certified gradients (issue 14, golden backward cases): the manifest contract (version 1
+# still read, version 3 refused, gradients need weights and lse, tampered grad_output refused) and the
+# committed float64 gradients of three small backward cases against attnref's MPFR backward (>= 256
+# bits, both algorithms) and central finite differences of the 512-bit MPFR forward. Numerics-heavy
+# and its reader paths are the ones golden/hostile run under the sanitizers: optimised build only.
+if(TARGET attnref_verify AND NOT ATTNREF_SANITIZE)
+  add_executable(golden_gradients.test ${CMAKE_CURRENT_SOURCE_DIR}/backward/golden_gradients.test.cpp)
+  target_link_libraries(golden_gradients.test PRIVATE attnref::golden attnref::multiprecision Boost::unit_test_framework fmt::fmt OpenSSL::Crypto)
+  target_include_directories(golden_gradients.test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/support)
+  target_compile_definitions(golden_gradients.test PRIVATE ATTNREF_SOURCE_DIR="${PROJECT_SOURCE_DIR}" ATTNREF_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  if(_attnref_pch_owner)
+    target_precompile_headers(golden_gradients.test REUSE_FROM ${_attnref_pch_owner})
+  endif()
+  add_test(NAME golden_gradients COMMAND golden_gradients.test --log_level=message --report_level=short)
+endif()

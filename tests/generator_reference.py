@@ -11,7 +11,10 @@ import numpy as np
 M64 = (1 << 64) - 1
 GAMMA = 0x9E3779B97F4A7C15
 ROLE_ID = {"query": 1, "key": 2, "value": 3, "w_q": 4, "w_k": 5, "w_v": 6, "w_o": 7, "b_q": 8, "b_k": 9,
-           "b_v": 10, "b_o": 11, "mask": 12, "additive_mask": 13, "seed_mask": 14}
+           "b_v": 10, "b_o": 11, "mask": 12, "additive_mask": 13, "seed_mask": 14, "grad_output": 15}
+# Certified results (not generated): the forward's outputs and a backward case's gradients.
+OUTPUT_ROLES = ("output", "weights", "lse", "grad_query", "grad_key", "grad_value", "grad_w_q", "grad_w_k", "grad_w_v",
+                "grad_w_o", "grad_b_q", "grad_b_k", "grad_b_v", "grad_b_o")
 
 
 def mix(z):
@@ -86,7 +89,7 @@ def check_case(case_dir):
         manifest = json.load(f)
     ok = True
     for t in manifest["tensors"]:
-        if t["role"] in ("output", "weights", "lse"):
+        if t["role"] in OUTPUT_ROLES:
             continue
         stored = np.load(f"{case_dir}/{t['file']}")
         mine = generate(manifest, t["role"], t["shape"])

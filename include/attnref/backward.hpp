@@ -46,7 +46,10 @@
 ///   nan      the row's output is NaN, so is every gradient it reaches (as autograd through a softmax
 ///            of −inf gives): dQ_i and grad_logits row i are NaN, and dK, dV of every key of that
 ///            kv head are NaN.
-/// Otherwise, keys masked for every query of a kv head get dK = dV = 0 exactly.
+/// Otherwise, keys masked for every query of a kv head get dK = dV = 0 exactly, and a query row with
+/// exactly one attendable key gets dS = 0 exactly (so dQ_i = 0 and no dK from it), decided from the mask.
+/// For multi-head attention without soft-capping and outside the nan policy, the key-bias gradient
+/// db_k is exactly 0 (the softmax is invariant to the per-row shift q'_i·b_k) and is returned as 0.
 ///
 /// Multi-head attention (weights y = x·W + b, multi_head_attention.hpp): the projections and the
 /// head outputs are recomputed, then
@@ -194,12 +197,22 @@ constexpr void scaled_dot_product_attention_backward_into(
                     }
                 }
                 // dS, then the chain through soft-capping and the scale; dV.
+                // A row with exactly one attendable key has P = 1 whatever its logit, so dS = 0 exactly
+                // (mathematically P·(dP − D) with P = 1, D = dP). Set structurally, from the mask alone
+                // (no comparison of computed values, which scalar.hpp forbids for intervals), for every
+                // arithmetic: in floating point it is what the textbook algorithm computes anyway
+                // (P̂ = 1 exactly, dP − 1·dP = 0); flash's D = dO·O and recomputed P could leave a
+                // rounding residue, which this removes; and in interval arithmetic it is the only way
+                // such a row's dQ (and its share of dK) can certify: dP − dP is an interval around 0
+                // that never rounds to one double. Even a non-finite dO gives 0 here: P does not depend
+                // on the logits, so neither does L.
+                const bool single_key = count_allowed(allowed) == 1;
                 for (std::size_t j = 0; j < sk; ++j) {
                     ds[j] = A(0);
                     g[j] = Lg(0);
                     if (!allowed[j]) continue;
                     const A centred = convert<A>(dp[j]) - row_term;
-                    ds[j] = p[j] * centred;
+                    ds[j] = single_key ? A(0) : p[j] * centred;
                     if (!grad_logits.empty()) grad_logits(b, h, i, j) = convert<DS>(ds[j]);
                     Lg gj = convert<Lg>(ds[j]);
                     if (options.softcap) {
@@ -387,6 +400,15 @@ constexpr mha_gradients<Policy> multi_head_attention_backward(tensor_view<const 
     const tensor<S, 3> dq = merge_heads<S>(dqh.view()), dk = merge_heads<S>(dkh.view()), dv = merge_heads<S>(dvh.view());
     linear_backward_into<Policy>(x_q, p.w_q, dq.view(), r.grad_x_q.view(), r.grad_w_q.view(), r.grad_b_q.view(), threads, "w_q");
     linear_backward_into<Policy>(x_k, p.w_k, dk.view(), r.grad_x_k.view(), r.grad_w_k.view(), r.grad_b_k.view(), threads, "w_k");
+    // The key bias shifts every logit of a query row by the same q'_i·b_k, which the softmax ignores:
+    // ∂L/∂b_k = Σ_j dk'_j = Σ_i q'_i·(s·Σ_j dS_ij) = 0 exactly, since Σ_j dS_ij = D_i − D_i·Σ_j P_ij = 0
+    // for every attendable row (any mask, ALiBi, additive or seed offsets, any scale placement) and
+    // dS = 0 in empty rows under the zero and uniform policies. Not under soft-capping (tanh breaks the
+    // shift invariance) nor the nan policy (NaN rows). Set structurally from the options, for every
+    // arithmetic, as the single-key rule above: the computed sum is rounding noise around an exact 0,
+    // which no interval can certify.
+    if (!o.attention.softcap && o.attention.softmax.empty_rows != empty_row_policy::nan)
+        for (std::size_t c = 0; c < r.grad_b_k.size(); ++c) r.grad_b_k[c] = T(0);
     linear_backward_into<Policy>(x_v, p.w_v, dv.view(), r.grad_x_v.view(), r.grad_w_v.view(), r.grad_b_v.view(), threads, "w_v");
     return r;
 }

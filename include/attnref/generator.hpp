@@ -15,7 +15,8 @@
 ///
 /// n is the element's index in C (row-major) order of the role's stored shape. role_id: query 1,
 /// key 2, value 3, w_q 4, w_k 5, w_v 6, w_o 7, b_q 8, b_k 9, b_v 10, b_o 11, mask 12,
-/// additive_mask 13, seed_mask 14.
+/// additive_mask 13, seed_mask 14, grad_output 15 (the upstream gradient dO of a backward case,
+/// shaped like the output; default affine map scale 1, offset 0).
 ///
 /// Values (family parameters, see input_family): for a real-valued role,
 ///   x = round_format( fl64( fl64(2u − 1) · scale_r + offset_r ) )
@@ -60,16 +61,18 @@ constexpr std::uint64_t mix(std::uint64_t z) {
 
 /// The tensors the generator fills, with their stable ids (part of the recipe: never renumber).
 enum class role : std::uint64_t {
-    query = 1, key, value, w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, mask, additive_mask, seed_mask,
+    query = 1, key, value, w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, mask, additive_mask, seed_mask, grad_output,
 };
+inline constexpr std::uint64_t last_role_id = 15;
 
 inline constexpr std::string_view role_name(role r) {
     constexpr std::string_view names[] = {"",    "query", "key", "value", "w_q",  "w_k",           "w_v",      "w_o",
-                                          "b_q", "b_k",   "b_v", "b_o",   "mask", "additive_mask", "seed_mask"};
+                                          "b_q", "b_k",   "b_v", "b_o",   "mask", "additive_mask", "seed_mask",
+                                          "grad_output"};
     return names[static_cast<std::uint64_t>(r)];
 }
 inline std::optional<role> role_from_name(std::string_view n) {
-    for (std::uint64_t i = 1; i <= 14; ++i)
+    for (std::uint64_t i = 1; i <= last_role_id; ++i)
         if (role_name(static_cast<role>(i)) == n) return static_cast<role>(i);
     return std::nullopt;
 }

@@ -344,7 +344,7 @@ def strict():
         probe(name, attnref(*check_args(case, ok)), 2, must)
 
     variant('duplicate JSON key', None, ['manifest.json', 'duplicate key'],
-            lambda t: t.replace('"schema_version": 1,', '"schema_version": 1, "schema_version": 1,', 1))
+            lambda t: t.replace('"schema_version": 2,', '"schema_version": 2, "schema_version": 2,', 1))
     variant('duplicate nested key', None, ['manifest.json', "shapes.batch", 'duplicate'],
             lambda t: re.sub(r'"batch": (\d+),', r'"batch": \1, "batch": \1,', t, count=1))
 

@@ -143,7 +143,7 @@ BOOST_AUTO_TEST_CASE(strict_manifest_errors_are_one_line_naming_file_and_field) 
         return t;
     };
     check(replace("\"heads\": 4,", ""), "field 'shapes.heads': missing");
-    check(replace("\"schema_version\": 1", "\"schema_version\": 2"), "field 'schema_version': expected 1, got 2");
+    check(replace("\"schema_version\": 2", "\"schema_version\": 3"), "field 'schema_version': expected 1 or 2, got 3");
     check(replace("\"heads\": 4,", "\"heads\": -4,"), "field 'shapes.heads': expected a positive integer");
     check(replace("\"causal\": false,", "\"causal\": false, \"colour\": 1,"), "field 'conventions.colour': unknown field");
     check(text.substr(0, text.size() / 2), "not valid JSON");

@@ -7,7 +7,8 @@
 ///   conventions and inputs become attnref's types; compute_case runs a case under any precision
 ///   policy through them; empty_rows_of, exact_logits;
 /// - load_case (manifest, every file's sha256, tensor headers against the case's shapes, inputs
-///   decoded; safe_io's rules throughout) and loaded_case::reference (a golden output tensor);
+///   decoded — grad_output too in backward cases; safe_io's rules throughout) and
+///   loaded_case::reference (a golden output, weights, lse or gradient tensor, by manifest entry);
 /// - case_file / generated_case, compare_case and write_case (atomic, file by file, manifest last).
 /// Certification (generate_case) is in golden/generate.hpp, which needs MPFR and MPFI; this header
 /// does not. Needs nlohmann_json and OpenSSL's libcrypto (the CMake target attnref::golden).
@@ -43,6 +44,7 @@ struct case_data {
     std::vector<double> w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o;  // mha only
     std::vector<std::uint8_t> mask;                  // boolean mask, (B, H, Sq, Sk)
     std::vector<double> additive_mask, seed_mask;    // (B, H, Sq, Sk)
+    std::vector<double> grad_output;                 // backward cases: dO, shaped like the output
 
     std::vector<double>* real(generator::role r) {
         using generator::role;
@@ -60,6 +62,7 @@ struct case_data {
             case role::b_o: return &b_o;
             case role::additive_mask: return &additive_mask;
             case role::seed_mask: return &seed_mask;
+            case role::grad_output: return &grad_output;
             case role::mask: return nullptr;
         }
         return nullptr;
@@ -338,7 +341,8 @@ struct loaded_case {
     manifest m;
     case_data data;
 
-    /// The manifest entry of a role's float64 values ("output", "weights", "lse"), or nullptr.
+    /// The manifest entry of a role's float64 values ("output", "weights", "lse", and in backward
+    /// cases the gradients "grad_query", … of gradient_layout), or nullptr.
     const tensor_entry* entry(const std::string& role) const {
         for (const tensor_entry& t : m.tensors)
             if (t.role == role && !t.target) return &t;

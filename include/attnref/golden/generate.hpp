@@ -4,9 +4,12 @@
 /// through the fast path (fast_certify.hpp: double-double with rigorous bounds, undecided rows sent
 /// to the MPFI ladder), or through the MPFI ladder alone (certify.hpp, Ziv's escalation); both give
 /// the same bytes, a correctly rounded value being unique — every file serialised in memory with
-/// its sha256, and the manifest. Needs MPFR, MPFI and Boost.Multiprecision (the CMake target attnref::multiprecision);
+/// its sha256, and the manifest. Backward cases (outputs.gradients) also certify their gradients
+/// (certify_gradients: attnref's templated backward, backward.hpp, in MPFI through the same ladder;
+/// the fast path is forward-only). Needs MPFR, MPFI and Boost.Multiprecision (the CMake target attnref::multiprecision);
 /// loading and checking a case (golden/case.hpp, golden/check.hpp) do not.
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -14,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "attnref/backward.hpp"
 #include "attnref/certify.hpp"
 #include "attnref/fast_certify.hpp"
 #include "attnref/formats.hpp"
@@ -83,12 +87,81 @@ inline std::pair<std::string, std::vector<std::byte>> serialize_target(const std
     return {a.descr, npy::serialize(a)};
 }
 
-template <class T>
-inline std::vector<T> flat(const tensor<T, 1>& t) {
+template <class T, std::size_t N>
+inline std::vector<T> flat(const tensor<T, N>& t) {
     return std::vector<T>(t.data(), t.data() + t.size());
 }
 
 }  // namespace generate_detail
+
+/// The certified gradients of a backward case (gradient_layout's tensors, in its order; for float64
+/// and the case's targets), through the MPFI ladder: attnref's templated backward (backward.hpp, the
+/// textbook algorithm — exact gradients do not depend on the algorithm) runs in
+/// uniform_precision<mpfr_interval<D>> on the exact inputs and dO, so each gradient interval encloses
+/// the exact gradient; an undecided element recomputes the whole backward at the next rung.
+/// Exact zeros certify because the backward produces them structurally (decided from the mask,
+/// never from an interval): masked keys, empty rows under the zero and uniform policies, and query
+/// rows with exactly one attendable key (dS = 0, backward.hpp). NaN is allowed exactly where the
+/// backward puts it by construction for sdpa under the nan policy: dQ of the rows the mask leaves
+/// empty, dK and dV of every key of a kv head one of whose query rows is empty (backward.hpp's file
+/// comment). For mha under the nan policy no NaN is allowed (not derived here), so such a case with
+/// an empty row is refused as uncertifiable.
+inline certify::result certify_gradients(const case_spec& spec, const case_data& data, std::size_t threads,
+                                         const std::vector<certify::binary_format>& targets,
+                                         const std::function<void(const std::string&)>& progress = {}) {
+    const std::vector<gradient_tensor_layout> layout = gradient_layout(spec);
+    std::vector<std::string> names;
+    certify::options opts;
+    for (const gradient_tensor_layout& g : layout) names.push_back(g.role), opts.shapes.push_back(g.shape);
+    const case_shapes& d = spec.shapes;
+    if (spec.kind == case_kind::sdpa && spec.conventions.empty_rows == empty_row_policy::nan) {
+        const std::vector<std::uint8_t> empty = empty_rows_of(spec, data);
+        const std::size_t group = d.heads / d.kv_heads;
+        std::vector<std::uint8_t> dq(d.batch * d.heads * d.query_length * d.head_dim_qk, 0);
+        std::vector<std::uint8_t> dk(d.batch * d.kv_heads * d.key_length * d.head_dim_qk, 0);
+        std::vector<std::uint8_t> dv(d.batch * d.kv_heads * d.key_length * d.head_dim_v, 0);
+        for (std::size_t b = 0; b < d.batch; ++b)
+            for (std::size_t h = 0; h < d.heads; ++h)
+                for (std::size_t i = 0; i < d.query_length; ++i) {
+                    if (!empty[(b * d.heads + h) * d.query_length + i]) continue;
+                    const std::size_t row = (b * d.heads + h) * d.query_length + i, kv = b * d.kv_heads + h / group;
+                    std::fill_n(dq.begin() + static_cast<std::ptrdiff_t>(row * d.head_dim_qk), d.head_dim_qk, std::uint8_t{1});
+                    std::fill_n(dk.begin() + static_cast<std::ptrdiff_t>(kv * d.key_length * d.head_dim_qk), d.key_length * d.head_dim_qk,
+                                std::uint8_t{1});
+                    std::fill_n(dv.begin() + static_cast<std::ptrdiff_t>(kv * d.key_length * d.head_dim_v), d.key_length * d.head_dim_v,
+                                std::uint8_t{1});
+                }
+        opts.nan_allowed = {std::move(dq), std::move(dk), std::move(dv)};
+    }
+    opts.progress = [&](std::size_t rung, int bits, std::size_t pending) {
+        if (!progress) return;
+        if (rung == 0) progress(spec.name + ": computing the gradients' enclosure at " + std::to_string(bits) + " bits");
+        else progress(spec.name + ": " + std::to_string(pending) + " gradient element(s) uncertified, escalating to " + std::to_string(bits) + " bits");
+    };
+    const case_views c = views_of(spec, data, threads);
+    return certify::certify(
+        names, targets,
+        [&]<unsigned D>(std::integral_constant<unsigned, D>) {
+            using T = mpfr_interval<D>;
+            using P = uniform_precision<T>;
+            std::vector<std::vector<T>> r;
+            if (c.sdpa()) {
+                const tensor_view<const double, 4> g{data.grad_output.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}};
+                const attention_gradients<P> a = scaled_dot_product_attention_backward<P, double, double, double, double>(c.q, c.k, c.v, g, c.o);
+                r = {generate_detail::flat(a.grad_query), generate_detail::flat(a.grad_key), generate_detail::flat(a.grad_value)};
+            } else {
+                const tensor_view<const double, 3> g{data.grad_output.data(), {d.batch, d.query_length, d.output_dim}};
+                const mha_gradients<P> a = multi_head_attention_backward<P, double, double, double>(c.x_q, c.x_k, c.x_v, c.w, c.mo, g);
+                r = {generate_detail::flat(a.grad_x_q), generate_detail::flat(a.grad_x_k), generate_detail::flat(a.grad_x_v),
+                     generate_detail::flat(a.grad_w_q), generate_detail::flat(a.grad_w_k), generate_detail::flat(a.grad_w_v),
+                     generate_detail::flat(a.grad_w_o)};
+                if (spec.conventions.projection_bias)
+                    for (const tensor<T, 1>* b : {&a.grad_b_q, &a.grad_b_k, &a.grad_b_v, &a.grad_b_o}) r.push_back(generate_detail::flat(*b));
+            }
+            return r;
+        },
+        opts);
+}
 
 /// Generates the inputs, certifies the reference (threads for attnref's parallel_for) and
 /// serialises everything. `progress` receives one-line messages (may be empty).
@@ -200,11 +273,22 @@ inline generated_case generate_case(const case_spec& spec, std::size_t threads, 
                 },
                 opts);
         }
+        if (spec.outputs.gradients) {
+            certify::result grads = certify_gradients(spec, data, threads, targets, progress);
+            for (const gradient_tensor_layout& gl : gradient_layout(spec)) names.push_back(gl.role), shapes.push_back(gl.shape);
+            for (auto& v : grads.values) cert.values.push_back(std::move(v));
+            for (auto& r : grads.reports) cert.reports.push_back(std::move(r));
+            for (int b : grads.precisions_bits)
+                if (std::find(cert.precisions_bits.begin(), cert.precisions_bits.end(), b) == cert.precisions_bits.end())
+                    cert.precisions_bits.push_back(b);
+            std::sort(cert.precisions_bits.begin(), cert.precisions_bits.end());
+        }
     } catch (const certify::uncertified_error& e) {
         // Inconclusive, not bad input: exit 1 as golden/README.md says; nothing is written.
         throw check_failure("case '" + spec.name + "': " + e.what());
     }
-    g.m.reference.method = method == certification_method::fast ? reference_method_fast : reference_method_mpfi;
+    g.m.reference.method = std::string(method == certification_method::fast ? reference_method_fast : reference_method_mpfi) +
+                           (spec.outputs.gradients ? reference_method_gradients_suffix : "");
     g.m.reference.precisions_bits = cert.precisions_bits;
     g.m.reference.certification = cert.reports;
     for (const certify::tensor_report& r : cert.reports) {

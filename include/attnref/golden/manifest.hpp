@@ -3,8 +3,10 @@
 /// Owns golden case descriptions and their JSON — the one strict reader and the one writer
 /// (to_json), the enum names both ways (kind_name …, from_name) — for the suite file
 /// (golden/suite.json, schema "attnref.suite") and the per-case manifest
-/// (golden/<case>/manifest.json, schema "attnref.golden"), both version 1, both documented field by
-/// field in golden/README.md; the shapes a case implies and its memory estimate.
+/// (golden/<case>/manifest.json, schema "attnref.golden"), both written as version 2 and read in
+/// versions 1 and 2 (version 1 has no gradients), both documented field by field in golden/README.md;
+/// the shapes a case implies (inputs, outputs and, for backward cases, the gradients) and its memory
+/// estimate.
 ///
 /// Parsing is strict: unknown fields, wrong types and out-of-range values are errors, and every
 /// error is one line naming the file and the field, e.g.
@@ -43,7 +45,10 @@ namespace attnref::golden {
 
 inline constexpr const char* manifest_schema = "attnref.golden";
 inline constexpr const char* suite_schema = "attnref.suite";
-inline constexpr int schema_version = 1;
+/// The version written. Readers accept min_schema_version … schema_version: version 2 added
+/// outputs.gradients (backward cases: the grad_output input and the certified gradient roles).
+inline constexpr int schema_version = 2;
+inline constexpr int min_schema_version = 1;
 
 enum class case_kind { sdpa, mha };
 
@@ -80,6 +85,10 @@ struct case_outputs {
     bool weights = true;
     bool lse = true;
     std::vector<std::string> targets;  ///< extra correctly rounded copies: float32, bfloat16, float16
+    /// Backward case (schema version 2): the grad_output input and the certified gradients
+    /// (gradient_layout). Needs weights and lse. Written to JSON only when true, so a forward
+    /// case's manifest differs from version 1 in schema_version alone.
+    bool gradients = false;
 };
 
 /// Everything needed to regenerate a case.
@@ -119,6 +128,13 @@ inline constexpr const char* reference_method_fast =
     "even) to one value; the query rows holding undecided elements recomputed in MPFI interval arithmetic through "
     "attnref's templates, each stored value the common rounding of both interval ends, precision raised Ziv-style";
 
+/// Backward cases append this to reference.method: their gradients are certified by the MPFI ladder
+/// (the fast path is forward-only), whichever method certified output, weights and lse.
+inline constexpr const char* reference_method_gradients_suffix =
+    "; gradients: mpfi-interval through attnref's templated backward (include/attnref/backward.hpp), each stored value the "
+    "common rounding (to nearest even) of both interval ends, the whole backward recomputed Ziv-style at the next precision "
+    "until every element agrees; exact zeros of the backward decided from the mask alone (golden/README.md)";
+
 struct manifest {
     case_spec spec;
     reference_info reference;
@@ -135,6 +151,17 @@ inline std::vector<input_tensor_layout> input_layout(const case_spec& spec);
 inline std::vector<std::size_t> output_shape(const case_spec& spec);
 inline std::vector<std::size_t> weights_shape(const case_spec& spec);
 inline std::vector<std::size_t> lse_shape(const case_spec& spec);
+
+/// A certified gradient of a backward case (outputs.gradients): its role name and shape.
+struct gradient_tensor_layout {
+    std::string role;
+    std::vector<std::size_t> shape;
+};
+/// The certified gradients of a backward case, in file order (empty unless outputs.gradients):
+/// sdpa grad_query (B, H, Sq, dk), grad_key (B, Hkv, Sk, dk), grad_value (B, Hkv, Sk, dv); mha
+/// grad_query, grad_key, grad_value (w.r.t. the embeddings x_q, x_k, x_v), grad_w_q, grad_w_k, grad_w_v,
+/// grad_w_o (the weights' shapes) and, with projection_bias, grad_b_q, grad_b_k, grad_b_v, grad_b_o.
+inline std::vector<gradient_tensor_layout> gradient_layout(const case_spec& spec);
 
 /// A tensor a case's manifest must list: role, target copy (nullopt: the float64 values), the
 /// '.npy' descr and the shape, all implied by the case description. Inputs are '<f8' (the boolean
@@ -444,7 +471,7 @@ inline void read_family(const reader& r, generator::input_family& f) {
               "mask_true_probability", "additive_inf_probability"});
     if (auto v = r.get("name")) f.name = v->string();
     if (auto v = r.get("roles")) {
-        v->object({"query", "key", "value", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "additive_mask"});
+        v->object({"query", "key", "value", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "additive_mask", "grad_output"});
         for (auto it = v->value().begin(); it != v->value().end(); ++it) {
             const reader role = v->required(it.key().c_str());
             role.object({"scale", "offset"});
@@ -477,9 +504,11 @@ inline void read_inputs(const reader& r, case_spec& s) {
 }
 
 inline void read_outputs(const reader& r, case_spec& s) {
-    r.object({"weights", "lse", "targets"});
+    r.object({"weights", "lse", "gradients", "targets"});
     if (auto v = r.get("weights")) s.outputs.weights = v->boolean();
     if (auto v = r.get("lse")) s.outputs.lse = v->boolean();
+    // Optional in manifests too (absent = false): a forward case writes it only when true.
+    if (r.has("gradients")) s.outputs.gradients = r.required("gradients").boolean();
     if (auto v = r.get("targets")) {
         s.outputs.targets.clear();
         for (std::size_t i = 0; i < v->array().size(); ++i) {
@@ -529,12 +558,21 @@ inline json parse_json(const std::string& text, const std::string& file) {
     }
 }
 
-inline void check_schema(const reader& root, const char* schema) {
+/// Checks schema and schema_version (min_schema_version … schema_version); returns the version.
+inline int check_schema(const reader& root, const char* schema) {
     const reader name = root.required("schema");
     if (name.string() != schema) name.expected(std::string("'") + schema + "'");
     const reader version = root.required("schema_version");
-    if (!version.value().is_number_unsigned() || version.value().get<std::uint64_t>() != static_cast<std::uint64_t>(schema_version))
-        version.expected(std::to_string(schema_version));
+    const bool ok = version.value().is_number_unsigned() && version.value().get<std::uint64_t>() >= static_cast<std::uint64_t>(min_schema_version) &&
+                    version.value().get<std::uint64_t>() <= static_cast<std::uint64_t>(schema_version);
+    if (!ok) version.expected(std::to_string(min_schema_version) + " or " + std::to_string(schema_version));
+    return static_cast<int>(version.value().get<std::uint64_t>());
+}
+
+/// Version 1 knows no gradients: a version-1 file that asks for them is an error naming the field.
+inline void check_version_features(const reader& r_case, const case_spec& s, int version) {
+    if (version < 2 && s.outputs.gradients)
+        r_case.required("outputs").required("gradients").fail("gradients need schema_version 2, the file says " + std::to_string(version));
 }
 
 }  // namespace manifest_detail
@@ -594,6 +632,7 @@ inline std::vector<input_tensor_layout> input_layout(const case_spec& s) {
     if (s.conventions.boolean_mask) out.push_back({role::mask, mask_shape});
     if (s.conventions.additive_mask) out.push_back({role::additive_mask, mask_shape});
     if (s.conventions.seed_mask) out.push_back({role::seed_mask, mask_shape});
+    if (s.outputs.gradients) out.push_back({role::grad_output, output_shape(s)});
     return out;
 }
 
@@ -606,6 +645,32 @@ inline std::vector<std::size_t> weights_shape(const case_spec& s) {
     return {s.shapes.batch, s.shapes.heads, s.shapes.query_length, s.shapes.key_length};
 }
 inline std::vector<std::size_t> lse_shape(const case_spec& s) { return {s.shapes.batch, s.shapes.heads, s.shapes.query_length}; }
+
+inline std::vector<gradient_tensor_layout> gradient_layout(const case_spec& s) {
+    const case_shapes& d = s.shapes;
+    std::vector<gradient_tensor_layout> out;
+    if (!s.outputs.gradients) return out;
+    if (s.kind == case_kind::sdpa) {
+        out.push_back({"grad_query", {d.batch, d.heads, d.query_length, d.head_dim_qk}});
+        out.push_back({"grad_key", {d.batch, d.kv_heads, d.key_length, d.head_dim_qk}});
+        out.push_back({"grad_value", {d.batch, d.kv_heads, d.key_length, d.head_dim_v}});
+        return out;
+    }
+    out.push_back({"grad_query", {d.batch, d.query_length, d.model_dim}});
+    out.push_back({"grad_key", {d.batch, d.key_length, d.model_dim}});
+    out.push_back({"grad_value", {d.batch, d.key_length, d.model_dim}});
+    out.push_back({"grad_w_q", {d.model_dim, d.heads * d.head_dim_qk}});
+    out.push_back({"grad_w_k", {d.model_dim, d.kv_heads * d.head_dim_qk}});
+    out.push_back({"grad_w_v", {d.model_dim, d.kv_heads * d.head_dim_v}});
+    out.push_back({"grad_w_o", {d.heads * d.head_dim_v, d.output_dim}});
+    if (s.conventions.projection_bias) {
+        out.push_back({"grad_b_q", {d.heads * d.head_dim_qk}});
+        out.push_back({"grad_b_k", {d.kv_heads * d.head_dim_qk}});
+        out.push_back({"grad_b_v", {d.kv_heads * d.head_dim_v}});
+        out.push_back({"grad_b_o", {d.output_dim}});
+    }
+    return out;
+}
 
 inline void complete_and_validate(case_spec& s, const std::string& file, const std::string& prefix) {
     auto fail = [&](const std::string& field, const std::string& what) {
@@ -630,6 +695,10 @@ inline void complete_and_validate(case_spec& s, const std::string& file, const s
     for (const input_tensor_layout& t : input_layout(s)) check_count("role '" + std::string(generator::role_name(t.role)) + "'", t.shape);
     check_count("the output", output_shape(s));
     check_count("the weights (B·H·Sq·Sk)", weights_shape(s));
+    for (const gradient_tensor_layout& g : gradient_layout(s)) check_count("the gradient '" + g.role + "'", g.shape);
+    // The gradients' bound (golden/check.hpp) needs the stored weights and lse.
+    if (s.outputs.gradients && !s.outputs.weights) fail("outputs.weights", "must be true when outputs.gradients is true");
+    if (s.outputs.gradients && !s.outputs.lse) fail("outputs.lse", "must be true when outputs.gradients is true");
     std::map<std::string, generator::affine> roles;
     for (const input_tensor_layout& t : input_layout(s)) {
         using generator::role;
@@ -719,7 +788,10 @@ inline json to_json(const case_spec& s) {
     in["seed"] = s.inputs.seed;
     in["family"] = fam;
     j["inputs"] = in;
-    j["outputs"] = json{{"weights", s.outputs.weights}, {"lse", s.outputs.lse}, {"targets", s.outputs.targets}};
+    json outputs{{"weights", s.outputs.weights}, {"lse", s.outputs.lse}};
+    if (s.outputs.gradients) outputs["gradients"] = true;
+    outputs["targets"] = s.outputs.targets;
+    j["outputs"] = outputs;
     return j;
 }
 
@@ -757,9 +829,10 @@ inline manifest parse_manifest(const std::string& text, const std::string& file)
     const json j = manifest_detail::parse_json(text, file);
     const manifest_detail::reader root(j, file, "", true);
     if (!j.is_object()) root.expected("an object");
-    manifest_detail::check_schema(root, manifest_schema);
+    const int version = manifest_detail::check_schema(root, manifest_schema);
     manifest m;
     m.spec = manifest_detail::read_case(root, {"schema", "schema_version", "reference", "tensors"});
+    manifest_detail::check_version_features(root, m.spec, version);
     complete_and_validate(m.spec, file);
 
     const manifest_detail::reader ref = root.required("reference");
@@ -767,8 +840,10 @@ inline manifest parse_manifest(const std::string& text, const std::string& file)
     {
         const manifest_detail::reader method = ref.required("method");
         m.reference.method = method.string();
-        if (m.reference.method != reference_method_mpfi && m.reference.method != reference_method_fast)
-            method.expected("the text of one of attnref's certification methods (golden/README.md)");
+        const std::string suffix = m.spec.outputs.gradients ? reference_method_gradients_suffix : "";
+        if (m.reference.method != reference_method_mpfi + suffix && m.reference.method != reference_method_fast + suffix)
+            method.expected(std::string("the text of one of attnref's certification methods") +
+                            (m.spec.outputs.gradients ? " with the gradients' suffix" : "") + " (golden/README.md)");
     }
     const manifest_detail::reader bits = ref.required("precisions_bits");
     for (std::size_t i = 0; i < bits.array().size(); ++i) m.reference.precisions_bits.push_back(static_cast<int>(bits.at(i).size(true)));
@@ -850,6 +925,7 @@ inline std::vector<expected_tensor> expected_tensors(const case_spec& s) {
     std::vector<std::pair<std::string, std::vector<std::size_t>>> outputs{{"output", output_shape(s)}};
     if (s.outputs.weights) outputs.emplace_back("weights", weights_shape(s));
     if (s.outputs.lse) outputs.emplace_back("lse", lse_shape(s));
+    for (const gradient_tensor_layout& g : gradient_layout(s)) outputs.emplace_back(g.role, g.shape);
     for (const auto& [name, shape] : outputs) {
         out.push_back({name, std::nullopt, "<f8", shape});
         for (const std::string& target : s.outputs.targets)
@@ -862,12 +938,13 @@ inline std::vector<case_spec> parse_suite(const std::string& text, const std::st
     const json j = manifest_detail::parse_json(text, file);
     const manifest_detail::reader root(j, file, "", false);
     root.object({"schema", "schema_version", "description", "cases"});
-    manifest_detail::check_schema(root, suite_schema);
+    const int version = manifest_detail::check_schema(root, suite_schema);
     const manifest_detail::reader cases = root.required("cases");
     std::vector<case_spec> out;
     std::set<std::string> names;
     for (std::size_t i = 0; i < cases.array().size(); ++i) {
         case_spec s = manifest_detail::read_case(cases.at(i), {});
+        manifest_detail::check_version_features(cases.at(i), s, version);
         if (!names.insert(s.name).second) cases.at(i).required("name").fail("duplicate case name '" + s.name + "'");
         complete_and_validate(s, file, "cases[" + std::to_string(i) + "].");
         out.push_back(std::move(s));
@@ -883,6 +960,8 @@ inline std::uint64_t case_memory_estimate(const case_spec& spec, std::uint64_t b
     values = safe_io_detail::sat_add(values, safe_io_detail::sat_mul(4, safe_io_detail::sat_count(output_shape(spec))));
     values = safe_io_detail::sat_add(values, safe_io_detail::sat_mul(4, safe_io_detail::sat_count(weights_shape(spec))));
     values = safe_io_detail::sat_add(values, safe_io_detail::sat_mul(2, safe_io_detail::sat_count(lse_shape(spec))));
+    for (const gradient_tensor_layout& g : gradient_layout(spec))  // golden, candidate, bounds and their terms
+        values = safe_io_detail::sat_add(values, safe_io_detail::sat_mul(4, safe_io_detail::sat_count(g.shape)));
     return safe_io_detail::sat_mul(values, bytes_per_value);
 }
 
