@@ -337,7 +337,7 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
     const projected Q = project(x_q, p.w_q, p.b_q, md.heads), K = project(x_k, p.w_k, p.b_k, md.kv_heads),
                     V = project(x_v, p.w_v, p.b_v, md.kv_heads);
     // dO = dOut·W_oᵀ split into heads, and its error.
-    const std::size_t Eo = md.output_dim, dv = md.head_dim_v, dk = md.head_dim_qk;
+    const std::size_t Eo = md.output_dim, dv = md.head_dim_v;
     projected dO{tensor<double, 4>({md.batch, md.heads, md.query_length, dv}, 0.0),
                  tensor<double, 4>({md.batch, md.heads, md.query_length, dv}, 0.0)};
     for (std::size_t b = 0; b < md.batch; ++b)

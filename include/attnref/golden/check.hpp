@@ -717,22 +717,24 @@ inline void check_gradients(const case_spec& spec, const case_data& data, const 
         // Σ_j dK_jc = s Σ_i (Σ_j dS_ij) q_ic = 0: within the sum of the elements' bounds (data-aware).
         if (!bounds) bounds = gradient_bounds_for(spec, data, ref, f);
         const std::vector<double>& bk = *find(*bounds, "grad_key");
-        const std::vector<double>& ek = *ref.find("grad_key");
+        const std::vector<double>& ek = *ref.find("grad_key");  // the certified dK: the invariant's scale
         invariant_report r;
         r.name = "sum over keys of dK = 0";
         for (std::size_t b = 0; b < d.batch; ++b)
             for (std::size_t hk = 0; hk < d.kv_heads; ++hk)
                 for (std::size_t x = 0; x < dk; ++x) {
-                    double sum = 0, magnitude = 0, bound = 0, col_scale = 0;
+                    double sum = 0, magnitude = 0, bound = 0, terms = 0;
                     for (std::size_t j = 0; j < sk; ++j) {
                         const std::size_t e = ((b * d.kv_heads + hk) * sk + j) * dk + x;
                         sum += dK->second[e];
                         magnitude += std::fabs(dK->second[e]);
                         bound += bk[e];
-                        col_scale = std::max(col_scale, std::fabs(ek[e]));
+                        terms += std::fabs(ek[e]);
                     }
                     bound += static_cast<double>(sk + 1) * 0x1p-53 * magnitude;  // this double sum's own rounding
-                    if (!(bound < col_scale) && col_scale > 0) r.vacuous = true;
+                    // Vacuous when the bound reaches Σ_j |dK_jc| (the size of the terms summed): then any dK
+                    // column of that size would satisfy it.
+                    if (!(bound < terms) && terms > 0) r.vacuous = true;
                     r.record(std::fabs(sum) <= bound, std::fabs(sum), bound, {b, hk, x, 0});
                 }
         res.invariants.push_back(r);
@@ -759,7 +761,11 @@ inline void check_gradients(const case_spec& spec, const case_data& data, const 
                         const std::size_t e = ((b * d.kv_heads + hk) * sk + j) * dv + x;
                         const double bound = bv[e] + static_cast<double>(group * sq + 3) * 0x1p-53 * magnitude;
                         const double dev = std::isnan(dV->second[e]) ? std::numeric_limits<double>::infinity() : std::fabs(dV->second[e] - acc);
-                        if (!(bound < std::fabs(ev[e])) && std::fabs(ev[e]) > 0) r.vacuous = true;
+                        // Vacuous where the bound reaches the row's scale max_c |dV_jc| (find_vacuous's rule).
+                        double row_scale = 0;
+                        for (std::size_t y = 0; y < dv; ++y)
+                            row_scale = std::max(row_scale, std::fabs(ev[((b * d.kv_heads + hk) * sk + j) * dv + y]));
+                        if (!(bound < row_scale) && row_scale > 0) r.vacuous = true;
                         r.record(dev <= bound, dev, bound, {b, hk, j, x});
                     }
         res.invariants.push_back(r);
