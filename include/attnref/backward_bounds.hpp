@@ -9,7 +9,11 @@
 /// Derivation (first order in u; n = max(dk, dv, Sk, Sq·H/Hkv) + 10, γ = n·u; every sum of m terms
 /// carries ≤ (m + 1)u relative error on the sum of the magnitudes — Higham, Accuracy and Stability of
 /// Numerical Algorithms, 2nd ed., §3.1):
-///  (B1) logits: |ΔS_ij| ≤ (dk + 3)u·L_i, L_i = max_j of s·Σ_c|q_ic k_jc| + |ALiBi| + |additive| + 1e9·seed;
+///  (B1) logits: |ΔS_ij| ≤ (dk + 3)u·L_i, L_i = max_j of s·Σ_c|q_ic k_jc| + |ALiBi| + |additive| + 1e9·seed,
+///       over the attendable keys except those the seed mask pushes down by 1e9 (seed 1, the rest of
+///       the logit ≤ 1e9/8, (dk + 3)u·(its magnitude) ≤ 1e9/8) when the row has a key without seed
+///       whose logit magnitude is ≤ 1e9/8: those logits stay ≥ 1e9/2 below the row's maximum, so
+///       their weights are 0 in every format and they add exactly 0 to every sum;
 ///  (B2) P (the forward's, or exp(S − lse) recomputed): |ΔP_ij| ≤ e_P·P_ij,
 ///       e_P = u(2(dk + 4)L_i + 2|lse_i| + 2Sk + 10): the softmax's sensitivity doubles the logit
 ///       error, the softmax itself adds (Sk + 3)u (Blanchard, Higham & Mary, "Accurate computation of
@@ -102,23 +106,42 @@ inline gradient_row gradient_row_terms(tensor_view<const double, 4> q, tensor_vi
                                        std::vector<double>& dp_abs) {
     const std::size_t hk = h / (d.heads / d.kv_heads);
     gradient_row r;
-    for (std::size_t j = 0; j < d.key_length; ++j) {
-        double qk = 0, ov = 0;
+    const double dk = static_cast<double>(d.head_dim_qk);
+    // Keys the seed mask pushes down by 1e9 (seed = 1) while another key of the row is not seed-masked:
+    // their logits stay below the row's by ≥ 1e9/2 whatever the rounding (checked below), so their
+    // weights are exactly 0 in every format and they add exactly 0 to every sum — they do not enter L_i.
+    // (A key without seed whose logit magnitude is ≤ 1e9/8 keeps the row's maximum ≥ −1e9/8.)
+    auto rest_magnitude = [&](std::size_t j) {
+        double qk = 0;
         for (std::size_t x = 0; x < d.head_dim_qk; ++x) qk += std::fabs(q(bb, h, i, x) * k(bb, hk, j, x));
-        for (std::size_t x = 0; x < d.head_dim_v; ++x) ov += std::fabs(grad_output(bb, h, i, x) * v(bb, hk, j, x));
-        dp_abs[j] = ov;
-        if (structurally_masked(options.mask, bb, h, i, j, d.query_length, d.key_length)) continue;
-        r.empty = false;
         double m = s * qk;
         if (!options.alibi_slopes.empty())
             m += std::fabs(options.alibi_slopes[h]) * static_cast<double>(d.query_length + d.key_length);
         if (options.mask.additive.present()) m += std::fabs(options.mask.additive.at(bb, h, i, j));
-        if (options.mask.seed.present()) m += 1e9 * std::fabs(options.mask.seed.at(bb, h, i, j));
+        return m;
+    };
+    bool any_unseeded = false;
+    if (options.mask.seed.present())
+        for (std::size_t j = 0; j < d.key_length && !any_unseeded; ++j)
+            any_unseeded = !structurally_masked(options.mask, bb, h, i, j, d.query_length, d.key_length) &&
+                           options.mask.seed.at(bb, h, i, j) == 0 && rest_magnitude(j) <= 1e9 / 8;
+    for (std::size_t j = 0; j < d.key_length; ++j) {
+        double ov = 0;
+        for (std::size_t x = 0; x < d.head_dim_v; ++x) ov += std::fabs(grad_output(bb, h, i, x) * v(bb, hk, j, x));
+        dp_abs[j] = ov;
+        if (structurally_masked(options.mask, bb, h, i, j, d.query_length, d.key_length)) continue;
+        r.empty = false;
+        double m = rest_magnitude(j);
+        const double seed = options.mask.seed.present() ? 1e9 * std::fabs(options.mask.seed.at(bb, h, i, j)) : 0;
+        if (any_unseeded && seed >= 1e9 && 8 * m <= seed && (dk + 3) * u * (m + seed) <= seed / 8) {
+            r.d_abs += weights(bb, h, i, j) * dp_abs[j];
+            continue;
+        }
+        m += seed;
         r.logit_magnitude = std::max(r.logit_magnitude, m);
         r.d_abs += weights(bb, h, i, j) * dp_abs[j];
     }
     if (!r.empty) {
-        const double dk = static_cast<double>(d.head_dim_qk);
         r.e_p = u * (2 * (dk + 4) * r.logit_magnitude + 2 * std::fabs(lse(bb, h, i)) + 2 * static_cast<double>(d.key_length) + 10) +
                 u_weights;  // (B2), (B7)
     }
