@@ -7,17 +7,23 @@ if(TARGET attnref_cli AND NOT ATTNREF_SANITIZE)
   # A PyTorch autograd client (explicit math from each manifest's conventions) in float32 and float64:
   # PASS on every backward case of the suite, except where the bound is measured too loose to decide
   # (INCONCLUSIVE expected, never FAIL; listed in docs/backward.md).
+  # Measured: float64 PASS on all 30; float32 INCONCLUSIVE on dQ of two adversarial cases (logits near
+  # 1000: keys with a large common offset make dQ cancel far below its first-order bound; tied maxima:
+  # dQ ~1e-5 of its bound's terms), PASS on the other 28.
+  set(_inconclusive_float32 sdpa_bwd_adv_logit_offset_1000,sdpa_bwd_adv_tied_maxima)
+  set(_inconclusive_float64 none)
   foreach(_dtype float32 float64)
     add_test(NAME backward_check_torch_${_dtype} COMMAND ${ATTNREF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/backward/torch_check_client.py
-      $<TARGET_FILE:attnref_cli> ${_golden} ${_b}/client ${_dtype})
+      $<TARGET_FILE:attnref_cli> ${_golden} ${_b}/client ${_dtype} --expect-inconclusive ${_inconclusive_${_dtype}})
   endforeach()
   # The backward bug catalog through the checker: every bug FAILs in float32 and bf16 where it changes
   # the gradients, the correct kernel PASSes (float32) — on six cases in CI; all 30 under `exhaustive`.
   add_test(NAME backward_check_bug_catalog COMMAND ${ATTNREF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/backward/torch_bug_catalog.py
     $<TARGET_FILE:attnref_cli> ${_golden} ${_b}/bugs sdpa_bwd_gqa sdpa_bwd_key_padding sdpa_bwd_causal_top_left_sq_lt_sk
     sdpa_bwd_mqa sdpa_bwd_empty_rows_zero mha_bwd_bias_gqa)
+  # Measured loose (docs/backward.md): the two adversarial cases above, and soft-capping in bf16.
   add_test(NAME backward_check_bug_catalog_all COMMAND ${ATTNREF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/backward/torch_bug_catalog.py
-    $<TARGET_FILE:attnref_cli> ${_golden} ${_b}/bugs_all)
+    $<TARGET_FILE:attnref_cli> ${_golden} ${_b}/bugs_all --loose sdpa_bwd_adv_logit_offset_1000,sdpa_bwd_adv_tied_maxima,sdpa_bwd_softcap)
   set_tests_properties(backward_check_bug_catalog_all PROPERTIES LABELS "slow;exhaustive")
   # `attnref run` writes candidate gradients in the arithmetic's own dtype, both algorithms; check
   # passes them with no --dtype (float32 '<f4').
