@@ -11,7 +11,7 @@ if(TARGET attnref_cli AND NOT ATTNREF_SANITIZE)
   # 1000: keys with a large common offset make dQ cancel far below its first-order bound; tied maxima:
   # dQ ~1e-5 of its bound's terms), PASS on the other 28.
   set(_inconclusive_float32 sdpa_bwd_adv_logit_offset_1000,sdpa_bwd_adv_tied_maxima)
-  set(_inconclusive_float64 none)
+  set(_inconclusive_float64 none)  # (no case is named none: every case must PASS)
   foreach(_dtype float32 float64)
     add_test(NAME backward_check_torch_${_dtype} COMMAND ${ATTNREF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/backward/torch_check_client.py
       $<TARGET_FILE:attnref_cli> ${_golden} ${_b}/client ${_dtype} --expect-inconclusive ${_inconclusive_${_dtype}})
