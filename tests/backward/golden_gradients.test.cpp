@@ -1,7 +1,8 @@
 // The suite's certified gradients (golden backward cases, schema version 2), checked two ways:
 //  (a) the manifest contract: version 1 manifests still load, version 3 is refused, gradients need
 //      weights and lse, a version-1 file may not ask for gradients, a tampered grad_output.npy is
-//      refused (sha256), and a loaded backward case exposes dO and the gradients by role;
+//      refused (sha256), a loaded backward case exposes dO and the gradients by role, and the numpy
+//      generator (tests/generator_reference.py) regenerates dO bit for bit;
 //  (b) the committed float64 gradients of small backward cases against two computations that share
 //      nothing with the MPFI certification but the library's templates:
 //        - attnref's backward in MPFR at >= 256 bits (plain numbers, not intervals), both algorithms,
@@ -18,9 +19,11 @@
 #define BOOST_TEST_MODULE golden_gradients
 #include <boost/test/unit_test.hpp>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -152,6 +155,41 @@ BOOST_AUTO_TEST_CASE(tampered_grad_output_is_refused) {
     const std::string e = load_error(c);
     BOOST_TEST(e.find("grad_output.npy: sha256") != std::string::npos, e);
     BOOST_TEST(e.find(".sha256'") != std::string::npos, e);
+}
+
+// grad_output is the generator's role 15: the numpy re-implementation (tests/generator_reference.py,
+// golden/README.md's recipe) regenerates it, and every other input, bit for bit, in every input format.
+BOOST_AUTO_TEST_CASE(python_reference_regenerates_grad_output) {
+    if (!fs::exists("/usr/bin/python3")) {
+        BOOST_TEST_MESSAGE("skipped: /usr/bin/python3 not found");
+        return;
+    }
+    std::string command = "/usr/bin/python3 " ATTNREF_SOURCE_DIR "/tests/generator_reference.py";
+    for (const char* c : {"sdpa_bwd_input_bfloat16", "sdpa_bwd_input_float16", "sdpa_bwd_adv_logit_offset_1000", "mha_bwd_bias_gqa"})
+        command += " " + (golden_dir / c).string();
+    const std::string log = (fs::temp_directory_path() / ("attnref-golden-gradients-py-" + std::to_string(::getpid()))).string();
+    const int status = std::system((command + " > " + log).c_str());
+    const std::string out = read_all(log);
+    fs::remove(log);
+    BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), "generator_reference.py found a difference:\n" << out);
+    BOOST_TEST(out.find("grad_output.npy: identical") != std::string::npos, out);
+}
+
+// A gradient that is exactly 0 by a symmetry of the data (not by the mask) cannot be certified:
+// with key feature 0 the same constant for every key, dQ[..., 0] = s·c·Σ_j dS_ij = 0 exactly, and
+// generate refuses the case (check_failure: exit 1) naming the tensor and the element, after the
+// whole ladder, instead of storing an unproven value.
+BOOST_AUTO_TEST_CASE(symmetric_exact_zero_gradient_is_refused) {
+    const std::string suite = R"({"schema": "attnref.suite", "schema_version": 2, "cases": [{"name": "bwd_symmetric_zero",
+        "shapes": {"batch": 1, "heads": 1, "query_length": 2, "key_length": 3, "head_dim_qk": 2},
+        "inputs": {"seed": 5, "family": {"key_feature0": 1.0}}, "outputs": {"gradients": true}}]})";
+    const case_spec spec = parse_suite(suite, "s.json").front();
+    BOOST_CHECK_EXCEPTION(generate_case(spec, 1), check_failure, [](const check_failure& e) {
+        const std::string m = e.what();
+        BOOST_TEST_MESSAGE(m);
+        return m.find("case 'bwd_symmetric_zero'") != std::string::npos &&
+               m.find("tensor 'grad_query' element (0, 0, 0, 0) target float64: still uncertified at 1065 bits") != std::string::npos;
+    });
 }
 
 namespace {
