@@ -1,5 +1,6 @@
 /// `attnref check`: gates a candidate implementation's outputs against a golden case.
-///   attnref check --golden CASE_DIR --output FILE.npy [--weights FILE.npy] [--lse FILE.npy]
+///   attnref check --golden CASE_DIR [--output FILE.npy] [--weights FILE.npy] [--lse FILE.npy]
+///                 [--grad-query F] [--grad-key F] [--grad-value F] [--grad-w-q F … --grad-b-o F] (backward cases)
 ///                 [--dtype float64|float32|float16|bfloat16] [--tolerance data-aware|worst-case|assert-close|ulp|baseline]
 ///                 [--empty-row-lse -inf|+inf|any] [--json FILE] [--junit FILE]
 /// The candidate dtype defaults to the output .npy's descr ('<f8', '<f4', '<f2'; '<u2' = bfloat16 bit
@@ -9,6 +10,7 @@
 /// element-by-element comparison with the golden weights (tolerance::weights_bound); --lse: compared
 /// with the golden lse.
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -57,13 +59,23 @@ void check_report_paths(const std::string& golden, const std::vector<std::string
 void register_check(CLI::App& app) {
     struct args {
         std::string golden, output, weights, lse, dtype, tolerance = "data-aware", json, junit, empty_lse = "-inf";
+        std::vector<std::pair<std::string, std::string>> gradients;  // (role, file)
         bool force = false;
         std::string max_memory;
     };
     auto a = std::make_shared<args>();
     CLI::App* c = app.add_subcommand("check", "Gate an implementation's outputs (.npy) against a golden case");
     c->add_option("--golden", a->golden, "golden case directory")->required();
-    c->add_option("--output", a->output, "candidate output .npy")->required();
+    c->add_option("--output", a->output, "candidate output .npy (optional when gradients are given)");
+    // Gradients (backward cases): one flag per role; a role the case's kind lacks is a usage error.
+    for (const char* role : {"grad_query", "grad_key", "grad_value", "grad_w_q", "grad_w_k", "grad_w_v", "grad_w_o", "grad_b_q", "grad_b_k",
+                             "grad_b_v", "grad_b_o"}) {
+        std::string flag = std::string("--") + role;
+        std::replace(flag.begin(), flag.end(), '_', '-');
+        c->add_option_function<std::string>(
+            flag, [a, role](const std::string& file) { a->gradients.emplace_back(role, file); },
+            std::string("candidate ") + role + " .npy (gradient; see golden/README.md for the roles)");
+    }
     c->add_option("--weights", a->weights, "candidate attention weights P .npy (invariants)");
     c->add_option("--lse", a->lse, "candidate log-sum-exp .npy (invariants)");
     c->add_option("--dtype", a->dtype, "candidate precision (default: from the .npy; '<u2' = bfloat16 bits)")
@@ -88,7 +100,12 @@ void register_check(CLI::App& app) {
         rq.lse = a->lse;
         if (!a->dtype.empty()) rq.dtype = tol::format_from_name(a->dtype);
         if (!a->max_memory.empty()) set_max_memory(parse_memory_size(a->max_memory, "--max-memory"));
-        check_report_paths(a->golden, {a->output, a->weights, a->lse}, a->json, a->junit, a->force);
+        if (a->output.empty() && a->gradients.empty())
+            throw data_error("command line: --output: required unless a gradient (--grad-query, --grad-key, --grad-value, …) is given");
+        rq.gradients = a->gradients;
+        std::vector<std::string> inputs{a->output, a->weights, a->lse};
+        for (const auto& g : a->gradients) inputs.push_back(g.second);
+        check_report_paths(a->golden, inputs, a->json, a->junit, a->force);
         rq.model = *tol::model_from_name(a->tolerance);
         rq.empty_lse = a->empty_lse == "+inf" ? empty_row_lse::plus_inf : a->empty_lse == "any" ? empty_row_lse::any : empty_row_lse::minus_inf;
         const check_result r = run_check(rq);
@@ -109,7 +126,7 @@ void register_check(CLI::App& app) {
         }
         if (r.overall != verdict::pass)
             throw check_failure(fmt::format("check {} for case {} ({}): {}{}", r.overall == verdict::fail ? "failed" : "inconclusive",
-                                            r.case_name, a->output, r.reason,
+                                            r.case_name, a->output.empty() ? std::string("gradients") : a->output, r.reason,
                                             report_error.empty() ? "" : "; a report could not be written"));
         if (!report_error.empty()) throw data_error(report_error);
     });

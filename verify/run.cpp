@@ -1,5 +1,6 @@
 /// `attnref run`: computes a golden case with one of attnref's own arithmetics (a built-in
-/// implementation under test) and writes candidate outputs.
+/// implementation under test) and writes candidate outputs; for gradient cases (a grad_output input)
+/// also the gradients, grad_<role>.npy, with --backward-algorithm textbook (default) or flash.
 
 #include <algorithm>
 #include <chrono>
@@ -7,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "attnref/policies.hpp"
 #include "commands.hpp"
 #include "attnref/golden/case.hpp"
+#include "attnref/golden/check.hpp"
 #include "attnref/golden/safe_io.hpp"
 
 namespace attnref::verify {
@@ -27,7 +30,7 @@ namespace fs = std::filesystem;
 namespace {
 
 struct run_args {
-    std::string golden, arith, out, softmax = "shifted_division";
+    std::string golden, arith, out, softmax = "shifted_division", backward = "textbook";
     std::size_t block = 64, threads = 0;
     bool float64 = false;
     std::string max_memory;
@@ -71,7 +74,13 @@ void run_case(const run_args& a) {
     std::error_code ec;
     if (fs::exists(fs::path(a.out) / "manifest.json", ec) || same_file(a.out, a.golden))
         throw data_error("command line: --out: '" + a.out + "' is a golden case directory (it holds manifest.json); refused");
+    if (a.backward != "textbook" && a.backward != "flash")
+        throw data_error("command line: --backward-algorithm: expected textbook or flash, got '" + a.backward + "'");
     const loaded_case lc = load_case(a.golden);
+    // Gradient cases (a grad_output input): the candidate gradients too, grad_<role>.npy.
+    std::optional<std::vector<double>> grad_output;
+    if (const tensor_entry* g = lc.entry("grad_output")) grad_output = lc.reference(*g);
+    const backward_algorithm backward = a.backward == "flash" ? backward_algorithm::flash : backward_algorithm::textbook;
     const case_spec& s = lc.m.spec;
     const auto start = std::chrono::steady_clock::now();
     std::vector<std::pair<std::string, npy::array>> results;
@@ -80,6 +89,15 @@ void run_case(const run_args& a) {
         results.emplace_back("output", encode(r.output, output_shape(s), a.float64));
         if (s.outputs.weights) results.emplace_back("weights", encode(r.weights, weights_shape(s), a.float64));
         if (s.outputs.lse) results.emplace_back("lse", encode(r.lse, lse_shape(s), a.float64));
+        if (grad_output) {
+            const auto shapes = gradient_roles(s);
+            for (const auto& [role, values] : compute_case_gradients<P>(s, lc.data, *grad_output, backward, a.threads)) {
+                tensor<typename P::output_type, 1> t({values.size()});  // exact: the values are output_type's
+                for (std::size_t n = 0; n < values.size(); ++n) t[n] = convert<typename P::output_type>(values[n]);
+                const auto it = std::find_if(shapes.begin(), shapes.end(), [&](const auto& x) { return x.first == role; });
+                results.emplace_back(role, encode(t, it->second, a.float64));
+            }
+        }
     });
     if (!known) {
         std::string names;
@@ -98,7 +116,8 @@ void run_case(const run_args& a) {
     }
     // A weights.npy or lse.npy left by an earlier run of a case that stores them would be read by
     // a later `check --weights` as if it belonged to this run: remove what this run did not write.
-    for (const char* role : {"weights", "lse"})
+    for (const char* role : {"weights", "lse", "grad_query", "grad_key", "grad_value", "grad_w_q", "grad_w_k", "grad_w_v", "grad_w_o",
+                             "grad_b_q", "grad_b_k", "grad_b_v", "grad_b_o"})
         if (std::none_of(results.begin(), results.end(), [&](const auto& r) { return r.first == role; }))
             fs::remove(fs::path(a.out) / (std::string(role) + ".npy"), ec);
     std::printf("%s\n", fmt::format("attnref run: {} with {} ({} softmax) in {:.3f} s -> {}", s.name, a.arith, a.softmax, seconds, a.out).c_str());
@@ -121,6 +140,8 @@ void register_run(CLI::App& app) {
     r->add_option("--block", a->block, "online softmax block size (keys per block)")->check(unsigned_text())->capture_default_str();
     r->add_option("--threads", a->threads, "threads (0 = all cores)")->check(unsigned_text())->capture_default_str();
     r->add_option("--max-memory", a->max_memory, "refuse cases estimated to need more memory (bytes, K/M/G/T suffix; default 4G)");
+    r->add_option("--backward-algorithm", a->backward, "gradient cases: textbook (dS from the stored P) or flash (FlashAttention-2: D = rowsum(dO∘O), P recomputed)")
+        ->capture_default_str();
     r->add_flag("--float64", a->float64, "write every tensor as float64 '<f8' instead");
     r->callback([a] { run_case(*a); });
 }

@@ -1,14 +1,19 @@
 #pragma once
 /// \file backward_bounds.hpp
-/// Owns the first-order data-aware error bound of SDPA gradients (dQ, dK, dV and the row sums of dS)
-/// computed in a floating-point format with unit roundoff u, as a function of the exact-enough
-/// forward quantities (inputs, weights P, lse). The checker uses it to judge a candidate's gradients
+/// Owns the first-order data-aware error bounds of SDPA gradients (dQ, dK, dV and the row sums of dS)
+/// and of multi-head attention gradients (dX_q, dX_k, dX_v, dW_q/k/v/o, db_q/k/v/o) computed in a
+/// floating-point format with unit roundoff u, as a function of the exact-enough forward quantities
+/// (inputs, weights P, lse). The checker uses it to judge a candidate's gradients
 /// and the tests use it to judge attnref's own; the derivation is below and in docs/backward.md.
 ///
 /// Derivation (first order in u; n = max(dk, dv, Sk, Sq·H/Hkv) + 10, γ = n·u; every sum of m terms
 /// carries ≤ (m + 1)u relative error on the sum of the magnitudes — Higham, Accuracy and Stability of
 /// Numerical Algorithms, 2nd ed., §3.1):
-///  (B1) logits: |ΔS_ij| ≤ (dk + 3)u·L_i, L_i = max_j of s·Σ_c|q_ic k_jc| + |ALiBi| + |additive| + 1e9·seed;
+///  (B1) logits: |ΔS_ij| ≤ (dk + 3)u·L_i, L_i = max_j of s·Σ_c|q_ic k_jc| + |ALiBi| + |additive| + 1e9·seed,
+///       over the attendable keys except those the seed mask pushes down by 1e9 (seed 1, the rest of
+///       the logit ≤ 1e9/8, (dk + 3)u·(its magnitude) ≤ 1e9/8) when the row has a key without seed
+///       whose logit magnitude is ≤ 1e9/8: those logits stay ≥ 1e9/2 below the row's maximum, so
+///       their weights are 0 in every format and they add exactly 0 to every sum;
 ///  (B2) P (the forward's, or exp(S − lse) recomputed): |ΔP_ij| ≤ e_P·P_ij,
 ///       e_P = u(2(dk + 4)L_i + 2|lse_i| + 2Sk + 10): the softmax's sensitivity doubles the logit
 ///       error, the softmax itself adds (Sk + 3)u (Blanchard, Higham & Mary, "Accurate computation of
@@ -25,7 +30,9 @@
 ///  (B6) Σ_j dS_ij, exactly 0: its computed value ≤ Σ_j ρ_i M_ij.
 ///  (B7) gradients stored in a narrower format than the arithmetic (bf16 or fp16 kernels with float32
 ///       accumulation): the final rounding adds u_storage·|g| ≤ u_storage times the magnitude sums of
-///       (B5), i.e. ρ_i → ρ_i + u_storage for dQ and dK and γ + e_P → γ + e_P + u_storage for dV.
+///       (B5), i.e. ρ_i → ρ_i + u_storage for dQ and dK and γ + e_P → γ + e_P + u_storage for dV;
+///       weights P stored in a narrower format (u_weights: a bf16 P before dV = Pᵀ·dO, as
+///       FlashAttention casts it) add u_weights to e_P.
 /// Rows the mask leaves empty contribute only the uniform policy's dV_j += dO_i/Sk (γ·P_ij|dO_ic|).
 /// Second-order terms (products of two u's) are dropped: the bound is first order, as are the
 /// forward's data-aware bounds (tolerance.hpp), and callers that turn it into a verdict say so. It is
@@ -34,6 +41,32 @@
 ///
 /// The bound holds for every summation order of the sums (the analysis uses the order-free (m + 1)u
 /// form), for both backward algorithms (textbook and FlashAttention's), and for any scale placement.
+///
+/// Multi-head attention (y = x·W + b; Q, K, V projected, split into heads, SDPA, merged, W_o), first
+/// order, u_s = u_storage (every materialised intermediate — projections, head outputs, head
+/// gradients — is rounded to the storage format), R = B·Sq (or B·Sk) rows, s the logit scale:
+///  (B8)  projections: |ΔQ_ic| ≤ a^Q_ic = ((E + 2)u + u_s)·Q̃_ic, Q̃_ic = Σ_m|x_im W_mc| + |b_c| (a sum of
+///        E + 1 terms); K, V alike; dO = dOut·W_oᵀ (the upstream gradient of each head, split):
+///        a^dO_ic = ((Eo + 1)u + u_s)·Σ_n|dOut_in W_o,cn|;
+///  (B9)  the perturbed SDPA inputs move the head gradients by (first order, exact arithmetic):
+///        logits |ΔS_ij| ≤ σ_ij = s Σ_c(a^Q_ic|K_jc| + |Q_ic|a^K_jc) ≤ δ_i = max_j σ_ij (soft-capping
+///        has slope ≤ 1); P: |ΔP_ij| ≤ 2δ_i P_ij (ΔP_ij = P_ij(ΔS_ij − Σ_l P_il ΔS_il));
+///        dP: |ΔdP_ij| ≤ π_ij = Σ_c(a^dO_ic|V_jc| + |dO_ic|a^V_jc); D: |ΔD_i| ≤ 2δ_i D̄_i + Π_i,
+///        Π_i = Σ_j P_ij π_ij; dS: |ΔdS_ij| ≤ N_ij = 4δ_i M_ij + P_ij(π_ij + Π_i) (+ δ_i M_ij/cap with
+///        soft-capping: |d(1 − t²)/draw| ≤ 0.77/cap);
+///        ΔdQ_ic ≤ s Σ_j(N_ij|K_jc| + M_ij a^K_jc); ΔdK_jc ≤ s Σ_{h,i}(N_ij|Q_ic| + M_ij a^Q_ic);
+///        ΔdV_jc ≤ Σ_{h,i} P_ij(2δ_i|dO_ic| + a^dO_ic);
+///  (B10) head gradients: a^dQ = (B5)+(B7) at (Q, K, V, dO) with (u, u_s) plus (B9); dK, dV alike;
+///        their magnitudes |dQ|~_ic = s Σ_j M_ij|K_jc|, |dK|~_jc = s Σ_{h,i} M_ij|Q_ic|,
+///        |dV|~_jc = Σ_{h,i} P_ij|dO_ic| bound |dQ|, |dK|, |dV|;
+///  (B11) head outputs (for dW_o): |ΔO_ic| ≤ a^O_ic = Σ_j P_ij((e_P + 2δ_i + γ + u_s)|V_jc| + a^V_jc),
+///        e_P from (B2), γ = n·u as above; |O|~_ic = Σ_j P_ij|V_jc|;
+///  (B12) dW_o = mergedᵀ·dOut, db_o = Σ_r dOut: |ΔdW_o,mn| ≤ Σ_r(a^O_rm + ((R + 1)u + u_s)|O|~_rm)|dOut_rn|,
+///        |Δdb_o,n| ≤ ((R + 1)u + u_s)Σ_r|dOut_rn|;
+///  (B13) dX = dH·Wᵀ, dW = xᵀ·dH, db = Σ_r dH for H = Q (n = H·dk terms), K, V:
+///        |ΔdX_rm| ≤ Σ_c(a^dH_rc + ((n + 1)u + u_s)|dH|~_rc)|W_mc|,
+///        |ΔdW_mc| ≤ Σ_r |x_rm|(a^dH_rc + ((R + 1)u + u_s)|dH|~_rc), |Δdb_c| ≤ Σ_r(a^dH_rc + ((R + 1)u + u_s)|dH|~_rc).
+/// Evaluated in double with the same final factor 1 + 2^-20.
 
 #include <algorithm>
 #include <cmath>
@@ -41,6 +74,7 @@
 
 #include "attnref/attention.hpp"
 #include "attnref/mask.hpp"
+#include "attnref/multi_head_attention.hpp"
 #include "attnref/tensor.hpp"
 
 namespace attnref {
@@ -49,6 +83,71 @@ namespace attnref {
 struct sdpa_gradient_bounds {
     tensor<double, 4> grad_query, grad_key, grad_value, logits_row_sum;
 };
+
+namespace detail {
+/// |s|: the logit scale of the bounds (the caller's, or 1/√dk).
+inline double bound_logit_scale(const attention_options& options, std::size_t dk) {
+    return options.scale ? std::fabs(*options.scale) : 1 / std::sqrt(static_cast<double>(dk));
+}
+/// n of the SDPA bound: max(dk, dv, Sk, Sq·group) + 10.
+inline double bound_terms(const attention_dims& d) {
+    return static_cast<double>(std::max({d.head_dim_qk, d.head_dim_v, d.key_length, d.query_length * (d.heads / d.kv_heads)}) + 10);
+}
+/// The per-row terms of (B1)–(B4) shared by the SDPA and MHA bounds: L_i (B1), e_P (B2), D̄_i (B3),
+/// and |dP|_ij = Σ_c|dO_ic v_jc| into dp_abs (every key, masked ones included).
+struct gradient_row {
+    bool empty = true;
+    double logit_magnitude = 0, d_abs = 0, e_p = 0;
+};
+inline gradient_row gradient_row_terms(tensor_view<const double, 4> q, tensor_view<const double, 4> k, tensor_view<const double, 4> v,
+                                       tensor_view<const double, 4> grad_output, tensor_view<const double, 4> weights,
+                                       tensor_view<const double, 3> lse, const attention_options& options, const attention_dims& d,
+                                       std::size_t bb, std::size_t h, std::size_t i, double s, double u, double u_weights,
+                                       std::vector<double>& dp_abs) {
+    const std::size_t hk = h / (d.heads / d.kv_heads);
+    gradient_row r;
+    const double dk = static_cast<double>(d.head_dim_qk);
+    // Keys the seed mask pushes down by 1e9 (seed = 1) while another key of the row is not seed-masked:
+    // their logits stay below the row's by ≥ 1e9/2 whatever the rounding (checked below), so their
+    // weights are exactly 0 in every format and they add exactly 0 to every sum — they do not enter L_i.
+    // (A key without seed whose logit magnitude is ≤ 1e9/8 keeps the row's maximum ≥ −1e9/8.)
+    auto rest_magnitude = [&](std::size_t j) {
+        double qk = 0;
+        for (std::size_t x = 0; x < d.head_dim_qk; ++x) qk += std::fabs(q(bb, h, i, x) * k(bb, hk, j, x));
+        double m = s * qk;
+        if (!options.alibi_slopes.empty())
+            m += std::fabs(options.alibi_slopes[h]) * static_cast<double>(d.query_length + d.key_length);
+        if (options.mask.additive.present()) m += std::fabs(options.mask.additive.at(bb, h, i, j));
+        return m;
+    };
+    bool any_unseeded = false;
+    if (options.mask.seed.present())
+        for (std::size_t j = 0; j < d.key_length && !any_unseeded; ++j)
+            any_unseeded = !structurally_masked(options.mask, bb, h, i, j, d.query_length, d.key_length) &&
+                           options.mask.seed.at(bb, h, i, j) == 0 && rest_magnitude(j) <= 1e9 / 8;
+    for (std::size_t j = 0; j < d.key_length; ++j) {
+        double ov = 0;
+        for (std::size_t x = 0; x < d.head_dim_v; ++x) ov += std::fabs(grad_output(bb, h, i, x) * v(bb, hk, j, x));
+        dp_abs[j] = ov;
+        if (structurally_masked(options.mask, bb, h, i, j, d.query_length, d.key_length)) continue;
+        r.empty = false;
+        double m = rest_magnitude(j);
+        const double seed = options.mask.seed.present() ? 1e9 * std::fabs(options.mask.seed.at(bb, h, i, j)) : 0;
+        if (any_unseeded && seed >= 1e9 && 8 * m <= seed && (dk + 3) * u * (m + seed) <= seed / 8) {
+            r.d_abs += weights(bb, h, i, j) * dp_abs[j];
+            continue;
+        }
+        m += seed;
+        r.logit_magnitude = std::max(r.logit_magnitude, m);
+        r.d_abs += weights(bb, h, i, j) * dp_abs[j];
+    }
+    if (!r.empty) {
+        r.e_p = u * (2 * (dk + 4) * r.logit_magnitude + 2 * std::fabs(lse(bb, h, i)) + 2 * static_cast<double>(d.key_length) + 10) +
+                u_weights;  // (B2), (B7)
+    }
+    return r;
+}
+}  // namespace detail
 
 /// The first-order bound (B1)–(B7) for gradients computed with unit roundoff `u` (2^-53 for float64,
 /// 2^-24 float32, 2^-8 bfloat16, 2^-11 float16) and stored with unit roundoff `u_storage` (0: stored
@@ -60,14 +159,13 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
                                                              tensor_view<const double, 4> grad_output,
                                                              tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
                                                              const attention_options& options, double u,
-                                                             double u_storage = 0) {
+                                                             double u_storage = 0, double u_weights = 0) {
     const attention_dims d = detail::attention_dims_of(q, k, v);
     require_extent("grad_output axis 3 (head dim dv)", grad_output.extents[3], d.head_dim_v);
     require_extent("weights axis 3 (key length)", weights.extents[3], d.key_length);
     const std::size_t group = d.heads / d.kv_heads;
-    const double s = options.scale ? std::fabs(*options.scale) : 1 / std::sqrt(static_cast<double>(d.head_dim_qk));
-    const double n = static_cast<double>(std::max({d.head_dim_qk, d.head_dim_v, d.key_length, d.query_length * group}) + 10);
-    const double gamma = n * u;
+    const double s = detail::bound_logit_scale(options, d.head_dim_qk);
+    const double gamma = detail::bound_terms(d) * u;
     const double dk = static_cast<double>(d.head_dim_qk);
     sdpa_gradient_bounds b{tensor<double, 4>({d.batch, d.heads, d.query_length, d.head_dim_qk}, 0.0),
                            tensor<double, 4>({d.batch, d.kv_heads, d.key_length, d.head_dim_qk}, 0.0),
@@ -78,31 +176,15 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
         for (std::size_t h = 0; h < d.heads; ++h)
             for (std::size_t i = 0; i < d.query_length; ++i) {
                 const std::size_t hk = h / group;
-                double logit_magnitude = 0, d_abs = 0;
-                bool empty = true;
-                for (std::size_t j = 0; j < d.key_length; ++j) {
-                    double qk = 0, ov = 0;
-                    for (std::size_t x = 0; x < d.head_dim_qk; ++x) qk += std::fabs(q(bb, h, i, x) * k(bb, hk, j, x));
-                    for (std::size_t x = 0; x < d.head_dim_v; ++x) ov += std::fabs(grad_output(bb, h, i, x) * v(bb, hk, j, x));
-                    dp_abs[j] = ov;
-                    if (structurally_masked(options.mask, bb, h, i, j, d.query_length, d.key_length)) continue;
-                    empty = false;
-                    double m = s * qk;
-                    if (!options.alibi_slopes.empty())
-                        m += std::fabs(options.alibi_slopes[h]) * static_cast<double>(d.query_length + d.key_length);
-                    if (options.mask.additive.present()) m += std::fabs(options.mask.additive.at(bb, h, i, j));
-                    if (options.mask.seed.present()) m += 1e9 * std::fabs(options.mask.seed.at(bb, h, i, j));
-                    logit_magnitude = std::max(logit_magnitude, m);
-                    d_abs += weights(bb, h, i, j) * dp_abs[j];
-                }
-                if (empty) {  // only the uniform policy's dV_j += dO_i/Sk
+                const detail::gradient_row r =
+                    detail::gradient_row_terms(q, k, v, grad_output, weights, lse, options, d, bb, h, i, s, u, u_weights, dp_abs);
+                const double logit_magnitude = r.logit_magnitude, d_abs = r.d_abs, e_p = r.e_p;
+                if (r.empty) {  // only the uniform policy's dV_j += dO_i/Sk
                     for (std::size_t j = 0; j < d.key_length; ++j)
                         for (std::size_t x = 0; x < d.head_dim_v; ++x)
                             b.grad_value(bb, hk, j, x) += (gamma + u_storage) * std::fabs(weights(bb, h, i, j)) * std::fabs(grad_output(bb, h, i, x));
                     continue;
                 }
-                const double lse_i = std::fabs(lse(bb, h, i));
-                const double e_p = u * (2 * (dk + 4) * logit_magnitude + 2 * lse_i + 2 * static_cast<double>(d.key_length) + 10);  // (B2)
                 const double e_cap = options.softcap ? u * (4 + 2 * (dk + 3) * logit_magnitude / std::fabs(*options.softcap)) : 0;
                 const double rho = 4 * gamma + 2 * e_p + e_cap + 3 * u;  // (B5)
                 const double rho_stored = rho + u_storage;                 // (B7)
@@ -123,6 +205,225 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
     for (tensor<double, 4>* t : {&b.grad_query, &b.grad_key, &b.grad_value, &b.logits_row_sum})
         for (double& x : t->storage()) x *= inflation;
     return b;
+}
+
+namespace detail {
+/// (B9)–(B11): the SDPA gradient bound at exact inputs (q, k, v, dO) plus the first-order effect of
+/// errors a_q, a_k, a_v, a_do already in those inputs; also the magnitudes of the head gradients and
+/// the error and magnitude of the head outputs (for dW_o).
+struct perturbed_head_bounds {
+    tensor<double, 4> a_dq, a_dk, a_dv, m_dq, m_dk, m_dv, a_o, m_o;
+};
+inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> q_value, tensor_view<const double, 4> k_value,
+                                                   tensor_view<const double, 4> v_value, tensor_view<const double, 4> do_value,
+                                                   tensor_view<const double, 4> q_error, tensor_view<const double, 4> k_error,
+                                                   tensor_view<const double, 4> v_error, tensor_view<const double, 4> do_error,
+                                                   tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
+                                                   const attention_options& ao, double u, double us, double u_weights) {
+    struct view_pair {
+        tensor_view<const double, 4> value, error;
+    };
+    const view_pair Q{q_value, q_error}, K{k_value, k_error}, V{v_value, v_error}, dO{do_value, do_error};
+    const std::size_t dk = q_value.extents[3], dv = v_value.extents[3];
+    // (B10) the SDPA bound at the exact head inputs; (B9) the perturbation by the inputs' errors.
+    const sdpa_gradient_bounds sb = sdpa_gradient_first_order_bounds(Q.value, K.value, V.value, dO.value,
+                                                                      weights, lse, ao, u, us, u_weights);
+    const attention_dims d = detail::attention_dims_of(Q.value, K.value, V.value);
+    const std::size_t group = d.heads / d.kv_heads, sq = d.query_length, sk = d.key_length;
+    const double s = detail::bound_logit_scale(ao, dk), gamma = detail::bound_terms(d) * u;
+    tensor<double, 4> a_dq = sb.grad_query, a_dk = sb.grad_key, a_dv = sb.grad_value;  // (B10) errors of the head gradients
+    tensor<double, 4> m_dq(a_dq.extents(), 0.0), m_dk(a_dk.extents(), 0.0), m_dv(a_dv.extents(), 0.0);  // their magnitudes
+    tensor<double, 4> a_o({d.batch, d.heads, sq, dv}, 0.0), m_o({d.batch, d.heads, sq, dv}, 0.0);        // (B11)
+    std::vector<double> dp_abs(sk), sigma(sk), pi(sk);
+    for (std::size_t b = 0; b < d.batch; ++b)
+        for (std::size_t h = 0; h < d.heads; ++h)
+            for (std::size_t i = 0; i < sq; ++i) {
+                const std::size_t hk = h / group;
+                const detail::gradient_row r = detail::gradient_row_terms(Q.value, K.value, V.value, dO.value,
+                                                                          weights, lse, ao, d, b, h, i, s, u, u_weights, dp_abs);
+                double delta = 0, pi_sum = 0;
+                for (std::size_t j = 0; j < sk; ++j) {
+                    double sg = 0, pj = 0;
+                    for (std::size_t c = 0; c < dk; ++c)
+                        sg += Q.error(b, h, i, c) * std::fabs(K.value(b, hk, j, c)) + std::fabs(Q.value(b, h, i, c)) * K.error(b, hk, j, c);
+                    for (std::size_t c = 0; c < dv; ++c)
+                        pj += dO.error(b, h, i, c) * std::fabs(V.value(b, hk, j, c)) + std::fabs(dO.value(b, h, i, c)) * V.error(b, hk, j, c);
+                    sigma[j] = s * sg, pi[j] = pj;
+                    if (r.empty || structurally_masked(ao.mask, b, h, i, j, sq, sk)) continue;
+                    delta = std::max(delta, sigma[j]);
+                    pi_sum += weights(b, h, i, j) * pj;
+                }
+                for (std::size_t j = 0; j < sk; ++j) {
+                    // Empty rows (uniform policy): dV_j += P_ij dO_i and O_i = Σ_j P_ij V_j, constant in q and k.
+                    const bool masked = r.empty || structurally_masked(ao.mask, b, h, i, j, sq, sk);
+                    const double pw = std::fabs(weights(b, h, i, j));
+                    if (!(pw > 0)) continue;  // masked keys; NaN weights (nan policy) are not bounded
+                    const double dl = masked ? 0 : delta;
+                    for (std::size_t c = 0; c < dv; ++c) {
+                        const double vo = std::fabs(V.value(b, hk, j, c)), go = std::fabs(dO.value(b, h, i, c));
+                        a_dv(b, hk, j, c) += pw * (2 * dl * go + dO.error(b, h, i, c));
+                        m_dv(b, hk, j, c) += pw * go;
+                        a_o(b, h, i, c) += pw * ((r.e_p + 2 * dl + gamma + us) * vo + V.error(b, hk, j, c));
+                        m_o(b, h, i, c) += pw * vo;
+                    }
+                    if (masked) continue;
+                    const double m = pw * (dp_abs[j] + r.d_abs);  // M_ij (B4)
+                    double nn = 4 * delta * m + pw * (pi[j] + pi_sum);
+                    if (ao.softcap) nn += delta * m / std::fabs(*ao.softcap);
+                    for (std::size_t c = 0; c < dk; ++c) {
+                        const double kk = std::fabs(K.value(b, hk, j, c)), qq = std::fabs(Q.value(b, h, i, c));
+                        a_dq(b, h, i, c) += s * (nn * kk + m * K.error(b, hk, j, c));
+                        a_dk(b, hk, j, c) += s * (nn * qq + m * Q.error(b, h, i, c));
+                        m_dq(b, h, i, c) += s * m * kk;
+                        m_dk(b, hk, j, c) += s * m * qq;
+                    }
+                }
+            }
+    return {std::move(a_dq), std::move(a_dk), std::move(a_dv), std::move(m_dq), std::move(m_dk), std::move(m_dv), std::move(a_o),
+            std::move(m_o)};
+}
+}  // namespace detail
+
+/// The bound (B1)–(B7) for a backward that first rounds q, k, v and grad_output to a format with unit
+/// roundoff u_inputs (a candidate computing in a narrower format than the inputs): the rounding is an
+/// input error a = u_inputs·|x|, carried through (B9). The row sums of dS stay those of (B6) (exactly
+/// 0 for the rounded inputs too).
+inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds_rounded_inputs(
+    tensor_view<const double, 4> q, tensor_view<const double, 4> k, tensor_view<const double, 4> v, tensor_view<const double, 4> grad_output,
+    tensor_view<const double, 4> weights, tensor_view<const double, 3> lse, const attention_options& options, double u, double u_storage,
+    double u_weights, double u_inputs) {
+    if (!(u_inputs > 0)) return sdpa_gradient_first_order_bounds(q, k, v, grad_output, weights, lse, options, u, u_storage, u_weights);
+    auto error = [&](tensor_view<const double, 4> x) {
+        tensor<double, 4> e(x.extents, 0.0);
+        for (std::size_t n = 0; n < e.size(); ++n) e[n] = u_inputs * std::fabs(x[n]);
+        return e;
+    };
+    const tensor<double, 4> eq = error(q), ek = error(k), ev = error(v), eg = error(grad_output);
+    detail::perturbed_head_bounds hb = detail::perturbed_sdpa_bounds(q, k, v, grad_output, eq.view(), ek.view(), ev.view(), eg.view(),
+                                                                     weights, lse, options, u, u_storage, u_weights);
+    sdpa_gradient_bounds b = sdpa_gradient_first_order_bounds(q, k, v, grad_output, weights, lse, options, u, u_storage, u_weights);
+    constexpr double inflation = 1 + 0x1p-20;
+    for (tensor<double, 4>* t : {&hb.a_dq, &hb.a_dk, &hb.a_dv})
+        for (double& x : t->storage()) x *= inflation;
+    b.grad_query = std::move(hb.a_dq);
+    b.grad_key = std::move(hb.a_dk);
+    b.grad_value = std::move(hb.a_dv);
+    return b;
+}
+
+/// Per-element bounds on |ĝ − g| of multi-head attention gradients, shaped like mha_gradients.
+struct mha_gradient_bounds {
+    tensor<double, 3> grad_x_q, grad_x_k, grad_x_v;
+    tensor<double, 2> grad_w_q, grad_w_k, grad_w_v, grad_w_o;
+    tensor<double, 1> grad_b_q, grad_b_k, grad_b_v, grad_b_o;
+};
+
+/// The first-order bound (B8)–(B13) for multi-head attention gradients computed with unit roundoff
+/// `u` and intermediates (projections, head outputs, head gradients) and results stored with
+/// `u_storage` (0: the arithmetic's own format). x_q, x_k, x_v, the parameters and grad_output
+/// (B, Sq, Eo) exact; weights (B, H, Sq, Sk) and lse (B, H, Sq) the exact forward's. Biases absent in
+/// `p` count as 0 (their gradients are still bounded: the gradient at b = 0). u_inputs: the inputs
+/// (x, W, b, grad_output) are first rounded to a format with that unit roundoff (a candidate computing
+/// in a narrower format than the case's inputs): each product of two inputs carries 2·u_inputs more.
+inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const double, 3> x_q, tensor_view<const double, 3> x_k,
+                                                           tensor_view<const double, 3> x_v, const mha_parameters<double>& p,
+                                                           const mha_options& o, tensor_view<const double, 3> grad_output,
+                                                           tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
+                                                           double u, double u_storage = 0, double u_weights = 0,
+                                                           double u_inputs = 0) {
+    const mha_dims md = mha_dims_of(x_q, x_k, x_v, p, o);
+    require_extent("grad_output axis 0 (batch)", grad_output.extents[0], md.batch);
+    require_extent("grad_output axis 1 (query length)", grad_output.extents[1], md.query_length);
+    require_extent("grad_output axis 2 (output features)", grad_output.extents[2], md.output_dim);
+    require_extent("weights axis 3 (key length)", weights.extents[3], md.key_length);
+    const double us = u_storage;
+    // (B8): a projection y = x·W + b in double (values and magnitudes), split into heads.
+    struct projected {
+        tensor<double, 4> value, error;  // (B, heads, S, d)
+    };
+    auto project = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> w, tensor_view<const double, 1> bias,
+                       std::size_t heads) {
+        const std::size_t B = x.extents[0], S = x.extents[1], E = x.extents[2], N = w.extents[1], hd = N / heads;
+        projected r{tensor<double, 4>({B, heads, S, hd}, 0.0), tensor<double, 4>({B, heads, S, hd}, 0.0)};
+        const double rel = (static_cast<double>(E) + 2) * u + us + 2 * u_inputs;
+        for (std::size_t b = 0; b < B; ++b)
+            for (std::size_t i = 0; i < S; ++i)
+                for (std::size_t c = 0; c < N; ++c) {
+                    double v = 0, m = 0;
+                    for (std::size_t e = 0; e < E; ++e) v += x(b, i, e) * w(e, c), m += std::fabs(x(b, i, e) * w(e, c));
+                    if (!bias.empty()) v += bias[c], m += std::fabs(bias[c]);
+                    r.value(b, c / hd, i, c % hd) = v;
+                    r.error(b, c / hd, i, c % hd) = rel * m;
+                }
+        return r;
+    };
+    const projected Q = project(x_q, p.w_q, p.b_q, md.heads), K = project(x_k, p.w_k, p.b_k, md.kv_heads),
+                    V = project(x_v, p.w_v, p.b_v, md.kv_heads);
+    // dO = dOut·W_oᵀ split into heads, and its error.
+    const std::size_t Eo = md.output_dim, dv = md.head_dim_v;
+    projected dO{tensor<double, 4>({md.batch, md.heads, md.query_length, dv}, 0.0),
+                 tensor<double, 4>({md.batch, md.heads, md.query_length, dv}, 0.0)};
+    for (std::size_t b = 0; b < md.batch; ++b)
+        for (std::size_t i = 0; i < md.query_length; ++i)
+            for (std::size_t m = 0; m < md.heads * dv; ++m) {
+                double v = 0, mag = 0;
+                for (std::size_t n = 0; n < Eo; ++n)
+                    v += grad_output(b, i, n) * p.w_o(m, n), mag += std::fabs(grad_output(b, i, n) * p.w_o(m, n));
+                dO.value(b, m / dv, i, m % dv) = v;
+                dO.error(b, m / dv, i, m % dv) = ((static_cast<double>(Eo) + 1) * u + us + 2 * u_inputs) * mag;
+            }
+    const attention_options& ao = o.attention;
+    detail::perturbed_head_bounds hb = detail::perturbed_sdpa_bounds(Q.value.view(), K.value.view(), V.value.view(), dO.value.view(),
+                                                                     Q.error.view(), K.error.view(), V.error.view(), dO.error.view(),
+                                                                     weights, lse, ao, u, us, u_weights);
+    tensor<double, 4>&a_dq = hb.a_dq, &a_dk = hb.a_dk, &a_dv = hb.a_dv, &m_dq = hb.m_dq, &m_dk = hb.m_dk, &m_dv = hb.m_dv, &a_o = hb.a_o,
+                     &m_o = hb.m_o;
+    // (B12), (B13): the linear backward's sums over the merged (B, S, heads·d) layout.
+    const tensor<double, 3> A_dq = merge_heads<double>(a_dq.view()), A_dk = merge_heads<double>(a_dk.view()),
+                            A_dv = merge_heads<double>(a_dv.view()), M_dq = merge_heads<double>(m_dq.view()),
+                            M_dk = merge_heads<double>(m_dk.view()), M_dv = merge_heads<double>(m_dv.view()),
+                            A_o = merge_heads<double>(a_o.view()), M_o = merge_heads<double>(m_o.view());
+    mha_gradient_bounds r;
+    auto linear = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> w, const tensor<double, 3>& a, const tensor<double, 3>& m,
+                      tensor<double, 3>& gx, tensor<double, 2>& gw, tensor<double, 1>& gb) {
+        const std::size_t B = x.extents[0], S = x.extents[1], E = x.extents[2], N = w.extents[1], R = B * S;
+        const double rel_x = (static_cast<double>(N) + 1) * u + us + u_inputs, rel_r = (static_cast<double>(R) + 1) * u + us + u_inputs;
+        gx = tensor<double, 3>({B, S, E}, 0.0);
+        gw = tensor<double, 2>({E, N}, 0.0);
+        gb = tensor<double, 1>({N}, 0.0);
+        for (std::size_t rr = 0; rr < R; ++rr)
+            for (std::size_t c = 0; c < N; ++c) {
+                const double to_x = a[rr * N + c] + rel_x * m[rr * N + c], to_w = a[rr * N + c] + rel_r * m[rr * N + c];
+                gb[c] += to_w;
+                for (std::size_t e = 0; e < E; ++e) {
+                    gx[rr * E + e] += to_x * std::fabs(w(e, c));
+                    gw(e, c) += std::fabs(x[rr * E + e]) * to_w;
+                }
+            }
+    };
+    linear(x_q, p.w_q, A_dq, M_dq, r.grad_x_q, r.grad_w_q, r.grad_b_q);
+    linear(x_k, p.w_k, A_dk, M_dk, r.grad_x_k, r.grad_w_k, r.grad_b_k);
+    linear(x_v, p.w_v, A_dv, M_dv, r.grad_x_v, r.grad_w_v, r.grad_b_v);
+    {
+        const std::size_t R = md.batch * md.query_length, Mo = md.heads * dv;
+        const double rel_r = (static_cast<double>(R) + 1) * u + us + u_inputs;
+        r.grad_w_o = tensor<double, 2>({Mo, Eo}, 0.0);
+        r.grad_b_o = tensor<double, 1>({Eo}, 0.0);
+        for (std::size_t rr = 0; rr < R; ++rr)
+            for (std::size_t n = 0; n < Eo; ++n) {
+                const double g = std::fabs(grad_output[rr * Eo + n]);
+                r.grad_b_o[n] += rel_r * g;
+                for (std::size_t m = 0; m < Mo; ++m) r.grad_w_o(m, n) += (A_o[rr * Mo + m] + rel_r * M_o[rr * Mo + m]) * g;
+            }
+    }
+    constexpr double inflation = 1 + 0x1p-20;  // second-order terms and the bound's own rounding
+    for (tensor<double, 3>* t : {&r.grad_x_q, &r.grad_x_k, &r.grad_x_v})
+        for (double& x : t->storage()) x *= inflation;
+    for (tensor<double, 2>* t : {&r.grad_w_q, &r.grad_w_k, &r.grad_w_v, &r.grad_w_o})
+        for (double& x : t->storage()) x *= inflation;
+    for (tensor<double, 1>* t : {&r.grad_b_q, &r.grad_b_k, &r.grad_b_v, &r.grad_b_o})
+        for (double& x : t->storage()) x *= inflation;
+    return r;
 }
 
 }  // namespace attnref

@@ -373,8 +373,8 @@ class Verdict:
         return self.passed
 
 
-def check(case: Any, output: Any, *, weights: Any = None, lse: Any = None, dtype: str = "float64",
-          tolerance: str = "data-aware", empty_row_lse: str = "-inf") -> Verdict:
+def check(case: Any, output: Any = None, *, weights: Any = None, lse: Any = None, dtype: str = "float64",
+          tolerance: str = "data-aware", empty_row_lse: str = "-inf", **gradients: Any) -> Verdict:
     """Judges a candidate's outputs against a committed golden case, as ``attnref check`` does.
 
     ``case``: a GoldenCase or a case directory. ``output`` (and optionally ``weights`` (B, H, Sq, Sk)
@@ -382,6 +382,10 @@ def check(case: Any, output: Any, *, weights: Any = None, lse: Any = None, dtype
     "float32", "bfloat16", "float16"; bfloat16 tensors: pass ``.float()``). ``tolerance``: the model
     (``attnref.testing`` lists them; default "data-aware"). ``empty_row_lse``: the lse your kernel
     writes for fully masked rows ("-inf", "+inf" as FlashAttention 2/3, or "any").
+    Backward cases (``golden/*_bwd_*``): gradients by role as keywords — ``grad_query``, ``grad_key``,
+    ``grad_value`` (sdpa dQ, dK, dV; mha the gradients of x_q, x_k, x_v), and for mha ``grad_w_q`` …
+    ``grad_w_o``, ``grad_b_q`` … ``grad_b_o`` — judged against the certified gradients with the
+    gradient bound (docs/backward.md; "data-aware" or "baseline"); ``output`` is then optional.
     Returns a Verdict (truthy when it is PASS); raises ValueError for unusable input."""
     path = case.path if isinstance(case, GoldenCase) else __import__("os").fspath(case)
 
@@ -390,8 +394,14 @@ def check(case: Any, output: Any, *, weights: Any = None, lse: Any = None, dtype
             return None
         return _as_float64(x, what, allow_nonfinite=True)
 
+    for role in gradients:
+        if not role.startswith("grad_"):
+            raise TypeError(f"check() got an unexpected keyword argument '{role}'")
+    if output is None and not gradients:
+        raise ValueError("output: give the output, or at least one gradient (grad_query=…, …)")
+    grads = [(role, arr(g, role)) for role, g in gradients.items() if g is not None]
     result = _attnref._check(path, arr(output, "output"), arr(weights, "weights"), arr(lse, "lse"), dtype, tolerance,
-                             empty_row_lse)
+                             empty_row_lse, grads)
     return Verdict(*result)
 
 

@@ -5,6 +5,8 @@
 #include <pybind11/stl.h>
 
 #include "attnref/golden/case.hpp"
+#include <algorithm>
+
 #include "attnref/golden/check.hpp"
 #include "attnref/npy.hpp"
 
@@ -64,8 +66,9 @@ tolerance::candidate_format format_named(const std::string& name, const char* ar
 using f64 = py::array_t<double, py::array::c_style | py::array::forcecast>;
 
 /// (verdict, reason, text report, JSON report, JUnit report).
-py::tuple check(const std::string& dir, const f64& output, const std::optional<f64>& weights, const std::optional<f64>& lse,
-                const std::string& dtype, const std::string& model, const std::string& empty_lse) {
+py::tuple check(const std::string& dir, const std::optional<f64>& output, const std::optional<f64>& weights, const std::optional<f64>& lse,
+                const std::string& dtype, const std::string& model, const std::string& empty_lse,
+                const std::vector<std::pair<std::string, f64>>& gradients) {
     golden::check_options opt;
     const std::optional<tolerance::tolerance_model> m = tolerance::model_from_name(model);
     if (!m) throw std::invalid_argument("tolerance: unknown tolerance model '" + model + "'");
@@ -76,7 +79,8 @@ py::tuple check(const std::string& dir, const f64& output, const std::optional<f
     else throw std::invalid_argument("empty_row_lse: expected '-inf', '+inf' or 'any', got '" + empty_lse + "'");
     golden::candidate c;
     c.format = format_named(dtype, "dtype");
-    c.output = {output.data(), static_cast<std::size_t>(output.size())};
+    if (output) c.output = {output->data(), static_cast<std::size_t>(output->size())};
+    for (const auto& [role, g] : gradients) c.gradients.push_back({role, {g.data(), static_cast<std::size_t>(g.size())}});
     if (weights) c.weights = {weights->data(), static_cast<std::size_t>(weights->size())};
     if (lse) c.lse = {lse->data(), static_cast<std::size_t>(lse->size())};
     golden::check_result r;
@@ -90,7 +94,14 @@ py::tuple check(const std::string& dir, const f64& output, const std::optional<f
         };
         {
             py::gil_scoped_acquire acquire;
-            require("output", output, golden::output_shape(lc.m.spec));
+            if (output) require("output", *output, golden::output_shape(lc.m.spec));
+            const auto roles = golden::gradient_roles(lc.m.spec);
+            for (const auto& [role, g] : gradients) {
+                const auto it = std::find_if(roles.begin(), roles.end(), [&](const auto& r) { return r.first == role; });
+                if (it == roles.end())
+                    throw std::invalid_argument(role + ": not a gradient of the " + std::string(golden::kind_name(lc.m.spec.kind)) + " case " + lc.m.spec.name);
+                require(role.c_str(), g, it->second);
+            }
             if (weights) require("weights", *weights, golden::weights_shape(lc.m.spec));
             if (lse) require("lse", *lse, golden::lse_shape(lc.m.spec));
         }
@@ -115,5 +126,5 @@ void bind_golden(py::module_& m) {
     });
     m.def("_load_case", &load_case, py::arg("path"));
     m.def("_check", &check, py::arg("path"), py::arg("output"), py::arg("weights"), py::arg("lse"), py::arg("dtype"),
-          py::arg("tolerance"), py::arg("empty_row_lse"));
+          py::arg("tolerance"), py::arg("empty_row_lse"), py::arg("gradients"));
 }

@@ -7,6 +7,9 @@
 /// to tolerance.hpp (data_aware_scales_for, worst_case_scales_for, reference_weights), reading a
 /// candidate .npy (read_candidate: npy.hpp's header checks, then the data straight into doubles),
 /// and the reports (table, JSON, JUnit). `attnref check` is argument parsing around run_check.
+/// Gradients (backward cases): gradient_roles, compute_case_gradients (attnref's own backward of a
+/// case under a precision policy), gradient_bounds_for (backward_bounds.hpp fed with a case) and
+/// check_gradients (verdict rows and the gradient invariants).
 /// Needs fmt besides golden/case.hpp's dependencies (the CMake target attnref::golden).
 
 #include <algorithm>
@@ -14,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -25,6 +29,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "attnref/backward.hpp"
+#include "attnref/backward_bounds.hpp"
 #include "attnref/formats.hpp"
 #include "attnref/invariants.hpp"
 #include "attnref/npy.hpp"
@@ -43,16 +49,22 @@ struct check_options {
 /// A candidate in memory: its outputs as doubles in C order with the case's shapes (output_shape,
 /// weights_shape, lse_shape), holding values of `format` (a float32 kernel's outputs widened to
 /// double). weights and lse are optional (empty: not given); their formats default to `format`.
+struct gradient_tensor {
+    std::string role;  ///< grad_query, grad_key, grad_value (sdpa and mha); mha also grad_w_q … grad_w_o, grad_b_q … grad_b_o
+    std::span<const double> values;
+};
 struct candidate {
-    std::span<const double> output, weights, lse;
+    std::span<const double> output, weights, lse;  ///< output may be empty when gradients are given
     tolerance::candidate_format format = tolerance::candidate_format::float64;
     std::optional<tolerance::candidate_format> weights_format, lse_format;
+    std::vector<gradient_tensor> gradients;  ///< optional, by role, computed in `format`
 };
 
 /// A candidate given as .npy files (`attnref check`): paths, and the dtype when the files' descr
 /// does not say it (bfloat16 stored as '<f4').
 struct check_request {
-    std::string golden, output, weights, lse;  ///< empty weights/lse: not given
+    std::string golden, output, weights, lse;  ///< empty output/weights/lse: not given
+    std::vector<std::pair<std::string, std::string>> gradients;  ///< (role, .npy file); role as in gradient_roles
     std::optional<tolerance::candidate_format> dtype;  ///< nullopt: from the output's descr
     tolerance::tolerance_model model = tolerance::tolerance_model::data_aware;
     /// The lse the candidate writes for rows whose keys are all masked (FlashAttention 2/3: +inf).
@@ -155,6 +167,40 @@ inline std::string report_json(const check_result& r);
 inline std::string report_junit(const check_result& r);
 
 
+/// The gradient roles of a case and their shapes, in report order: sdpa grad_query (B, H, Sq, dk),
+/// grad_key (B, Hkv, Sk, dk), grad_value (B, Hkv, Sk, dv); mha grad_query/key/value w.r.t. x_q, x_k,
+/// x_v ((B, Sq, E), (B, Sk, E), (B, Sk, E)), grad_w_q … grad_w_o and, with biases, grad_b_q … grad_b_o.
+inline std::vector<std::pair<std::string, std::vector<std::size_t>>> gradient_roles(const case_spec& spec);
+/// attnref's own gradients of a case under Policy (inputs and grad_output rounded to Input first), by role.
+template <PrecisionPolicy Policy, class Input = typename Policy::storage_type>
+std::vector<std::pair<std::string, std::vector<double>>> compute_case_gradients(const case_spec& spec, const case_data& data,
+                                                                                std::span<const double> grad_output,
+                                                                                backward_algorithm algorithm = backward_algorithm::textbook,
+                                                                                std::size_t threads = 0);
+/// What judging gradients takes from a case: grad_output, the exact forward's weights and lse, and
+/// the certified float64 gradients by role.
+struct gradient_reference {
+    std::vector<double> grad_output, weights, lse;
+    std::vector<std::pair<std::string, std::vector<double>>> certified;
+    const std::vector<double>* find(const std::string& role) const {
+        for (const auto& [r, v] : certified)
+            if (r == role) return &v;
+        return nullptr;
+    }
+};
+/// The data-aware bounds (backward_bounds.hpp) of every gradient role for a candidate in format f,
+/// plus the certified reference's own rounding (2^-53 relative).
+inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_for(const case_spec& spec, const case_data& data,
+                                                                                    const gradient_reference& ref, tolerance::candidate_format f);
+/// Judges the candidate's gradients (tensor rows, one per role given) and the gradient invariants
+/// into `res` under the data-aware model (default) or FlashAttention's baseline rule.
+inline void check_gradients(const case_spec& spec, const case_data& data, const gradient_reference& ref,
+                            std::span<const gradient_tensor> got, tolerance::candidate_format f, tolerance::tolerance_model model,
+                            check_result& res);
+/// A loaded case's gradient_reference (grad_output, certified gradients, weights, lse); data_error
+/// when the case has no certified gradients.
+inline gradient_reference gradient_reference_of(const loaded_case& lc);
+
 
 // ---------------------------------------------------------------------------------------------
 // Definitions.
@@ -163,6 +209,11 @@ inline std::string report_junit(const check_result& r);
 namespace tol = attnref::tolerance;
 
 namespace check_detail {
+/// The `attnref check` flag of a gradient role: grad_w_q → grad-w-q.
+inline std::string flag_of(std::string role) {
+    std::replace(role.begin(), role.end(), '_', '-');
+    return role;
+}
 inline std::string shape_text(const std::vector<std::size_t>& s) {
     std::string r = "(";
     for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
@@ -430,6 +481,317 @@ inline tensor_report judge_with_decoys(std::span<const double> candidate, std::s
     return judge_output(candidate, expected, f, bounds, row, decoy_outputs(spec, data));
 }
 }  // namespace check_detail
+inline std::vector<std::pair<std::string, std::vector<std::size_t>>> gradient_roles(const case_spec& spec) {
+    const case_shapes& d = spec.shapes;
+    if (spec.kind == case_kind::sdpa)
+        return {{"grad_query", {d.batch, d.heads, d.query_length, d.head_dim_qk}},
+                {"grad_key", {d.batch, d.kv_heads, d.key_length, d.head_dim_qk}},
+                {"grad_value", {d.batch, d.kv_heads, d.key_length, d.head_dim_v}}};
+    std::vector<std::pair<std::string, std::vector<std::size_t>>> r{
+        {"grad_query", {d.batch, d.query_length, d.model_dim}},       {"grad_key", {d.batch, d.key_length, d.model_dim}},
+        {"grad_value", {d.batch, d.key_length, d.model_dim}},         {"grad_w_q", {d.model_dim, d.heads * d.head_dim_qk}},
+        {"grad_w_k", {d.model_dim, d.kv_heads * d.head_dim_qk}},      {"grad_w_v", {d.model_dim, d.kv_heads * d.head_dim_v}},
+        {"grad_w_o", {d.heads * d.head_dim_v, d.output_dim}}};
+    if (spec.conventions.projection_bias)
+        for (auto [role, n] : {std::pair<const char*, std::size_t>{"grad_b_q", d.heads * d.head_dim_qk}, {"grad_b_k", d.kv_heads * d.head_dim_qk},
+                               {"grad_b_v", d.kv_heads * d.head_dim_v}, {"grad_b_o", d.output_dim}})
+            r.push_back({role, {n}});
+    return r;
+}
+
+template <PrecisionPolicy Policy, class Input>
+std::vector<std::pair<std::string, std::vector<double>>> compute_case_gradients(const case_spec& spec, const case_data& data,
+                                                                                std::span<const double> grad_output,
+                                                                                backward_algorithm algorithm, std::size_t threads) {
+    const case_shapes& d = spec.shapes;
+    const attention_options o = options_for(spec, data, threads, softmax_algorithm::shifted_division, 64);
+    auto as_input = [](std::span<const double> v) {
+        std::vector<Input> r;
+        r.reserve(v.size());
+        for (double x : v) r.push_back(convert<Input>(x));
+        return r;
+    };
+    auto flat = [](const auto& t) {
+        std::vector<double> r(t.size());
+        for (std::size_t n = 0; n < t.size(); ++n) r[n] = static_cast<double>(t[n]);
+        return r;
+    };
+    const std::vector<Input> q = as_input(data.query), k = as_input(data.key), v = as_input(data.value), g = as_input(grad_output);
+    if (spec.kind == case_kind::sdpa) {
+        const auto r = scaled_dot_product_attention_backward<Policy, Input, Input, Input, Input>(
+            {q.data(), {d.batch, d.heads, d.query_length, d.head_dim_qk}}, {k.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_qk}},
+            {v.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_v}}, {g.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}}, o,
+            {algorithm});
+        return {{"grad_query", flat(r.grad_query)}, {"grad_key", flat(r.grad_key)}, {"grad_value", flat(r.grad_value)}};
+    }
+    const std::vector<Input> wq = as_input(data.w_q), wk = as_input(data.w_k), wv = as_input(data.w_v), wo = as_input(data.w_o);
+    const std::vector<Input> bq = as_input(data.b_q), bk = as_input(data.b_k), bv = as_input(data.b_v), bo = as_input(data.b_o);
+    mha_parameters<Input> p;
+    p.w_q = {wq.data(), {d.model_dim, d.heads * d.head_dim_qk}};
+    p.w_k = {wk.data(), {d.model_dim, d.kv_heads * d.head_dim_qk}};
+    p.w_v = {wv.data(), {d.model_dim, d.kv_heads * d.head_dim_v}};
+    p.w_o = {wo.data(), {d.heads * d.head_dim_v, d.output_dim}};
+    if (spec.conventions.projection_bias) {
+        p.b_q = {bq.data(), {bq.size()}};
+        p.b_k = {bk.data(), {bk.size()}};
+        p.b_v = {bv.data(), {bv.size()}};
+        p.b_o = {bo.data(), {bo.size()}};
+    }
+    const mha_options mo{d.heads, d.kv_heads, o};
+    const auto r = multi_head_attention_backward<Policy, Input, Input, Input>(
+        {q.data(), {d.batch, d.query_length, d.model_dim}}, {k.data(), {d.batch, d.key_length, d.model_dim}},
+        {v.data(), {d.batch, d.key_length, d.model_dim}}, p, mo, {g.data(), {d.batch, d.query_length, d.output_dim}}, {algorithm});
+    std::vector<std::pair<std::string, std::vector<double>>> out{
+        {"grad_query", flat(r.grad_x_q)}, {"grad_key", flat(r.grad_x_k)}, {"grad_value", flat(r.grad_x_v)}, {"grad_w_q", flat(r.grad_w_q)},
+        {"grad_w_k", flat(r.grad_w_k)},   {"grad_w_v", flat(r.grad_w_v)}, {"grad_w_o", flat(r.grad_w_o)}};
+    if (spec.conventions.projection_bias) {
+        out.push_back({"grad_b_q", flat(r.grad_b_q)});
+        out.push_back({"grad_b_k", flat(r.grad_b_k)});
+        out.push_back({"grad_b_v", flat(r.grad_b_v)});
+        out.push_back({"grad_b_o", flat(r.grad_b_o)});
+    }
+    return out;
+}
+
+namespace check_detail {
+/// attnref's own gradients in the candidate's format (the baseline rule's "naive" implementation):
+/// float64, float32, and bf16/fp16 storage with float32 accumulation.
+inline std::vector<std::pair<std::string, std::vector<double>>> naive_gradients(const case_spec& spec, const case_data& data,
+                                                                               std::span<const double> g, tol::candidate_format f) {
+    switch (f) {
+        case tol::candidate_format::float64: return compute_case_gradients<uniform_precision<double>>(spec, data, g);
+        case tol::candidate_format::float32: return compute_case_gradients<uniform_precision<float>>(spec, data, g);
+        case tol::candidate_format::bfloat16:
+            return compute_case_gradients<precision_policy<formats::bfloat16, float, formats::bfloat16, formats::bfloat16>>(spec, data, g);
+        case tol::candidate_format::float16:
+            return compute_case_gradients<precision_policy<formats::float16, float, formats::float16, formats::float16>>(spec, data, g);
+    }
+    return {};
+}
+/// Whether every input (and grad_output) of the case is a value of format f (else the candidate
+/// rounds them first, and the bound carries that rounding: u_inputs).
+inline bool inputs_representable(const case_data& data, std::span<const double> g, tol::candidate_format f) {
+    for (const std::vector<double>* v : {&data.query, &data.key, &data.value, &data.w_q, &data.w_k, &data.w_v, &data.w_o, &data.b_q,
+                                         &data.b_k, &data.b_v, &data.b_o})
+        for (double x : *v)
+            if (std::isfinite(x) && tol::round_to(f, x) != x) return false;
+    for (double x : g)
+        if (std::isfinite(x) && tol::round_to(f, x) != x) return false;
+    return true;
+}
+inline std::vector<double> flat_of(const auto& t) { return std::vector<double>(t.data(), t.data() + t.size()); }
+}  // namespace check_detail
+
+inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_for(const case_spec& spec, const case_data& data,
+                                                                                    const gradient_reference& ref, tol::candidate_format f) {
+    namespace cd = check_detail;
+    const case_shapes& d = spec.shapes;
+    const double u = tol::accumulate_roundoff(f), u_fmt = tol::unit_roundoff(f);
+    const double us = u_fmt > u ? u_fmt : 0;  // bf16/fp16 storage with float32 accumulation: (B7)
+    const double u_in = cd::inputs_representable(data, ref.grad_output, f) ? 0 : u_fmt;
+    const case_views c = views_of(spec, data);
+    const tensor_view<const double, 4> w = c.weights(ref.weights);
+    const tensor_view<const double, 3> lse{ref.lse.data(), {d.batch, d.heads, d.query_length}};
+    std::vector<std::pair<std::string, std::vector<double>>> r;
+    if (c.sdpa()) {
+        const tensor_view<const double, 4> g{ref.grad_output.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}};
+        const sdpa_gradient_bounds b = sdpa_gradient_first_order_bounds_rounded_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, us, u_in);
+        r = {{"grad_query", cd::flat_of(b.grad_query)}, {"grad_key", cd::flat_of(b.grad_key)}, {"grad_value", cd::flat_of(b.grad_value)}};
+    } else {
+        const tensor_view<const double, 3> g{ref.grad_output.data(), {d.batch, d.query_length, d.output_dim}};
+        const mha_gradient_bounds b = mha_gradient_first_order_bounds(c.x_q, c.x_k, c.x_v, c.w, c.mo, g, w, lse, u, us, us, u_in);
+        r = {{"grad_query", cd::flat_of(b.grad_x_q)}, {"grad_key", cd::flat_of(b.grad_x_k)}, {"grad_value", cd::flat_of(b.grad_x_v)},
+             {"grad_w_q", cd::flat_of(b.grad_w_q)},   {"grad_w_k", cd::flat_of(b.grad_w_k)}, {"grad_w_v", cd::flat_of(b.grad_w_v)},
+             {"grad_w_o", cd::flat_of(b.grad_w_o)},   {"grad_b_q", cd::flat_of(b.grad_b_q)}, {"grad_b_k", cd::flat_of(b.grad_b_k)},
+             {"grad_b_v", cd::flat_of(b.grad_b_v)},   {"grad_b_o", cd::flat_of(b.grad_b_o)}};
+    }
+    for (auto& [role, bounds] : r)
+        if (const std::vector<double>* e = ref.find(role))
+            for (std::size_t n = 0; n < bounds.size() && n < e->size(); ++n) bounds[n] += 0x1p-53 * std::fabs((*e)[n]);  // the reference's rounding
+    return r;
+}
+
+inline void check_gradients(const case_spec& spec, const case_data& data, const gradient_reference& ref, std::span<const gradient_tensor> got,
+                            tol::candidate_format f, tol::tolerance_model model, check_result& res) {
+    namespace cd = check_detail;
+    if (model != tol::tolerance_model::data_aware && model != tol::tolerance_model::baseline)
+        throw data_error(std::string("command line: --tolerance: ") + std::string(tol::model_name(model)) +
+                         " is not available for gradients (data-aware or baseline)");
+    const auto roles = gradient_roles(spec);
+    auto shape_of = [&](const std::string& role) -> const std::vector<std::size_t>* {
+        for (const auto& [r, s] : roles)
+            if (r == role) return &s;
+        return nullptr;
+    };
+    std::optional<std::vector<std::pair<std::string, std::vector<double>>>> bounds, naive;
+    auto find = [](const auto& list, const std::string& role) -> const std::vector<double>* {
+        for (const auto& [r, v] : list)
+            if (r == role) return &v;
+        return nullptr;
+    };
+    const double scale = spec.conventions.scale ? std::fabs(*spec.conventions.scale)
+                                                : 1 / std::sqrt(static_cast<double>(spec.shapes.head_dim_qk));
+    std::map<std::string, std::span<const double>> given;
+    for (const gradient_tensor& t : got) {
+        const std::vector<std::size_t>* shape = shape_of(t.role);
+        if (!shape) throw data_error("command line: --" + cd::flag_of(t.role) + ": not a gradient of the " + std::string(spec.kind == case_kind::sdpa ? "sdpa" : "mha") + " case " + spec.name);
+        const std::vector<double>* expected = ref.find(t.role);
+        if (!expected) throw data_error("case " + spec.name + ": no certified gradient '" + t.role + "' in its manifest");
+        std::size_t n = 1;
+        for (std::size_t e : *shape) n *= e;
+        if (t.values.size() != n || expected->size() != n)
+            throw data_error("candidate " + t.role + ": " + std::to_string(t.values.size()) + " values, the case " + spec.name + " needs " +
+                             std::to_string(n) + " (shape " + cd::shape_text(*shape) + ")");
+        given[t.role] = t.values;
+        std::vector<double> b;
+        if (model == tol::tolerance_model::data_aware) {
+            if (!bounds) bounds = gradient_bounds_for(spec, data, ref, f);
+            b = *find(*bounds, t.role);
+        } else {  // FlashAttention's rule, one number per tensor (tol::baseline_bound)
+            if (!naive) naive = cd::naive_gradients(spec, data, ref.grad_output, f);
+            b.assign(n, tol::baseline_bound(*expected, *find(*naive, t.role), f));
+        }
+        const std::size_t row = shape->back();
+        // grad_b_k is exactly 0 (a key bias shifts a row's logits alike): its scale is grad_w_k's.
+        double fixed_scale = 0;
+        if (t.role == "grad_b_k")
+            if (const std::vector<double>* wk = ref.find("grad_w_k"))
+                for (double x : *wk) fixed_scale = std::max(fixed_scale, std::isfinite(x) ? std::fabs(x) : 0.0);
+        const tol::comparison cmp = tol::compare(t.values, *expected, f, [&](std::size_t e) { return b[e]; });
+        const tol::vacuity vac = tol::find_vacuous(*expected, shape->size() == 1 ? n : row, [&](std::size_t e) { return b[e]; }, fixed_scale);
+        tensor_report tr = cd::judged(t.role, cmp, vac, fixed_scale > 0 ? "max |grad_w_k|" : "row scale max|expected|");
+        if (tr.verdict == "pass") {
+            // Decoys: a grossly wrong gradient (0, twice the gradient, the gradient with the scale dropped).
+            std::vector<decoy> decoys;
+            decoys.push_back({"zero gradient", std::vector<double>(n, 0.0)});
+            std::vector<double> twice(*expected), unscaled(*expected);
+            for (double& x : twice) x *= 2;
+            for (double& x : unscaled) x /= scale;
+            decoys.push_back({"twice the gradient", twice});
+            if (scale != 1) decoys.push_back({"the gradient with the scale dropped", unscaled});
+            if (const decoy* p = passing_decoy(decoys, *expected, f, b, shape->size() == 1 ? n : row)) {
+                tr.verdict = "INCONCLUSIVE";
+                tr.note = "the bound admits a trivially wrong gradient (" + p->name + "); a pass would prove nothing";
+            }
+        }
+        if (spec.shapes.heads != spec.shapes.kv_heads && (t.role == "grad_key" || t.role == "grad_value"))
+            tr.note += std::string(tr.note.empty() ? "" : "; ") + "GQA: the sum over the group is checked by this comparison with the certified values";
+        res.tensors.push_back(std::move(tr));
+    }
+    if (spec.kind != case_kind::sdpa) return;  // the invariants below are on SDPA's dK, dV
+    const case_shapes& d = spec.shapes;
+    const std::size_t group = d.heads / d.kv_heads, sq = d.query_length, sk = d.key_length, dk = d.head_dim_qk, dv = d.head_dim_v;
+    const case_views c = views_of(spec, data);
+    const empty_row_policy policy = spec.conventions.empty_rows;
+    auto masked_for_group = [&](std::size_t b, std::size_t hk, std::size_t j) {
+        for (std::size_t h = hk * group; h < (hk + 1) * group; ++h)
+            for (std::size_t i = 0; i < sq; ++i)
+                if (!structurally_masked(c.o.mask, b, h, i, j, sq, sk)) return false;
+        return true;
+    };
+    const auto dK = given.find("grad_key"), dV = given.find("grad_value");
+    if (policy == empty_row_policy::zero && (dK != given.end() || dV != given.end())) {
+        invariant_report r;
+        r.name = "dK, dV of fully masked keys exactly 0";
+        for (std::size_t b = 0; b < d.batch; ++b)
+            for (std::size_t hk = 0; hk < d.kv_heads; ++hk)
+                for (std::size_t j = 0; j < sk; ++j) {
+                    if (!masked_for_group(b, hk, j)) continue;
+                    double worst = 0;
+                    if (dK != given.end())
+                        for (std::size_t x = 0; x < dk; ++x) {
+                            const double y = dK->second[((b * d.kv_heads + hk) * sk + j) * dk + x];
+                            worst = std::isnan(y) ? std::numeric_limits<double>::infinity() : std::max(worst, std::fabs(y));
+                        }
+                    if (dV != given.end())
+                        for (std::size_t x = 0; x < dv; ++x) {
+                            const double y = dV->second[((b * d.kv_heads + hk) * sk + j) * dv + x];
+                            worst = std::isnan(y) ? std::numeric_limits<double>::infinity() : std::max(worst, std::fabs(y));
+                        }
+                    r.record(worst == 0, worst, 0, {b, hk, j, 0});
+                }
+        res.invariants.push_back(r);
+    }
+    const bool nan_rows = policy == empty_row_policy::nan && std::any_of(ref.weights.begin(), ref.weights.end(), [](double x) { return std::isnan(x); });
+    if (dK != given.end() && !spec.conventions.softcap && !nan_rows) {
+        // Σ_j dK_jc = s Σ_i (Σ_j dS_ij) q_ic = 0: within the sum of the elements' bounds (data-aware).
+        if (!bounds) bounds = gradient_bounds_for(spec, data, ref, f);
+        const std::vector<double>& bk = *find(*bounds, "grad_key");
+        const std::vector<double>& ek = *ref.find("grad_key");  // the certified dK: the invariant's scale
+        invariant_report r;
+        r.name = "sum over keys of dK = 0";
+        for (std::size_t b = 0; b < d.batch; ++b)
+            for (std::size_t hk = 0; hk < d.kv_heads; ++hk)
+                for (std::size_t x = 0; x < dk; ++x) {
+                    double sum = 0, magnitude = 0, bound = 0, terms = 0;
+                    for (std::size_t j = 0; j < sk; ++j) {
+                        const std::size_t e = ((b * d.kv_heads + hk) * sk + j) * dk + x;
+                        sum += dK->second[e];
+                        magnitude += std::fabs(dK->second[e]);
+                        bound += bk[e];
+                        terms += std::fabs(ek[e]);
+                    }
+                    bound += static_cast<double>(sk + 1) * 0x1p-53 * magnitude;  // this double sum's own rounding
+                    // Vacuous when the bound reaches Σ_j |dK_jc| (the size of the terms summed): then any dK
+                    // column of that size would satisfy it.
+                    if (!(bound < terms) && terms > 0) r.vacuous = true;
+                    r.record(std::fabs(sum) <= bound, std::fabs(sum), bound, {b, hk, x, 0});
+                }
+        res.invariants.push_back(r);
+    }
+    if (dV != given.end() && !nan_rows) {
+        // dV_j = Σ_{h in group} Σ_i P_ij dO_i with the certified P, within dV's bound (plus this sum's rounding).
+        if (!bounds) bounds = gradient_bounds_for(spec, data, ref, f);
+        const std::vector<double>& bv = *find(*bounds, "grad_value");
+        const std::vector<double>& ev = *ref.find("grad_value");
+        invariant_report r;
+        r.name = "dV = P^T dO (certified P)";
+        for (std::size_t b = 0; b < d.batch; ++b)
+            for (std::size_t hk = 0; hk < d.kv_heads; ++hk)
+                for (std::size_t j = 0; j < sk; ++j)
+                    for (std::size_t x = 0; x < dv; ++x) {
+                        double acc = 0, magnitude = 0;
+                        for (std::size_t h = hk * group; h < (hk + 1) * group; ++h)
+                            for (std::size_t i = 0; i < sq; ++i) {
+                                const double p = ref.weights[((b * d.heads + h) * sq + i) * sk + j];
+                                const double g = ref.grad_output[((b * d.heads + h) * sq + i) * dv + x];
+                                acc += p * g;
+                                magnitude += std::fabs(p * g);
+                            }
+                        const std::size_t e = ((b * d.kv_heads + hk) * sk + j) * dv + x;
+                        const double bound = bv[e] + static_cast<double>(group * sq + 3) * 0x1p-53 * magnitude;
+                        const double dev = std::isnan(dV->second[e]) ? std::numeric_limits<double>::infinity() : std::fabs(dV->second[e] - acc);
+                        // Vacuous where the bound reaches the row's scale max_c |dV_jc| (find_vacuous's rule).
+                        double row_scale = 0;
+                        for (std::size_t y = 0; y < dv; ++y)
+                            row_scale = std::max(row_scale, std::fabs(ev[((b * d.kv_heads + hk) * sk + j) * dv + y]));
+                        if (!(bound < row_scale) && row_scale > 0) r.vacuous = true;
+                        r.record(dev <= bound, dev, bound, {b, hk, j, x});
+                    }
+        res.invariants.push_back(r);
+    }
+}
+
+inline gradient_reference gradient_reference_of(const loaded_case& lc) {
+    const case_spec& spec = lc.m.spec;
+    gradient_reference r;
+    const tensor_entry* g = lc.entry("grad_output");
+    if (!g) throw data_error((lc.dir / "manifest.json").string() + ": field 'tensors': no tensor with role 'grad_output' (the case " + spec.name + " has no certified gradients)");
+    r.grad_output = lc.reference(*g);
+    for (const auto& [role, shape] : gradient_roles(spec))
+        if (const tensor_entry* t = lc.entry(role)) r.certified.push_back({role, lc.reference(*t)});
+    r.weights = reference_weights(lc);
+    if (const tensor_entry* t = lc.entry("lse")) r.lse = lc.reference(*t);
+    else {
+        case_spec s = spec;
+        s.outputs.weights = false;
+        s.outputs.lse = true;
+        const auto o = compute_case<uniform_precision<double>>(s, lc.data, 0);
+        r.lse.assign(o.lse.data(), o.lse.data() + o.lse.size());
+    }
+    return r;
+}
+
 inline check_result check(const loaded_case& lc, const candidate& c, const check_options& opt) {
     namespace cd = check_detail;
     const case_spec& spec = lc.m.spec;
@@ -444,15 +806,13 @@ inline check_result check(const loaded_case& lc, const candidate& c, const check
             throw data_error(std::string("candidate ") + what + ": " + std::to_string(v.size()) + " values, the case " + spec.name +
                              " needs " + std::to_string(n) + " (shape " + cd::shape_text(shape) + ")");
     };
-    require_size("output", c.output, output_shape(spec));
+    if (c.output.empty() && c.gradients.empty())
+        throw data_error("candidate: nothing to check (give the output, or at least one gradient)");
+    if (!c.output.empty()) require_size("output", c.output, output_shape(spec));
     if (!c.weights.empty()) require_size("weights", c.weights, weights_shape(spec));
     if (!c.lse.empty()) require_size("lse", c.lse, lse_shape(spec));
     check_result res;
     res.case_name = spec.name;
-    const tensor_entry* out_entry = lc.entry("output");
-    if (!out_entry) throw data_error((lc.dir / "manifest.json").string() + ": field 'tensors': no tensor with role 'output'");
-    const std::vector<double> expected = lc.reference(*out_entry);
-    const std::span<const double> candidate = c.output;
     res.format = format;
     res.model = opt.model;
     const double u = tol::unit_roundoff(format), u_acc = tol::accumulate_roundoff(format);
@@ -471,6 +831,11 @@ inline check_result check(const loaded_case& lc, const candidate& c, const check
         return *scales;
     };
 
+    if (!c.output.empty()) {
+    const tensor_entry* out_entry = lc.entry("output");
+    if (!out_entry) throw data_error((lc.dir / "manifest.json").string() + ": field 'tensors': no tensor with role 'output'");
+    const std::vector<double> expected = lc.reference(*out_entry);
+    const std::span<const double> candidate = c.output;
     const std::vector<std::size_t> oshape = output_shape(spec);
     const std::size_t row = oshape.back();
     if (opt.model == tol::tolerance_model::data_aware || opt.model == tol::tolerance_model::worst_case) {
@@ -491,6 +856,9 @@ inline check_result check(const loaded_case& lc, const candidate& c, const check
         }
         res.tensors.push_back(cd::judge_with_decoys(candidate, expected, format, bounds, row, spec, lc.data));
     }
+
+    }
+    if (!c.gradients.empty()) check_gradients(spec, lc.data, gradient_reference_of(lc), c.gradients, format, opt.model, res);
 
     // Invariants on the weights and lse the candidate returned.
     invariant_context ctx{views.o.mask, spec.conventions.empty_rows, opt.empty_lse};
@@ -564,7 +932,25 @@ inline check_result run_check(const check_request& rq) {
     const loaded_case lc = load_case(rq.golden);
     const case_spec& spec = lc.m.spec;
     std::optional<tol::candidate_format> format = rq.dtype, wf = rq.dtype, lf = rq.dtype;
-    const std::vector<double> output = read_candidate(rq.output, output_shape(spec), format);
+    if (rq.output.empty() && rq.gradients.empty())
+        throw data_error("command line: give --output or at least one gradient (--grad-query, --grad-key, --grad-value, …)");
+    const auto roles = gradient_roles(spec);
+    std::vector<std::vector<double>> gradient_values;
+    std::vector<gradient_tensor> gradients;
+    for (const auto& [role, file] : rq.gradients) {
+        const auto it = std::find_if(roles.begin(), roles.end(), [&](const auto& r) { return r.first == role; });
+        if (it == roles.end())
+            throw data_error("command line: --" + check_detail::flag_of(role) + ": not a gradient of the " +
+                             std::string(spec.kind == case_kind::sdpa ? "sdpa" : "mha") + " case " + spec.name +
+                             (spec.kind == case_kind::mha && !spec.conventions.projection_bias && role.rfind("grad_b_", 0) == 0 ? " (it has no biases)" : ""));
+        if (!lc.entry(role))
+            throw data_error((lc.dir / "manifest.json").string() + ": field 'tensors': no tensor with role '" + role + "' (the case " +
+                             spec.name + " has no certified gradients)");
+        gradient_values.push_back(read_candidate(file, it->second, format));
+    }
+    for (std::size_t n = 0; n < rq.gradients.size(); ++n) gradients.push_back({rq.gradients[n].first, gradient_values[n]});
+    std::vector<double> output;
+    if (!rq.output.empty()) output = read_candidate(rq.output, output_shape(spec), format);
     std::vector<double> weights, lse;
     if (!rq.weights.empty()) weights = read_candidate(rq.weights, weights_shape(spec), wf);
     if (!rq.lse.empty()) lse = read_candidate(rq.lse, lse_shape(spec), lf);
@@ -575,13 +961,14 @@ inline check_result run_check(const check_request& rq) {
     c.format = *format;
     c.weights_format = wf;
     c.lse_format = lf;
+    c.gradients = gradients;
     return check(lc, c, check_options{rq.model, rq.empty_lse});
 }
 
 
 inline std::string report_table(const check_result& r, bool colour) {
     std::string s = fmt::format("case {}  candidate {}  model {}\n", r.case_name, tol::format_name(r.format), tol::model_name(r.model));
-    s += fmt::format("{:<8} {:>11} {:>11} {:>9} {:>11} {:>11} {:>10} {:>24} {:>14}  {}\n", "tensor", "max abs", "max rel", "max ULP",
+    s += fmt::format("{:<10} {:>11} {:>11} {:>9} {:>11} {:>11} {:>10} {:>24} {:>14}  {}\n", "tensor", "max abs", "max rel", "max ULP",
                      "RMS", "worst/bound", "worst idx", "candidate vs expected", "violations", "verdict");
     for (const tensor_report& t : r.tensors) {
         const tol::comparison& c = t.cmp;
@@ -590,7 +977,7 @@ inline std::string report_table(const check_result& r, bool colour) {
         if (colour)
             verdict = fmt::format(fmt::fg(t.verdict == "pass" ? fmt::color::green : t.verdict == "FAIL" ? fmt::color::red : fmt::color::orange),
                                   "{}", t.verdict);
-        s += fmt::format("{:<8} {:>11.3e} {:>11.3e} {:>9.3g} {:>11.3e} {:>11.3g} {:>10} {:>11.4g} vs {:<9.4g} {:>6} ({:>5.1f}%)  {}{}\n",
+        s += fmt::format("{:<10} {:>11.3e} {:>11.3e} {:>9.3g} {:>11.3e} {:>11.3g} {:>10} {:>11.4g} vs {:<9.4g} {:>6} ({:>5.1f}%)  {}{}\n",
                          t.name, c.max_abs, c.max_rel, c.max_ulp, c.rms, c.worst_ratio, c.worst_index, c.worst_candidate,
                          c.worst_expected, c.violations, pct, verdict, t.note.empty() ? "" : " (" + t.note + ")");
     }
