@@ -432,6 +432,9 @@ result measure_backward(const point& pt) {
     const double u = static_cast<double>(attnref::unit_roundoff<A>());
     res.u = u;
     const double u_storage = scalar_traits<O>::digits < scalar_traits<A>::digits ? static_cast<double>(attnref::unit_roundoff<O>()) : 0.0;
+    // P stored narrower than the arithmetic (fp32_p_bf16, bf16_fp32acc …): backward_bounds.hpp's u_weights.
+    using W = typename Policy::weights_type;
+    const double u_weights = scalar_traits<W>::digits < scalar_traits<A>::digits ? static_cast<double>(attnref::unit_roundoff<W>()) : 0.0;
     const binary_format fmt = format_of<S>();
     generator::input_family family;
     for (const char* role : {"query", "key"}) family.roles[role] = {1, 0};
@@ -477,7 +480,7 @@ result measure_backward(const point& pt) {
         const sdpa_gradient_bounds bound = sdpa_gradient_first_order_bounds(
             tensor_view<const double, 4>{q.data(), qe}, tensor_view<const double, 4>{k.data(), ke}, tensor_view<const double, 4>{v.data(), ke},
             tensor_view<const double, 4>{g.data(), qe}, tensor_view<const double, 4>{weights.data(), {1, 1, sq, n}},
-            tensor_view<const double, 3>{lse.data(), {1, 1, sq}}, o, u, u_storage);
+            tensor_view<const double, 3>{lse.data(), {1, 1, sq}}, o, u, u_storage, u_weights);
         const std::array refs{&ref.grad_query, &ref.grad_key, &ref.grad_value};
         const std::array gots{&got.grad_query, &got.grad_key, &got.grad_value};
         const std::array bounds{&bound.grad_query, &bound.grad_key, &bound.grad_value};
