@@ -122,6 +122,51 @@ inline std::vector<std::uint8_t> empty_rows_of(const case_spec& spec, const case
     return empty;
 }
 
+/// A case's inputs converted (rounded) once to Input, with the case's shapes: the one place a
+/// computation under a policy (compute_case here, compute_case_gradients in golden/check.hpp) turns
+/// case_data into typed inputs. Views point into this object, which must outlive them.
+template <class Input>
+struct converted_inputs {
+    const case_shapes& d;
+    std::vector<Input> q, k, v, w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o;
+
+    static std::vector<Input> convert_all(std::span<const double> x) {
+        std::vector<Input> r;
+        r.reserve(x.size());
+        for (double e : x) r.push_back(convert<Input>(e));
+        return r;
+    }
+    converted_inputs(const case_spec& spec, const case_data& data)
+        : d(spec.shapes), q(convert_all(data.query)), k(convert_all(data.key)), v(convert_all(data.value)) {
+        if (spec.kind == case_kind::sdpa) return;
+        w_q = convert_all(data.w_q), w_k = convert_all(data.w_k), w_v = convert_all(data.w_v), w_o = convert_all(data.w_o);
+        if (!spec.conventions.projection_bias) return;
+        b_q = convert_all(data.b_q), b_k = convert_all(data.b_k), b_v = convert_all(data.b_v), b_o = convert_all(data.b_o);
+    }
+    // SDPA: q (B, H, Sq, dk), k (B, Hkv, Sk, dk), v (B, Hkv, Sk, dv).
+    tensor_view<const Input, 4> sdpa_q() const { return {q.data(), {d.batch, d.heads, d.query_length, d.head_dim_qk}}; }
+    tensor_view<const Input, 4> sdpa_k() const { return {k.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_qk}}; }
+    tensor_view<const Input, 4> sdpa_v() const { return {v.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_v}}; }
+    // MHA: x_q (B, Sq, E), x_k and x_v (B, Sk, E), and the projections (biases when present).
+    tensor_view<const Input, 3> x_q() const { return {q.data(), {d.batch, d.query_length, d.model_dim}}; }
+    tensor_view<const Input, 3> x_k() const { return {k.data(), {d.batch, d.key_length, d.model_dim}}; }
+    tensor_view<const Input, 3> x_v() const { return {v.data(), {d.batch, d.key_length, d.model_dim}}; }
+    mha_parameters<Input> params() const {
+        mha_parameters<Input> p;
+        p.w_q = {w_q.data(), {d.model_dim, d.heads * d.head_dim_qk}};
+        p.w_k = {w_k.data(), {d.model_dim, d.kv_heads * d.head_dim_qk}};
+        p.w_v = {w_v.data(), {d.model_dim, d.kv_heads * d.head_dim_v}};
+        p.w_o = {w_o.data(), {d.heads * d.head_dim_v, d.output_dim}};
+        if (!b_q.empty()) {
+            p.b_q = {b_q.data(), {b_q.size()}};
+            p.b_k = {b_k.data(), {b_k.size()}};
+            p.b_v = {b_v.data(), {b_v.size()}};
+            p.b_o = {b_o.data(), {b_o.size()}};
+        }
+        return p;
+    }
+};
+
 /// Runs the case through attnref's templates under Policy. Inputs are first converted (rounded) to
 /// Input, which is double for the reference and the policy's storage type for `attnref run`.
 /// `rows` (B, H, Sq flags, empty = all): only those query rows are computed (attention_options::rows).
@@ -132,12 +177,6 @@ case_outputs_of<Policy> compute_case(const case_spec& spec, const case_data& dat
     const case_shapes& d = spec.shapes;
     attention_options o = options_for(spec, data, threads, algorithm, block);
     o.rows = rows;
-    auto as_input = [](const std::vector<double>& v) {
-        std::vector<Input> r;
-        r.reserve(v.size());
-        for (double x : v) r.push_back(convert<Input>(x));
-        return r;
-    };
     case_outputs_of<Policy> r;
     const std::size_t out_size = spec.kind == case_kind::sdpa ? d.batch * d.heads * d.query_length * d.head_dim_v
                                                                : d.batch * d.query_length * d.output_dim;
@@ -148,36 +187,17 @@ case_outputs_of<Policy> compute_case(const case_spec& spec, const case_data& dat
     tensor_view<typename Policy::accumulate_type, 3> lse{};
     if (spec.outputs.weights) weights = {r.weights.data(), {d.batch, d.heads, d.query_length, d.key_length}};
     if (spec.outputs.lse) lse = {r.lse.data(), {d.batch, d.heads, d.query_length}};
-    const std::vector<Input> q = as_input(data.query), k = as_input(data.key), v = as_input(data.value);
+    const converted_inputs<Input> in(spec, data);
     if (spec.kind == case_kind::sdpa) {
-        tensor_view<const Input, 4> qv{q.data(), {d.batch, d.heads, d.query_length, d.head_dim_qk}};
-        tensor_view<const Input, 4> kv{k.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_qk}};
-        tensor_view<const Input, 4> vv{v.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_v}};
         tensor_view<typename Policy::output_type, 4> out{r.output.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}};
-        scaled_dot_product_attention_into<Policy>(qv, kv, vv, o, out, weights, lse);
+        scaled_dot_product_attention_into<Policy>(in.sdpa_q(), in.sdpa_k(), in.sdpa_v(), o, out, weights, lse);
     } else {
-        const std::vector<Input> wq = as_input(data.w_q), wk = as_input(data.w_k), wv = as_input(data.w_v), wo = as_input(data.w_o);
-        const std::vector<Input> bq = as_input(data.b_q), bk = as_input(data.b_k), bv = as_input(data.b_v), bo = as_input(data.b_o);
-        mha_parameters<Input> p;
-        p.w_q = {wq.data(), {d.model_dim, d.heads * d.head_dim_qk}};
-        p.w_k = {wk.data(), {d.model_dim, d.kv_heads * d.head_dim_qk}};
-        p.w_v = {wv.data(), {d.model_dim, d.kv_heads * d.head_dim_v}};
-        p.w_o = {wo.data(), {d.heads * d.head_dim_v, d.output_dim}};
-        if (spec.conventions.projection_bias) {
-            p.b_q = {bq.data(), {bq.size()}};
-            p.b_k = {bk.data(), {bk.size()}};
-            p.b_v = {bv.data(), {bv.size()}};
-            p.b_o = {bo.data(), {bo.size()}};
-        }
         mha_options mo;
         mo.heads = d.heads;
         mo.kv_heads = d.kv_heads;
         mo.attention = o;
-        tensor_view<const Input, 3> xq{q.data(), {d.batch, d.query_length, d.model_dim}};
-        tensor_view<const Input, 3> xk{k.data(), {d.batch, d.key_length, d.model_dim}};
-        tensor_view<const Input, 3> xv{v.data(), {d.batch, d.key_length, d.model_dim}};
         tensor_view<typename Policy::output_type, 3> out{r.output.data(), {d.batch, d.query_length, d.output_dim}};
-        multi_head_attention_into<Policy>(xq, xk, xv, p, mo, out, weights, lse, tensor_view<typename Policy::storage_type, 4>{});
+        multi_head_attention_into<Policy>(in.x_q(), in.x_k(), in.x_v(), in.params(), mo, out, weights, lse, tensor_view<typename Policy::storage_type, 4>{});
     }
     return r;
 }

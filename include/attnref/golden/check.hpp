@@ -505,42 +505,21 @@ std::vector<std::pair<std::string, std::vector<double>>> compute_case_gradients(
                                                                                 backward_algorithm algorithm, std::size_t threads) {
     const case_shapes& d = spec.shapes;
     const attention_options o = options_for(spec, data, threads, softmax_algorithm::shifted_division, 64);
-    auto as_input = [](std::span<const double> v) {
-        std::vector<Input> r;
-        r.reserve(v.size());
-        for (double x : v) r.push_back(convert<Input>(x));
-        return r;
-    };
     auto flat = [](const auto& t) {
         std::vector<double> r(t.size());
         for (std::size_t n = 0; n < t.size(); ++n) r[n] = static_cast<double>(t[n]);
         return r;
     };
-    const std::vector<Input> q = as_input(data.query), k = as_input(data.key), v = as_input(data.value), g = as_input(grad_output);
+    const converted_inputs<Input> in(spec, data);
+    const std::vector<Input> g = converted_inputs<Input>::convert_all(grad_output);
     if (spec.kind == case_kind::sdpa) {
         const auto r = scaled_dot_product_attention_backward<Policy, Input, Input, Input, Input>(
-            {q.data(), {d.batch, d.heads, d.query_length, d.head_dim_qk}}, {k.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_qk}},
-            {v.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_v}}, {g.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}}, o,
-            {algorithm});
+            in.sdpa_q(), in.sdpa_k(), in.sdpa_v(), {g.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}}, o, {algorithm});
         return {{"grad_query", flat(r.grad_query)}, {"grad_key", flat(r.grad_key)}, {"grad_value", flat(r.grad_value)}};
     }
-    const std::vector<Input> wq = as_input(data.w_q), wk = as_input(data.w_k), wv = as_input(data.w_v), wo = as_input(data.w_o);
-    const std::vector<Input> bq = as_input(data.b_q), bk = as_input(data.b_k), bv = as_input(data.b_v), bo = as_input(data.b_o);
-    mha_parameters<Input> p;
-    p.w_q = {wq.data(), {d.model_dim, d.heads * d.head_dim_qk}};
-    p.w_k = {wk.data(), {d.model_dim, d.kv_heads * d.head_dim_qk}};
-    p.w_v = {wv.data(), {d.model_dim, d.kv_heads * d.head_dim_v}};
-    p.w_o = {wo.data(), {d.heads * d.head_dim_v, d.output_dim}};
-    if (spec.conventions.projection_bias) {
-        p.b_q = {bq.data(), {bq.size()}};
-        p.b_k = {bk.data(), {bk.size()}};
-        p.b_v = {bv.data(), {bv.size()}};
-        p.b_o = {bo.data(), {bo.size()}};
-    }
     const mha_options mo{d.heads, d.kv_heads, o};
-    const auto r = multi_head_attention_backward<Policy, Input, Input, Input>(
-        {q.data(), {d.batch, d.query_length, d.model_dim}}, {k.data(), {d.batch, d.key_length, d.model_dim}},
-        {v.data(), {d.batch, d.key_length, d.model_dim}}, p, mo, {g.data(), {d.batch, d.query_length, d.output_dim}}, {algorithm});
+    const auto r = multi_head_attention_backward<Policy, Input, Input, Input>(in.x_q(), in.x_k(), in.x_v(), in.params(), mo,
+                                                                              {g.data(), {d.batch, d.query_length, d.output_dim}}, {algorithm});
     std::vector<std::pair<std::string, std::vector<double>>> out{
         {"grad_query", flat(r.grad_x_q)}, {"grad_key", flat(r.grad_x_k)}, {"grad_value", flat(r.grad_x_v)}, {"grad_w_q", flat(r.grad_w_q)},
         {"grad_w_k", flat(r.grad_w_k)},   {"grad_w_v", flat(r.grad_w_v)}, {"grad_w_o", flat(r.grad_w_o)}};
