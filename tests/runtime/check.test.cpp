@@ -29,8 +29,15 @@ const fs::path golden_dir = fs::path(ATTNREF_SOURCE_DIR) / "golden";
 
 std::vector<fs::path> committed_cases() {
     std::vector<fs::path> r;
-    for (const auto& e : fs::directory_iterator(golden_dir))
+    for (const auto& e : fs::directory_iterator(golden_dir)) {
+#ifdef ATTNREF_SANITIZE_BUILD
+        // Under the sanitizers (a -Og build whose loops over every case cost minutes) the forward cases
+        // are enough to run the checker's buffer code; the backward cases' forward parts repeat their
+        // conventions. The optimised build judges every committed case.
+        if (e.path().filename().string().find("_bwd_") != std::string::npos) continue;
+#endif
         if (e.is_directory() && fs::exists(e.path() / "manifest.json")) r.push_back(e.path());
+    }
     std::sort(r.begin(), r.end());
     return r;
 }
