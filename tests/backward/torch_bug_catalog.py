@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from torch_check_client import masks  # noqa: E402
+from torch_check_client import backward_cases, masks  # noqa: E402
 
 BUGS = ("no_scale", "wrong_transpose", "dropped_d_term", "gqa_not_summed", "masked_key_leak")
 
@@ -132,8 +132,7 @@ def main() -> int:
     rest, loose = sys.argv[4:], set()
     if rest[:1] == ["--loose"]:
         loose, rest = set(rest[1].split(",")), rest[2:]
-    names = rest or sorted(p.parent.name for p in golden.glob("*/manifest.json")
-                                   if json.loads(p.read_text())["outputs"].get("gradients"))
+    names = rest or backward_cases(golden)
     bad, invisible, counts = [], [], {}
     for name in names:
         d = golden / name

@@ -115,6 +115,11 @@ def gradients(d: pathlib.Path, dtype):
     return g
 
 
+def backward_cases(golden: pathlib.Path) -> list:
+    """The names of GOLDEN's cases whose manifest has outputs.gradients true, sorted."""
+    return sorted(p.parent.name for p in golden.glob("*/manifest.json") if json.loads(p.read_text())["outputs"].get("gradients"))
+
+
 def main() -> int:
     attnref, golden, out, dtype_name = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3]), sys.argv[4]
     dtype = {"float32": torch.float32, "float64": torch.float64}[dtype_name]
@@ -122,8 +127,7 @@ def main() -> int:
     rest, expect_inconclusive = sys.argv[5:], set()
     if rest[:1] == ["--expect-inconclusive"]:
         expect_inconclusive, rest = set(rest[1].split(",")), rest[2:]
-    names = rest or sorted(p.parent.name for p in golden.glob("*/manifest.json")
-                                   if json.loads(p.read_text())["outputs"].get("gradients"))
+    names = rest or backward_cases(golden)
     failed = 0
     for name in names:
         d = golden / name
