@@ -195,6 +195,14 @@ inline void dot_step(double x, double xl, double b, double bl, double& hi, doubl
     run = run + (std::fabs(c) + std::fabs(lo));
 }
 
+/// One column j of (5) in scalar code: the AVX2 kernel's tail and the fallback without AVX2.
+inline void dot_column(const double* ah, const double* al, std::size_t n, const double* bh, const double* bl, std::size_t ldb,
+                       std::size_t j, double& out_hi, double& out_lo, double& out_run) {
+    double hi = 0, lo = 0, run = 0;
+    for (std::size_t c = 0; c < n; ++c) dot_step(ah[c], al ? al[c] : 0.0, bh[c * ldb + j], bl ? bl[c * ldb + j] : 0.0, hi, lo, run);
+    out_hi = hi, out_lo = lo, out_run = run;
+}
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(ATTNREF_SANITIZE_BUILD)
 #define ATTNREF_FAST_AVX2 1
 /// Steps c … c + U − 1 of dot_rows_avx2 on columns j0 … j0 + w − 1 (w a multiple of 4), the
@@ -261,14 +269,7 @@ __attribute__((target("avx2,fma"))) inline void dot_rows_avx2(const double* ah, 
         for (; c + 4 <= n; c += 4) dot_steps_avx2<4>(ah, al, bh, bl, ldb, c, j0, w, out_hi, out_lo, out_run);
         for (; c < n; ++c) dot_steps_avx2<1>(ah, al, bh, bl, ldb, c, j0, w, out_hi, out_lo, out_run);
     }
-    for (std::size_t j = m4; j < m; ++j) {
-        double hi = 0, lo = 0, run = 0;
-        for (std::size_t c = 0; c < n; ++c)
-            dot_step(ah[c], al ? al[c] : 0.0, bh[c * ldb + j], bl ? bl[c * ldb + j] : 0.0, hi, lo, run);
-        out_hi[j] = hi;
-        out_lo[j] = lo;
-        out_run[j] = run;
-    }
+    for (std::size_t j = m4; j < m; ++j) dot_column(ah, al, n, bh, bl, ldb, j, out_hi[j], out_lo[j], out_run[j]);
 }
 #endif
 
@@ -291,14 +292,7 @@ inline void dot_rows(const double* ah, const double* al, std::size_t n, const do
     } else
 #endif
     {
-        for (std::size_t j = 0; j < m; ++j) {
-            double hi = 0, lo = 0, run = 0;
-            for (std::size_t c = 0; c < n; ++c)
-                dot_step(ah[c], al ? al[c] : 0.0, bh[c * ldb + j], bl ? bl[c * ldb + j] : 0.0, hi, lo, run);
-            out_hi[j] = hi;
-            out_lo[j] = lo;
-            out_err[j] = run;
-        }
+        for (std::size_t j = 0; j < m; ++j) dot_column(ah, al, n, bh, bl, ldb, j, out_hi[j], out_lo[j], out_err[j]);
     }
     for (std::size_t j = 0; j < m; ++j) {
         const dd t = dw::two_sum(out_hi[j], out_lo[j]);  // exact renormalisation

@@ -50,8 +50,7 @@ result compute_certified(const call& c) {
     r.weights = cert.values[1][0];
     r.lse = cert.values[2][0];
     r.precisions_bits = cert.precisions_bits;
-    for (const certify::tensor_report& t : cert.reports)
-        r.certifications.push_back({t.tensor, t.elements, t.certified, t.escalated, t.precisions_bits});
+    r.certifications = cert.reports;
     return r;
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attnref/attention.hpp"
+#include "attnref/certify_report.hpp"
 #include "attnref/invariants.hpp"
 #include "attnref/multi_head_attention.hpp"
 #include "attnref/tolerance.hpp"
@@ -71,18 +72,11 @@ struct call {
     std::vector<std::size_t> lse_shape() const;      ///< (B, H, Sq)
 };
 
-/// One certified tensor's counts (certify::tensor_report, float64 target).
-struct certification {
-    std::string tensor;
-    std::size_t elements = 0, certified = 0, escalated = 0;
-    std::vector<int> precisions_bits;
-};
-
 /// A computation's results as exact doubles of their format (C order).
 struct result {
     std::vector<double> output, weights, lse;
     bool single = false;  ///< the arithmetic's output, weights and lse are float32 (or narrower) values
-    std::vector<certification> certifications;  ///< certified only
+    std::vector<certify::tensor_report> certifications;  ///< certified only (float64 target)
     std::vector<int> precisions_bits;           ///< certified: every rung computed
     int arith_bits = 0;                         ///< the arithmetic's precision (certified: 0)
 };

@@ -69,7 +69,7 @@ py::dict result_dict(const py_call& pc, const result& r, bool weights, bool lse)
     d["weights"] = weights ? py::object(to_numpy(r.weights, pc.c.weights_shape(), r.single)) : py::none();
     d["lse"] = lse ? py::object(to_numpy(r.lse, pc.c.lse_shape(), r.single)) : py::none();
     py::list certs;
-    for (const certification& c : r.certifications) {
+    for (const certify::tensor_report& c : r.certifications) {
         py::dict e;
         e["tensor"] = c.tensor;
         e["elements"] = c.elements;
