@@ -2,7 +2,7 @@
 ///   attnref check --golden CASE_DIR [--output FILE.npy] [--weights FILE.npy] [--lse FILE.npy]
 ///                 [--grad-query F] [--grad-key F] [--grad-value F] [--grad-w-q F … --grad-b-o F] (backward cases)
 ///                 [--dtype float64|float32|float16|bfloat16] [--tolerance data-aware|worst-case|assert-close|ulp|baseline]
-///                 [--empty-row-lse -inf|+inf|any] [--json FILE] [--junit FILE]
+///                 [--empty-row-lse -inf|+inf|any] [--backward-algorithm textbook|flash|unknown] [--json FILE] [--junit FILE]
 /// The candidate dtype defaults to the output .npy's descr ('<f8', '<f4', '<f2'; '<u2' = bfloat16 bit
 /// patterns). bfloat16 may also come as '<f4' values with --dtype bfloat16. Exit 0 PASS, 1 FAIL or
 /// INCONCLUSIVE (a vacuous bound, an untrustworthy output), 2 usage or data error. Tolerance models: include/attnref/tolerance.hpp.
@@ -58,7 +58,7 @@ void check_report_paths(const std::string& golden, const std::vector<std::string
 }  // namespace
 void register_check(CLI::App& app) {
     struct args {
-        std::string golden, output, weights, lse, dtype, tolerance = "data-aware", json, junit, empty_lse = "-inf";
+        std::string golden, output, weights, lse, dtype, tolerance = "data-aware", json, junit, empty_lse = "-inf", backward = "unknown";
         std::vector<std::pair<std::string, std::string>> gradients;  // (role, file)
         bool force = false;
         std::string max_memory;
@@ -88,6 +88,11 @@ void register_check(CLI::App& app) {
                   "+inf (FlashAttention 2/3) or any")
         ->check(CLI::IsMember({"-inf", "+inf", "any"}))
         ->capture_default_str();
+    c->add_option("--backward-algorithm", a->backward,
+                  "the candidate's backward: textbook (dS from the forward's own normalised P, as autograd does: a tighter dQ bound), "
+                  "flash (P recomputed from lse) or unknown")
+        ->check(CLI::IsMember({"textbook", "flash", "unknown"}))
+        ->capture_default_str();
     c->add_option("--json", a->json, "also write the report as JSON");
     c->add_option("--junit", a->junit, "also write the report as JUnit XML");
     c->add_flag("--force", a->force, "overwrite existing --json/--junit files (never an input)");
@@ -107,6 +112,7 @@ void register_check(CLI::App& app) {
         for (const auto& g : a->gradients) inputs.push_back(g.second);
         check_report_paths(a->golden, inputs, a->json, a->junit, a->force);
         rq.model = *tol::model_from_name(a->tolerance);
+        rq.declared_backward = backward_algorithm_from_name(a->backward);  // nullopt for unknown
         rq.empty_lse = a->empty_lse == "+inf" ? empty_row_lse::plus_inf : a->empty_lse == "any" ? empty_row_lse::any : empty_row_lse::minus_inf;
         const check_result r = run_check(rq);
         std::fputs(report_table(r, ::isatty(fileno(stdout)) != 0).c_str(), stdout);

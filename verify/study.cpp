@@ -62,7 +62,7 @@ softmax_algorithm parse_algorithm(const std::string& s) {
     throw data_error("attnref study: unknown softmax algorithm '" + s + "' (naive, shifted, division_free, online)");
 }
 backward_algorithm parse_backward_algorithm(const std::string& s) {
-    if (auto a = study::backward_algorithm_from_name(s)) return *a;
+    if (auto a = attnref::backward_algorithm_from_name(s)) return *a;
     throw data_error("attnref study: unknown backward algorithm '" + s + "' (textbook, flash)");
 }
 scale_placement parse_placement(const std::string& s) {
@@ -146,7 +146,7 @@ std::string csv_row(const study::point& p, const study::result& r) {
                        r.lse_rms, r.ulp_max, r.bias, r.bias_z, r.bound_ratio, r.stage_rms[0], r.stage_rms[1],
                        r.stage_rms[2], r.stage_rms[3], r.stage_rms[4]) +
            fmt::format(",{},{},{:.4e},{:.4e},{:.4e},{:.6e},{:.6e},{:.6e},{:.4e},{:.4e},{:.4e}", p.backward ? 1 : 0,
-                       p.backward ? study::backward_algorithm_name(p.backward_alg) : "", r.grad_bound_ratio[0], r.grad_bound_ratio[1],
+                       p.backward ? attnref::backward_algorithm_name(p.backward_alg) : "", r.grad_bound_ratio[0], r.grad_bound_ratio[1],
                        r.grad_bound_ratio[2], r.grad_norm_rel[0], r.grad_norm_rel[1], r.grad_norm_rel[2], r.grad_bound_norm_rel[0],
                        r.grad_bound_norm_rel[1], r.grad_bound_norm_rel[2]);
 }
@@ -165,7 +165,7 @@ std::string backward_table(const std::vector<study::point>& points, const std::v
         const bool violated = !(std::max({r.grad_bound_ratio[0], r.grad_bound_ratio[1], r.grad_bound_ratio[2]}) <= 1);
         const double tightness = std::max({r.grad_bound_norm_rel[0], r.grad_bound_norm_rel[1], r.grad_bound_norm_rel[2]});
         t += fmt::format("{:<14} {:<9} {:>5} {:>4} | {:>9.2e} {:>9.2e} {:>9.2e} | {:>9.2e} {:>9.2e} {:>9.2e} | {:>8.2e}{}{}\n", p.policy,
-                         study::backward_algorithm_name(p.backward_alg), p.seq, p.head_dim, r.grad_bound_ratio[0], r.grad_bound_ratio[1],
+                         attnref::backward_algorithm_name(p.backward_alg), p.seq, p.head_dim, r.grad_bound_ratio[0], r.grad_bound_ratio[1],
                          r.grad_bound_ratio[2], r.grad_norm_rel[0], r.grad_norm_rel[1], r.grad_norm_rel[2], tightness,
                          violated ? "  BOUND EXCEEDED" : "", !(tightness < 1) ? "  VACUOUS" : "");
     }
@@ -297,7 +297,7 @@ void run_study(const study_flags& f) {
     for (std::size_t i = 0; i < points.size(); ++i) {
         const study::result& r = results[i];
         if (points[i].backward && !(std::max({r.grad_bound_ratio[0], r.grad_bound_ratio[1], r.grad_bound_ratio[2]}) <= 1) && exceeded++ == 0)
-            first = fmt::format("{} {} n={}", points[i].policy, study::backward_algorithm_name(points[i].backward_alg), points[i].seq);
+            first = fmt::format("{} {} n={}", points[i].policy, attnref::backward_algorithm_name(points[i].backward_alg), points[i].seq);
     }
     if (!f.no_plot) plot(f, out);
     if (exceeded)

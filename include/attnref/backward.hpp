@@ -66,6 +66,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string_view>
+#include <utility>
 #include <span>
 #include <vector>
 
@@ -73,6 +76,7 @@
 #include "attnref/fixed_shape.hpp"
 #include "attnref/math.hpp"
 #include "attnref/multi_head_attention.hpp"
+#include "attnref/name_table.hpp"
 #include "attnref/parallel.hpp"
 #include "attnref/precision.hpp"
 #include "attnref/softmax.hpp"
@@ -85,6 +89,12 @@ enum class backward_algorithm {
     textbook,  ///< dS = P ∘ (dP − rowsum(dP ∘ P)), P the forward's stored weights   [default]
     flash,     ///< dS = P ∘ (dP − D), D = rowsum(dO ∘ O), P = exp(S − lse) recomputed
 };
+
+/// Their names (`attnref run --backward-algorithm`, `attnref check --backward-algorithm`, studies, Python).
+inline constexpr std::pair<const char*, backward_algorithm> backward_algorithm_names[] = {
+    {"textbook", backward_algorithm::textbook}, {"flash", backward_algorithm::flash}};
+inline constexpr std::string_view backward_algorithm_name(backward_algorithm a) { return name_in(backward_algorithm_names, a); }
+inline std::optional<backward_algorithm> backward_algorithm_from_name(std::string_view n) { return value_in(backward_algorithm_names, n); }
 
 struct backward_options {
     backward_algorithm algorithm = backward_algorithm::textbook;

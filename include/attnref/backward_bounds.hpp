@@ -67,12 +67,38 @@
 ///        |ΔdX_rm| ≤ Σ_c(a^dH_rc + ((n + 1)u + u_s)|dH|~_rc)|W_mc|,
 ///        |ΔdW_mc| ≤ Σ_r |x_rm|(a^dH_rc + ((R + 1)u + u_s)|dH|~_rc), |Δdb_c| ≤ Σ_r(a^dH_rc + ((R + 1)u + u_s)|dH|~_rc).
 /// Evaluated in double with the same final factor 1 + 2^-20.
+///
+/// (B5t) dQ of a declared textbook backward (dS from the forward's own normalised weights P, D = Σ_j P dP
+/// or dO·O). Σ_j dS_ij = 0 exactly, and every perturbation that acts through the exact dS function —
+/// the logits' errors, the exp's rounding (exp(x)(1 + α) = exp(x + log(1 + α))), a common factor of the
+/// row's weights, the errors of dP — moves dS by a row of sum 0, which leaves dQ_ic = s Σ_j dS_ij k_jc
+/// unchanged when k_jc is replaced by k_jc − m_c for any centre m_c. Only what breaks the row sum —
+/// the per-weight rounding after normalisation, D's own rounding, the products of dS — multiplies |k_jc|:
+///   E_i = u((dk + 5)L_i + |lse_i| + 2) + σ_i   (logit, exp-argument and exp errors; σ_i the inputs', (B9)),
+///   λ_i = u(Sk + 3 + |lse_i| + 2L_i)           (the row's common normalisation error, Σ_j P̂_ij ≠ 1: the sum's
+///                                               rounding, exp(S − lse)'s lse, an online softmax's rescalings),
+///   β = 2u + u_weights                         (each weight's rounding after normalisation),
+///   ψ_i = (Sk + 2dv + 4)u·D̄_i                  (D = Σ_j P̂ dP̂ or dO·Ô: its rounding),
+///   g_ij = |dP_ij − D_i|, A_i = Σ_j P_ij g_ij, Z_ij = γ|dP|_ij + π_ij, Z̄_i = Σ_j P_ij Z_ij,
+///   C_ij = P_ij((2E_i + λ_i)g_ij + 2E_i A_i + Z_ij + Z̄_i)   (the zero-sum part: |ΔP_ij| ≤ 2E_i P_ij),
+///   T_ij = P_ij((β + 3u)g_ij + λ_i|D_i| + βD̄_i + ψ_i)       (the rest),
+///   |ΔdQ_ic| ≤ s[Σ_j (C_ij + u_s P_ij g_ij)|k_jc − m_c| + Σ_j (T_ij + (Sk + 4)u P_ij g_ij)|k_jc| + Σ_j P_ij g_ij a^k_jc],
+/// the (Sk + 4)u for the sum over keys and the scale's roundings, u_s·|dQ| ≤ u_s·s Σ_j |dS_ij||k_jc − m_c|
+/// for the storage. m_c is the weighted median of the k_jc with weights C_ij + u_s P_ij g_ij, which
+/// minimises the first sum. The identity needs the backward's P to be the forward's normalised P:
+/// FlashAttention's P = exp(S − lse) recomputed from logits rounded otherwise than the forward's does
+/// not sum to 1 to within the logit errors, so a flash or unknown backward keeps (B5). Not with
+/// soft-capping (1 − t² breaks the row sum); not used for dK (its sum is over queries).
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "attnref/attention.hpp"
+#include "attnref/backward.hpp"
 #include "attnref/mask.hpp"
 #include "attnref/multi_head_attention.hpp"
 #include "attnref/tensor.hpp"
@@ -147,6 +173,102 @@ inline gradient_row gradient_row_terms(tensor_view<const double, 4> q, tensor_vi
     }
     return r;
 }
+
+/// Whether (B5t) replaces (B5) for dQ: a declared textbook backward, without soft-capping.
+inline bool textbook_bound_applies(std::optional<backward_algorithm> declared, const attention_options& options) {
+    return declared == backward_algorithm::textbook && !options.softcap;
+}
+/// (B5t): the dQ bound of a declared textbook backward, shaped (B, H, Sq, dk), before the final
+/// inflation. eq, ek, ev, edo: absolute errors already in q, k, v, grad_output ((B9); empty views: none).
+inline tensor<double, 4> textbook_grad_query_bounds(tensor_view<const double, 4> q, tensor_view<const double, 4> k,
+                                                    tensor_view<const double, 4> v, tensor_view<const double, 4> grad_output,
+                                                    tensor_view<const double, 4> eq, tensor_view<const double, 4> ek,
+                                                    tensor_view<const double, 4> ev, tensor_view<const double, 4> edo,
+                                                    tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
+                                                    const attention_options& options, double u, double u_storage, double u_weights) {
+    const attention_dims d = attention_dims_of(q, k, v);
+    const std::size_t group = d.heads / d.kv_heads, sq = d.query_length, sk = d.key_length, dk = d.head_dim_qk, dv = d.head_dim_v;
+    const double s = bound_logit_scale(options, dk), gamma = bound_terms(d) * u;
+    const double Sk = static_cast<double>(sk), Dk = static_cast<double>(dk), Dv = static_cast<double>(dv);
+    const bool errors = !eq.empty();
+    tensor<double, 4> out({d.batch, d.heads, sq, dk}, 0.0);
+    std::vector<double> dp_abs(sk), dp(sk), g(sk), z(sk), C(sk), T(sk), dS(sk), w(sk);
+    std::vector<std::pair<double, double>> kw;  // (k_jc, weight) for the weighted median
+    kw.reserve(sk);
+    for (std::size_t b = 0; b < d.batch; ++b)
+        for (std::size_t h = 0; h < d.heads; ++h)
+            for (std::size_t i = 0; i < sq; ++i) {
+                const std::size_t hk = h / group;
+                const gradient_row r = gradient_row_terms(q, k, v, grad_output, weights, lse, options, d, b, h, i, s, u, u_weights, dp_abs);
+                if (r.empty) continue;  // no attendable key: dQ is exactly 0
+                auto attendable = [&](std::size_t j) {
+                    return !structurally_masked(options.mask, b, h, i, j, sq, sk) && weights(b, h, i, j) > 0;
+                };
+                double sigma = 0, D = 0, z_bar = 0;
+                for (std::size_t j = 0; j < sk; ++j) {
+                    double x = 0, sg = 0, pj = 0;
+                    for (std::size_t c = 0; c < dv; ++c) x += grad_output(b, h, i, c) * v(b, hk, j, c);
+                    if (errors) {
+                        for (std::size_t c = 0; c < dk; ++c)
+                            sg += eq(b, h, i, c) * std::fabs(k(b, hk, j, c)) + std::fabs(q(b, h, i, c)) * ek(b, hk, j, c);
+                        for (std::size_t c = 0; c < dv; ++c)
+                            pj += edo(b, h, i, c) * std::fabs(v(b, hk, j, c)) + std::fabs(grad_output(b, h, i, c)) * ev(b, hk, j, c);
+                    }
+                    dp[j] = x;
+                    z[j] = gamma * dp_abs[j] + pj;  // Z_ij
+                    if (!attendable(j)) continue;
+                    sigma = std::max(sigma, s * sg);
+                    D += weights(b, h, i, j) * x;
+                    z_bar += weights(b, h, i, j) * z[j];
+                }
+                // dP and D in double: |computed − exact| ≤ (dv + Sk + 4)·2^-52·(|dP|_ij + D̄_i), added to g.
+                const double margin = (Dv + Sk + 4) * 0x1p-52;
+                const double abs_d = std::fabs(D) + margin * r.d_abs;
+                double A = 0;
+                for (std::size_t j = 0; j < sk; ++j) {
+                    g[j] = std::fabs(dp[j] - D) + margin * (dp_abs[j] + r.d_abs);
+                    if (attendable(j)) A += weights(b, h, i, j) * g[j];
+                }
+                const double E = u * ((Dk + 5) * r.logit_magnitude + std::fabs(lse(b, h, i)) + 2) + sigma;
+                const double lambda = u * (Sk + 3 + std::fabs(lse(b, h, i)) + 2 * r.logit_magnitude);
+                const double beta = 2 * u + u_weights;
+                const double psi = (Sk + 2 * Dv + 4) * u * r.d_abs;
+                for (std::size_t j = 0; j < sk; ++j) {
+                    if (!attendable(j)) {
+                        C[j] = T[j] = dS[j] = w[j] = 0;
+                        continue;
+                    }
+                    const double p = weights(b, h, i, j);
+                    C[j] = p * ((2 * E + lambda) * g[j] + 2 * E * A + z[j] + z_bar);
+                    T[j] = p * ((beta + 3 * u) * g[j] + lambda * abs_d + beta * r.d_abs + psi);
+                    dS[j] = p * g[j];
+                    w[j] = C[j] + u_storage * dS[j];
+                }
+                for (std::size_t c = 0; c < dk; ++c) {
+                    // m_c: the weighted median of k_jc (weights w_j) minimises Σ_j w_j |k_jc − m_c|.
+                    kw.clear();
+                    double total = 0;
+                    for (std::size_t j = 0; j < sk; ++j)
+                        if (w[j] > 0) kw.emplace_back(k(b, hk, j, c), w[j]), total += w[j];
+                    std::sort(kw.begin(), kw.end());
+                    double m = 0, acc = 0;
+                    for (const auto& [kv, wt] : kw)
+                        if ((acc += wt) >= total / 2) {
+                            m = kv;
+                            break;
+                        }
+                    double bound = 0;
+                    for (std::size_t j = 0; j < sk; ++j) {
+                        if (!(dS[j] > 0 || C[j] > 0 || T[j] > 0)) continue;
+                        const double kk = k(b, hk, j, c);
+                        bound += w[j] * std::fabs(kk - m) + (T[j] + (Sk + 4) * u * dS[j]) * std::fabs(kk);
+                        if (errors) bound += dS[j] * ek(b, hk, j, c);
+                    }
+                    out(b, h, i, c) = s * bound;
+                }
+            }
+    return out;
+}
 }  // namespace detail
 
 /// The first-order bound (B1)–(B7) for gradients computed with unit roundoff `u` (2^-53 for float64,
@@ -159,7 +281,8 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
                                                              tensor_view<const double, 4> grad_output,
                                                              tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
                                                              const attention_options& options, double u,
-                                                             double u_storage = 0, double u_weights = 0) {
+                                                             double u_storage = 0, double u_weights = 0,
+                                                             std::optional<backward_algorithm> declared = std::nullopt) {
     const attention_dims d = detail::attention_dims_of(q, k, v);
     require_extent("grad_output axis 3 (head dim dv)", grad_output.extents[3], d.head_dim_v);
     require_extent("weights axis 3 (key length)", weights.extents[3], d.key_length);
@@ -201,6 +324,8 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
                         b.grad_value(bb, hk, j, x) += (gamma + e_p + u_storage) * p * std::fabs(grad_output(bb, h, i, x));
                 }
             }
+    if (detail::textbook_bound_applies(declared, options))  // (B5t)
+        b.grad_query = detail::textbook_grad_query_bounds(q, k, v, grad_output, {}, {}, {}, {}, weights, lse, options, u, u_storage, u_weights);
     constexpr double inflation = 1 + 0x1p-20;  // second-order terms and the bound's own rounding
     for (tensor<double, 4>* t : {&b.grad_query, &b.grad_key, &b.grad_value, &b.logits_row_sum})
         for (double& x : t->storage()) x *= inflation;
@@ -219,7 +344,8 @@ inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> 
                                                    tensor_view<const double, 4> q_error, tensor_view<const double, 4> k_error,
                                                    tensor_view<const double, 4> v_error, tensor_view<const double, 4> do_error,
                                                    tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
-                                                   const attention_options& ao, double u, double us, double u_weights) {
+                                                   const attention_options& ao, double u, double us, double u_weights,
+                                                   std::optional<backward_algorithm> declared) {
     struct view_pair {
         tensor_view<const double, 4> value, error;
     };
@@ -279,6 +405,9 @@ inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> 
                     }
                 }
             }
+    if (textbook_bound_applies(declared, ao))  // (B5t) with the inputs' errors, in place of (B10)'s dQ
+        a_dq = textbook_grad_query_bounds(Q.value, K.value, V.value, dO.value, Q.error, K.error, V.error, dO.error, weights, lse, ao, u, us,
+                                          u_weights);
     return {std::move(a_dq), std::move(a_dk), std::move(a_dv), std::move(m_dq), std::move(m_dk), std::move(m_dv), std::move(a_o),
             std::move(m_o)};
 }
@@ -291,8 +420,8 @@ inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> 
 inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds_rounded_inputs(
     tensor_view<const double, 4> q, tensor_view<const double, 4> k, tensor_view<const double, 4> v, tensor_view<const double, 4> grad_output,
     tensor_view<const double, 4> weights, tensor_view<const double, 3> lse, const attention_options& options, double u, double u_storage,
-    double u_weights, double u_inputs) {
-    if (!(u_inputs > 0)) return sdpa_gradient_first_order_bounds(q, k, v, grad_output, weights, lse, options, u, u_storage, u_weights);
+    double u_weights, double u_inputs, std::optional<backward_algorithm> declared = std::nullopt) {
+    if (!(u_inputs > 0)) return sdpa_gradient_first_order_bounds(q, k, v, grad_output, weights, lse, options, u, u_storage, u_weights, declared);
     auto error = [&](tensor_view<const double, 4> x) {
         tensor<double, 4> e(x.extents, 0.0);
         for (std::size_t n = 0; n < e.size(); ++n) e[n] = u_inputs * std::fabs(x[n]);
@@ -300,7 +429,7 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds_rounded_inputs(
     };
     const tensor<double, 4> eq = error(q), ek = error(k), ev = error(v), eg = error(grad_output);
     detail::perturbed_head_bounds hb = detail::perturbed_sdpa_bounds(q, k, v, grad_output, eq.view(), ek.view(), ev.view(), eg.view(),
-                                                                     weights, lse, options, u, u_storage, u_weights);
+                                                                     weights, lse, options, u, u_storage, u_weights, declared);
     sdpa_gradient_bounds b = sdpa_gradient_first_order_bounds(q, k, v, grad_output, weights, lse, options, u, u_storage, u_weights);
     constexpr double inflation = 1 + 0x1p-20;
     for (tensor<double, 4>* t : {&hb.a_dq, &hb.a_dk, &hb.a_dv})
@@ -330,7 +459,8 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
                                                            const mha_options& o, tensor_view<const double, 3> grad_output,
                                                            tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
                                                            double u, double u_storage = 0, double u_weights = 0,
-                                                           double u_inputs = 0) {
+                                                           double u_inputs = 0,
+                                                           std::optional<backward_algorithm> declared = std::nullopt) {
     const mha_dims md = mha_dims_of(x_q, x_k, x_v, p, o);
     require_extent("grad_output axis 0 (batch)", grad_output.extents[0], md.batch);
     require_extent("grad_output axis 1 (query length)", grad_output.extents[1], md.query_length);
@@ -375,7 +505,7 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
     const attention_options& ao = o.attention;
     detail::perturbed_head_bounds hb = detail::perturbed_sdpa_bounds(Q.value.view(), K.value.view(), V.value.view(), dO.value.view(),
                                                                      Q.error.view(), K.error.view(), V.error.view(), dO.error.view(),
-                                                                     weights, lse, ao, u, us, u_weights);
+                                                                     weights, lse, ao, u, us, u_weights, declared);
     tensor<double, 4>&a_dq = hb.a_dq, &a_dk = hb.a_dk, &a_dv = hb.a_dv, &m_dq = hb.m_dq, &m_dk = hb.m_dk, &m_dv = hb.m_dv, &a_o = hb.a_o,
                      &m_o = hb.m_o;
     // (B12), (B13): the linear backward's sums over the merged (B, S, heads·d) layout.

@@ -158,12 +158,6 @@ struct result {
     std::array<double, 3> grad_bound_ratio{}, grad_norm_rel{}, grad_bound_norm_rel{};
 };
 
-/// Names of the backward algorithms in studies.
-inline constexpr std::pair<const char*, backward_algorithm> backward_algorithm_names[] = {
-    {"textbook", backward_algorithm::textbook}, {"flash", backward_algorithm::flash}};
-inline constexpr std::string_view backward_algorithm_name(backward_algorithm a) { return name_in(backward_algorithm_names, a); }
-inline std::optional<backward_algorithm> backward_algorithm_from_name(std::string_view n) { return value_in(backward_algorithm_names, n); }
-
 /// The stages studied one at a time in double: q·kᵀ (with scale), the softmax (max, exp, sum,
 /// division), P's cast before P·V, the P·V accumulation, the final output rounding. (SDPA points
 /// have no projections.)
@@ -480,7 +474,7 @@ result measure_backward(const point& pt) {
         const sdpa_gradient_bounds bound = sdpa_gradient_first_order_bounds(
             tensor_view<const double, 4>{q.data(), qe}, tensor_view<const double, 4>{k.data(), ke}, tensor_view<const double, 4>{v.data(), ke},
             tensor_view<const double, 4>{g.data(), qe}, tensor_view<const double, 4>{weights.data(), {1, 1, sq, n}},
-            tensor_view<const double, 3>{lse.data(), {1, 1, sq}}, o, u, u_storage, u_weights);
+            tensor_view<const double, 3>{lse.data(), {1, 1, sq}}, o, u, u_storage, u_weights, pt.backward_alg);  // textbook: (B5t) for dQ
         const std::array refs{&ref.grad_query, &ref.grad_key, &ref.grad_value};
         const std::array gots{&got.grad_query, &got.grad_key, &got.grad_value};
         const std::array bounds{&bound.grad_query, &bound.grad_key, &bound.grad_value};

@@ -374,7 +374,8 @@ class Verdict:
 
 
 def check(case: Any, output: Any = None, *, weights: Any = None, lse: Any = None, dtype: str = "float64",
-          tolerance: str = "data-aware", empty_row_lse: str = "-inf", **gradients: Any) -> Verdict:
+          tolerance: str = "data-aware", empty_row_lse: str = "-inf", backward_algorithm: Optional[str] = None,
+          **gradients: Any) -> Verdict:
     """Judges a candidate's outputs against a committed golden case, as ``attnref check`` does.
 
     ``case``: a GoldenCase or a case directory. ``output`` (and optionally ``weights`` (B, H, Sq, Sk)
@@ -386,6 +387,9 @@ def check(case: Any, output: Any = None, *, weights: Any = None, lse: Any = None
     ``grad_value`` (sdpa dQ, dK, dV; mha the gradients of x_q, x_k, x_v), and for mha ``grad_w_q`` …
     ``grad_w_o``, ``grad_b_q`` … ``grad_b_o`` — judged against the certified gradients with the
     gradient bound (docs/backward.md; "data-aware" or "baseline"); ``output`` is then optional.
+    ``backward_algorithm``: "textbook" when your backward forms dS from the forward's own normalised
+    weights (autograd through softmax does): dQ's bound then centres the keys ((B5t)), much tighter for
+    large logits; "flash" or None (unknown) keep the bound valid for any algorithm.
     Returns a Verdict (truthy when it is PASS); raises ValueError for unusable input."""
     path = case.path if isinstance(case, GoldenCase) else __import__("os").fspath(case)
 
@@ -401,7 +405,7 @@ def check(case: Any, output: Any = None, *, weights: Any = None, lse: Any = None
         raise ValueError("output: give the output, or at least one gradient (grad_query=…, …)")
     grads = [(role, arr(g, role)) for role, g in gradients.items() if g is not None]
     result = _attnref._check(path, arr(output, "output"), arr(weights, "weights"), arr(lse, "lse"), dtype, tolerance,
-                             empty_row_lse, grads)
+                             empty_row_lse, grads, "unknown" if backward_algorithm is None else backward_algorithm)
     return Verdict(*result)
 
 

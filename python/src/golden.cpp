@@ -68,8 +68,13 @@ using f64 = py::array_t<double, py::array::c_style | py::array::forcecast>;
 /// (verdict, reason, text report, JSON report, JUnit report).
 py::tuple check(const std::string& dir, const std::optional<f64>& output, const std::optional<f64>& weights, const std::optional<f64>& lse,
                 const std::string& dtype, const std::string& model, const std::string& empty_lse,
-                const std::vector<std::pair<std::string, f64>>& gradients) {
+                const std::vector<std::pair<std::string, f64>>& gradients, const std::string& backward) {
     golden::check_options opt;
+    if (backward != "unknown") {
+        opt.declared_backward = backward_algorithm_from_name(backward);
+        if (!opt.declared_backward)
+            throw std::invalid_argument("backward_algorithm: expected 'textbook', 'flash' or None, got '" + backward + "'");
+    }
     const std::optional<tolerance::tolerance_model> m = tolerance::model_from_name(model);
     if (!m) throw std::invalid_argument("tolerance: unknown tolerance model '" + model + "'");
     opt.model = *m;
@@ -126,5 +131,5 @@ void bind_golden(py::module_& m) {
     });
     m.def("_load_case", &load_case, py::arg("path"));
     m.def("_check", &check, py::arg("path"), py::arg("output"), py::arg("weights"), py::arg("lse"), py::arg("dtype"),
-          py::arg("tolerance"), py::arg("empty_row_lse"), py::arg("gradients"));
+          py::arg("tolerance"), py::arg("empty_row_lse"), py::arg("gradients"), py::arg("backward_algorithm"));
 }

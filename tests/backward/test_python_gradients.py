@@ -42,3 +42,31 @@ def test_bad_gradients_are_errors():
         attnref.check(case, dtype="float32", gradquery=np.zeros((1, 2)))
     with pytest.raises(ValueError, match="at least one gradient"):
         attnref.check(case)
+
+
+def numpy_textbook_grad_query(case):
+    """dQ of a float32 textbook backward written here in NumPy (no masks: the case has none)."""
+    d = os.path.join(GOLDEN, case)
+    q, k, v, do = (np.load(os.path.join(d, r + ".npy")).astype(np.float32) for r in ("query", "key", "value", "grad_output"))
+    s = np.float32(1 / np.sqrt(q.shape[-1]))
+    logits = (q @ k.swapaxes(-1, -2)) * s
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    p = e / e.sum(axis=-1, keepdims=True)
+    dp = do @ v.swapaxes(-1, -2)
+    ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True))
+    return (ds @ k) * s
+
+
+def test_declared_textbook_backward_tightens_grad_query():
+    # Logits near 1000 (keys offset by 100): dQ's bound valid for any algorithm is vacuous; the
+    # declared textbook backward's centred bound (B5t) decides, and a dropped scale still fails.
+    case = os.path.join(GOLDEN, "sdpa_bwd_adv_logit_offset_1000")
+    dq = numpy_textbook_grad_query("sdpa_bwd_adv_logit_offset_1000")
+    assert attnref.check(case, dtype="float32", grad_query=dq).verdict == "INCONCLUSIVE"
+    v = attnref.check(case, dtype="float32", grad_query=dq, backward_algorithm="textbook")
+    assert v, v.text
+    assert "(B5t)" in v.text and "textbook" in v.json
+    s = np.float32(1 / np.sqrt(dq.shape[-1]))
+    assert attnref.check(case, dtype="float32", grad_query=dq / s, backward_algorithm="textbook").verdict == "FAIL"
+    with pytest.raises(ValueError, match="backward_algorithm"):
+        attnref.check(case, dtype="float32", grad_query=dq, backward_algorithm="fast")

@@ -116,7 +116,8 @@ def gradients(d, m, bug, dtype, bf16):
 
 def check(attnref, d, g, o, dtype_args):
     o.mkdir(parents=True, exist_ok=True)
-    args = [attnref, "check", "--golden", str(d)] + dtype_args
+    # The kernel here forms dS from the forward's own normalised P (the textbook backward), and says so.
+    args = [attnref, "check", "--golden", str(d), "--backward-algorithm", "textbook"] + dtype_args
     for role, t in g.items():
         f = o / f"{role}.npy"
         np.save(f, t.to(torch.float32).numpy())

@@ -133,7 +133,8 @@ def main() -> int:
         d = golden / name
         o = out / dtype_name / name
         o.mkdir(parents=True, exist_ok=True)
-        args = [attnref, "check", "--golden", str(d)]
+        # torch.softmax's backward forms dS = P∘(dP − rowsum(dP∘P)) from its own output P: the textbook backward.
+        args = [attnref, "check", "--golden", str(d), "--backward-algorithm", "textbook"]
         for role, t in gradients(d, dtype).items():
             f = o / f"{role}.npy"
             np.save(f, t.numpy())

@@ -13,6 +13,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -408,6 +409,112 @@ BOOST_AUTO_TEST_CASE(bfloat16_policy_within_first_order_bound) {
     BOOST_TEST_MESSAGE("bf16 policy vs MPFR: worst |error| / first-order bound (u = 2^-8) = " << worst);
 }
 
+// (B5t): attnref's textbook backward within the centred dQ bound of a declared textbook backward
+// (backward_bounds.hpp), in float32 and in the bf16 policy, on every convention case and on two
+// adversarial ones — keys with a common offset of 100 and queries of 2.5 (logits near 1000: dQ is a
+// small residue of keys ~100) and six identical dominant keys (tied maxima) — with exact and with
+// rounded inputs (u_inputs, through (B9)); on the offset case (B5t) is asserted ≥ 50× tighter than (B5) on every element (measured ≥ 78×).
+namespace {
+void add_adversarial_cases(std::vector<std::unique_ptr<sdpa_case>>& cases) {
+    auto make = [&](const std::string& name, std::size_t dk, std::size_t sk) -> sdpa_case& {
+        cases.push_back(std::make_unique<sdpa_case>());
+        sdpa_case& c = *cases.back();
+        c.name = name;
+        c.heads = 2, c.kv_heads = 2, c.sq = 6, c.sk = sk, c.dk = dk, c.dv = 4;
+        c.make_inputs(900 + cases.size());
+        return c;
+    };
+    sdpa_case& off = make("logit_offset_1000", 16, 8);
+    for (double& x : off.q.storage()) x = static_cast<double>(static_cast<float>(x + 2.5));
+    for (double& x : off.k.storage()) x = static_cast<double>(static_cast<float>(x + 100));
+    sdpa_case& tie = make("tied_maxima", 8, 10);
+    for (std::size_t h = 0; h < tie.kv_heads; ++h)
+        for (std::size_t j = 0; j < 6; ++j)
+            for (std::size_t x = 0; x < tie.dk; ++x) tie.k(0, h, j, x) = x == 0 ? 8.0 : tie.k(0, h, 0, x);
+    for (std::size_t h = 0; h < tie.heads; ++h)
+        for (std::size_t i = 0; i < tie.sq; ++i) tie.q(0, h, i, 0) = 4.0;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(textbook_grad_query_within_centred_bound) {
+    using policy = precision_policy<bfloat16, float, bfloat16, bfloat16>;
+    std::vector<std::unique_ptr<sdpa_case>> cases = all_cases();
+    add_adversarial_cases(cases);
+    double worst32 = 0, worst16 = 0, worst_rounded = 0, tightening = 0;
+    for (auto& c : cases) {
+        const auto fwd = scaled_dot_product_attention(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v), c->options);
+        const tensor<double, 4> weights = cast<double>(fwd.weights);
+        const tensor<double, 3> lse = cast<double>(fwd.lse);
+        auto bounds = [&](const sdpa_case& x, double u, std::optional<backward_algorithm> declared) {
+            return sdpa_gradient_first_order_bounds(x.q.view(), x.k.view(), x.v.view(), x.grad_output.view(), weights.view(), lse.view(),
+                                                    x.options, u, 0, 0, declared);
+        };
+        const auto exact = scaled_dot_product_attention_backward(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v), to<mp>(c->grad_output), c->options);
+        BOOST_TEST_INFO(c->name);
+        // float32, inputs exact in float.
+        const sdpa_gradient_bounds b = bounds(*c, 0x1p-24, backward_algorithm::textbook);
+        const auto d = scaled_dot_product_attention_backward(to<float>(c->q), to<float>(c->k), to<float>(c->v), to<float>(c->grad_output),
+                                                             c->options, {backward_algorithm::textbook});
+        const double w32 = worst_ratio(d.grad_query, exact.grad_query, b.grad_query);
+        BOOST_TEST(w32 <= 1.0);
+        worst32 = std::max(worst32, w32);
+        if (c->name == "logit_offset_1000") {
+            const sdpa_gradient_bounds any = bounds(*c, 0x1p-24, std::nullopt);
+            double lo = std::numeric_limits<double>::infinity();
+            for (std::size_t n = 0; n < any.grad_query.size(); ++n) lo = std::min(lo, any.grad_query[n] / b.grad_query[n]);
+            tightening = lo;
+            BOOST_TEST(lo >= 50.0);
+        }
+        // float32 from float64 inputs that are not float values: u_inputs = 2^-24 through (B9).
+        {
+            std::vector<tensor<double, 4>> shifted;
+            for (const tensor<double, 4>* t : {&c->q, &c->k, &c->v, &c->grad_output}) {
+                tensor<double, 4> x = *t;
+                for (std::size_t n = 0; n < x.size(); ++n) x[n] += 0x1p-30 * static_cast<double>(n % 7 + 1);  // off the float grid
+                shifted.push_back(std::move(x));
+            }
+            const auto f2 = scaled_dot_product_attention(to<mp>(shifted[0]), to<mp>(shifted[1]), to<mp>(shifted[2]), c->options);
+            const tensor<double, 4> w2 = cast<double>(f2.weights);
+            const tensor<double, 3> l2 = cast<double>(f2.lse);
+            const sdpa_gradient_bounds br = sdpa_gradient_first_order_bounds_rounded_inputs(
+                shifted[0].view(), shifted[1].view(), shifted[2].view(), shifted[3].view(), w2.view(), l2.view(), c->options, 0x1p-24, 0, 0,
+                0x1p-24, backward_algorithm::textbook);
+            const auto ex2 = scaled_dot_product_attention_backward(to<mp>(shifted[0]), to<mp>(shifted[1]), to<mp>(shifted[2]),
+                                                                   to<mp>(shifted[3]), c->options);
+            const auto d2 = scaled_dot_product_attention_backward(to<float>(shifted[0]), to<float>(shifted[1]), to<float>(shifted[2]),
+                                                                  to<float>(shifted[3]), c->options, {backward_algorithm::textbook});
+            const double wr = worst_ratio(d2.grad_query, ex2.grad_query, br.grad_query);
+            BOOST_TEST(wr <= 1.0);
+            worst_rounded = std::max(worst_rounded, wr);
+        }
+        // The bf16 policy (bf16 storage, P and gradients, float accumulation) with u = 2^-8, inputs rounded to bf16 first.
+        {
+            std::vector<tensor<double, 4>> r16;
+            for (const tensor<double, 4>* t : {&c->q, &c->k, &c->v, &c->grad_output}) {
+                tensor<double, 4> x = *t;
+                for (double& e : x.storage()) e = static_cast<double>(bfloat16(e));
+                r16.push_back(std::move(x));
+            }
+            const auto f3 = scaled_dot_product_attention(to<mp>(r16[0]), to<mp>(r16[1]), to<mp>(r16[2]), c->options);
+            const tensor<double, 4> w3 = cast<double>(f3.weights);
+            const tensor<double, 3> l3 = cast<double>(f3.lse);
+            const sdpa_gradient_bounds b16 = sdpa_gradient_first_order_bounds(r16[0].view(), r16[1].view(), r16[2].view(), r16[3].view(),
+                                                                              w3.view(), l3.view(), c->options, 0x1p-8, 0, 0,
+                                                                              backward_algorithm::textbook);
+            const auto ex3 = scaled_dot_product_attention_backward(to<mp>(r16[0]), to<mp>(r16[1]), to<mp>(r16[2]), to<mp>(r16[3]), c->options);
+            const auto q = to<bfloat16>(r16[0]), k = to<bfloat16>(r16[1]), v = to<bfloat16>(r16[2]), g = to<bfloat16>(r16[3]);
+            const auto d3 = scaled_dot_product_attention_backward<policy, bfloat16, bfloat16, bfloat16, bfloat16>(
+                q.view(), k.view(), v.view(), g.view(), c->options, {backward_algorithm::textbook});
+            const double w16 = worst_ratio(to_tensor<double>(d3.grad_query.view()), ex3.grad_query, b16.grad_query);
+            BOOST_TEST(w16 <= 1.0);
+            worst16 = std::max(worst16, w16);
+        }
+    }
+    BOOST_TEST_MESSAGE("(B5t) textbook dQ: worst |error| / bound: float32 " << worst32 << ", float32 from rounded inputs " << worst_rounded
+                                                                           << ", bf16 policy " << worst16 << "; logit offset 1000: (B5) / (B5t) >= "
+                                                                           << tightening);
+}
+
 // (c) dV = Pᵀ·dO: the textbook algorithm reuses the forward's P, so in float64 it equals the sum
 // Σ_h Σ_i P_ij dO_i formed here in the documented order, bit for bit.
 BOOST_AUTO_TEST_CASE(grad_value_is_weights_transposed_times_grad_output) {
@@ -680,9 +787,13 @@ BOOST_AUTO_TEST_CASE(mha_gradients_within_first_order_bound) {
                 const tensor<double, 4> weights = cast<double>(fwd.weights);
                 const tensor<double, 3> lse = cast<double>(fwd.lse);
                 const auto exact = multi_head_attention_backward(mxq, mxk, mxv, mpar, o, mg);
-                auto judge = [&](int slot, const auto& got, double u, double us, double uw) {
+                // Each result against the bound valid for any algorithm and, for the textbook backward, also
+                // against the one of a declared textbook backward ((B5t) in place of (B5) for the heads' dQ).
+                auto judge = [&](int slot, const auto& got, double u, double us, double uw, backward_algorithm a) {
+                  for (std::optional<backward_algorithm> declared : {std::optional<backward_algorithm>{}, std::optional<backward_algorithm>{a}}) {
+                    if (declared == backward_algorithm::flash) continue;
                     const mha_gradient_bounds b = mha_gradient_first_order_bounds(xq.view(), xk.view(), xv.view(), p, o, g.view(),
-                                                                                  weights.view(), lse.view(), u, us, uw);
+                                                                                  weights.view(), lse.view(), u, us, uw, 0, declared);
                     auto one = [&](const char* name, const auto& x, const auto& y, const auto& bound) {
                         const double w = worst_ratio(to_tensor<double>(x.view()), y, bound);
                         double bmax = 0, gmax = 0;
@@ -711,13 +822,14 @@ BOOST_AUTO_TEST_CASE(mha_gradients_within_first_order_bound) {
                         one("db_k", got.grad_b_k, exact.grad_b_k, b.grad_b_k);
                         one("db_v", got.grad_b_v, exact.grad_b_v, b.grad_b_v);
                     }
+                  }
                 };
                 if (!b16) {
                     for (backward_algorithm a : {backward_algorithm::textbook, backward_algorithm::flash}) {
                         mha_parameters<double> pd = p;
                         judge(0, multi_head_attention_backward<uniform_precision<double>, double, double, double>(
                                      xq.view(), xk.view(), xv.view(), pd, o, g.view(), {a}),
-                              0x1p-53, 0, 0);
+                              0x1p-53, 0, 0, a);
                         const auto fxq = to<float>(xq), fxk = to<float>(xk), fxv = to<float>(xv), fg = to<float>(g);
                         const auto fwq = to<float>(wq), fwk = to<float>(wk), fwv = to<float>(wv), fwo = to<float>(wo);
                         const auto fbq = to<float>(bq), fbk = to<float>(bk), fbv = to<float>(bv), fbo = to<float>(bo);
@@ -725,7 +837,7 @@ BOOST_AUTO_TEST_CASE(mha_gradients_within_first_order_bound) {
                         if (c.bias) pf.b_q = fbq.view(), pf.b_k = fbk.view(), pf.b_v = fbv.view(), pf.b_o = fbo.view();
                         judge(1, multi_head_attention_backward<uniform_precision<float>, float, float, float>(
                                      fxq.view(), fxk.view(), fxv.view(), pf, o, fg.view(), {a}),
-                              0x1p-24, 0, 0);
+                              0x1p-24, 0, 0, a);
                     }
                 } else {
                     const auto bxq = to<bfloat16>(xq), bxk = to<bfloat16>(xk), bxv = to<bfloat16>(xv), bg = to<bfloat16>(g);
@@ -736,7 +848,7 @@ BOOST_AUTO_TEST_CASE(mha_gradients_within_first_order_bound) {
                     for (backward_algorithm a : {backward_algorithm::textbook, backward_algorithm::flash})
                         judge(2, multi_head_attention_backward<bf16_policy, bfloat16, bfloat16, bfloat16>(
                                      bxq.view(), bxk.view(), bxv.view(), pb, o, bg.view(), {a}),
-                              0x1p-24, 0x1p-8, 0x1p-8);
+                              0x1p-24, 0x1p-8, 0x1p-8, a);
                 }
             }
         }

@@ -44,6 +44,10 @@ struct check_options {
     tolerance::tolerance_model model = tolerance::tolerance_model::data_aware;
     /// The lse the candidate writes for rows whose keys are all masked (FlashAttention 2/3: +inf).
     empty_row_lse empty_lse = empty_row_lse::minus_inf;
+    /// The candidate's backward algorithm, when it declares one. textbook (dS from the forward's own
+    /// normalised P) lets dQ's bound centre the keys ((B5t), docs/backward.md); flash or unknown keep
+    /// (B5), valid for any algorithm. A false declaration can only make a correct kernel FAIL.
+    std::optional<backward_algorithm> declared_backward;
 };
 
 /// A candidate in memory: its outputs as doubles in C order with the case's shapes (output_shape,
@@ -69,6 +73,7 @@ struct check_request {
     tolerance::tolerance_model model = tolerance::tolerance_model::data_aware;
     /// The lse the candidate writes for rows whose keys are all masked (FlashAttention 2/3: +inf).
     empty_row_lse empty_lse = empty_row_lse::minus_inf;
+    std::optional<backward_algorithm> declared_backward;  ///< as check_options::declared_backward
 };
 
 /// The three verdicts. PASS: no element exceeds its bound, every bound is meaningful and the
@@ -93,6 +98,7 @@ struct check_result {
     std::string case_name;
     tolerance::candidate_format format = tolerance::candidate_format::float64;
     tolerance::tolerance_model model = tolerance::tolerance_model::data_aware;
+    std::optional<backward_algorithm> declared_backward;  ///< the backward algorithm the candidate declared (gradients)
     std::vector<tensor_report> tensors;
     std::vector<invariant_report> invariants;
     verdict overall = verdict::fail;
@@ -191,12 +197,13 @@ struct gradient_reference {
 /// The data-aware bounds (backward_bounds.hpp) of every gradient role for a candidate in format f,
 /// plus the certified reference's own rounding (2^-53 relative).
 inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_for(const case_spec& spec, const case_data& data,
-                                                                                    const gradient_reference& ref, tolerance::candidate_format f);
+                                                                                    const gradient_reference& ref, tolerance::candidate_format f,
+                                                                                    std::optional<backward_algorithm> declared = std::nullopt);
 /// Judges the candidate's gradients (tensor rows, one per role given) and the gradient invariants
 /// into `res` under the data-aware model (default) or FlashAttention's baseline rule.
 inline void check_gradients(const case_spec& spec, const case_data& data, const gradient_reference& ref,
                             std::span<const gradient_tensor> got, tolerance::candidate_format f, tolerance::tolerance_model model,
-                            check_result& res);
+                            check_result& res, std::optional<backward_algorithm> declared = std::nullopt);
 /// A loaded case's gradient_reference (grad_output, certified gradients, weights, lse); data_error
 /// when the case has no certified gradients.
 inline gradient_reference gradient_reference_of(const loaded_case& lc);
@@ -562,7 +569,8 @@ inline std::vector<double> flat_of(const auto& t) { return std::vector<double>(t
 }  // namespace check_detail
 
 inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_for(const case_spec& spec, const case_data& data,
-                                                                                    const gradient_reference& ref, tol::candidate_format f) {
+                                                                                    const gradient_reference& ref, tol::candidate_format f,
+                                                                                    std::optional<backward_algorithm> declared) {
     namespace cd = check_detail;
     const case_shapes& d = spec.shapes;
     const double u = tol::accumulate_roundoff(f), u_fmt = tol::unit_roundoff(f);
@@ -574,11 +582,11 @@ inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_
     std::vector<std::pair<std::string, std::vector<double>>> r;
     if (c.sdpa()) {
         const tensor_view<const double, 4> g{ref.grad_output.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}};
-        const sdpa_gradient_bounds b = sdpa_gradient_first_order_bounds_rounded_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, us, u_in);
+        const sdpa_gradient_bounds b = sdpa_gradient_first_order_bounds_rounded_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, us, u_in, declared);
         r = {{"grad_query", cd::flat_of(b.grad_query)}, {"grad_key", cd::flat_of(b.grad_key)}, {"grad_value", cd::flat_of(b.grad_value)}};
     } else {
         const tensor_view<const double, 3> g{ref.grad_output.data(), {d.batch, d.query_length, d.output_dim}};
-        const mha_gradient_bounds b = mha_gradient_first_order_bounds(c.x_q, c.x_k, c.x_v, c.w, c.mo, g, w, lse, u, us, us, u_in);
+        const mha_gradient_bounds b = mha_gradient_first_order_bounds(c.x_q, c.x_k, c.x_v, c.w, c.mo, g, w, lse, u, us, us, u_in, declared);
         r = {{"grad_query", cd::flat_of(b.grad_x_q)}, {"grad_key", cd::flat_of(b.grad_x_k)}, {"grad_value", cd::flat_of(b.grad_x_v)},
              {"grad_w_q", cd::flat_of(b.grad_w_q)},   {"grad_w_k", cd::flat_of(b.grad_w_k)}, {"grad_w_v", cd::flat_of(b.grad_w_v)},
              {"grad_w_o", cd::flat_of(b.grad_w_o)},   {"grad_b_q", cd::flat_of(b.grad_b_q)}, {"grad_b_k", cd::flat_of(b.grad_b_k)},
@@ -591,7 +599,8 @@ inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_
 }
 
 inline void check_gradients(const case_spec& spec, const case_data& data, const gradient_reference& ref, std::span<const gradient_tensor> got,
-                            tol::candidate_format f, tol::tolerance_model model, check_result& res) {
+                            tol::candidate_format f, tol::tolerance_model model, check_result& res,
+                            std::optional<backward_algorithm> declared) {
     namespace cd = check_detail;
     if (model != tol::tolerance_model::data_aware && model != tol::tolerance_model::baseline)
         throw data_error(std::string("command line: --tolerance: ") + std::string(tol::model_name(model)) +
@@ -624,7 +633,7 @@ inline void check_gradients(const case_spec& spec, const case_data& data, const 
         given[t.role] = t.values;
         std::vector<double> b;
         if (model == tol::tolerance_model::data_aware) {
-            if (!bounds) bounds = gradient_bounds_for(spec, data, ref, f);
+            if (!bounds) bounds = gradient_bounds_for(spec, data, ref, f, declared);
             b = *find(*bounds, t.role);
         } else {  // FlashAttention's rule, one number per tensor (tol::baseline_bound)
             if (!naive) naive = cd::naive_gradients(spec, data, ref.grad_output, f);
@@ -653,6 +662,8 @@ inline void check_gradients(const case_spec& spec, const case_data& data, const 
                 tr.note = "the bound admits a trivially wrong gradient (" + p->name + "); a pass would prove nothing";
             }
         }
+        if (model == tol::tolerance_model::data_aware && t.role == "grad_query" && attnref::detail::textbook_bound_applies(declared, views_of(spec, data).o))
+            tr.note += std::string(tr.note.empty() ? "" : "; ") + "bound (B5t) of the declared textbook backward";
         if (spec.shapes.heads != spec.shapes.kv_heads && (t.role == "grad_key" || t.role == "grad_value"))
             tr.note += std::string(tr.note.empty() ? "" : "; ") + "GQA: the sum over the group is checked by this comparison with the certified values";
         res.tensors.push_back(std::move(tr));
@@ -694,7 +705,7 @@ inline void check_gradients(const case_spec& spec, const case_data& data, const 
     const bool nan_rows = policy == empty_row_policy::nan && std::any_of(ref.weights.begin(), ref.weights.end(), [](double x) { return std::isnan(x); });
     if (dK != given.end() && !spec.conventions.softcap && !nan_rows) {
         // Σ_j dK_jc = s Σ_i (Σ_j dS_ij) q_ic = 0: within the sum of the elements' bounds (data-aware).
-        if (!bounds) bounds = gradient_bounds_for(spec, data, ref, f);
+        if (!bounds) bounds = gradient_bounds_for(spec, data, ref, f, declared);
         const std::vector<double>& bk = *find(*bounds, "grad_key");
         const std::vector<double>& ek = *ref.find("grad_key");  // the certified dK: the invariant's scale
         invariant_report r;
@@ -794,6 +805,7 @@ inline check_result check(const loaded_case& lc, const candidate& c, const check
     res.case_name = spec.name;
     res.format = format;
     res.model = opt.model;
+    res.declared_backward = opt.declared_backward;
     const double u = tol::unit_roundoff(format), u_acc = tol::accumulate_roundoff(format);
     const case_views views = views_of(spec, lc.data);
     std::optional<std::vector<double>> golden_p;  // the golden weights, read (or computed) once when needed
@@ -837,7 +849,7 @@ inline check_result check(const loaded_case& lc, const candidate& c, const check
     }
 
     }
-    if (!c.gradients.empty()) check_gradients(spec, lc.data, gradient_reference_of(lc), c.gradients, format, opt.model, res);
+    if (!c.gradients.empty()) check_gradients(spec, lc.data, gradient_reference_of(lc), c.gradients, format, opt.model, res, opt.declared_backward);
 
     // Invariants on the weights and lse the candidate returned.
     invariant_context ctx{views.o.mask, spec.conventions.empty_rows, opt.empty_lse};
@@ -941,12 +953,13 @@ inline check_result run_check(const check_request& rq) {
     c.weights_format = wf;
     c.lse_format = lf;
     c.gradients = gradients;
-    return check(lc, c, check_options{rq.model, rq.empty_lse});
+    return check(lc, c, check_options{rq.model, rq.empty_lse, rq.declared_backward});
 }
 
 
 inline std::string report_table(const check_result& r, bool colour) {
-    std::string s = fmt::format("case {}  candidate {}  model {}\n", r.case_name, tol::format_name(r.format), tol::model_name(r.model));
+    std::string s = fmt::format("case {}  candidate {}  model {}{}\n", r.case_name, tol::format_name(r.format), tol::model_name(r.model),
+                                r.declared_backward ? fmt::format("  backward {} (declared)", backward_algorithm_name(*r.declared_backward)) : "");
     s += fmt::format("{:<10} {:>11} {:>11} {:>9} {:>11} {:>11} {:>10} {:>24} {:>14}  {}\n", "tensor", "max abs", "max rel", "max ULP",
                      "RMS", "worst/bound", "worst idx", "candidate vs expected", "violations", "verdict");
     for (const tensor_report& t : r.tensors) {
@@ -972,6 +985,7 @@ inline std::string report_json(const check_result& r) {
     j["case"] = r.case_name;
     j["candidate_dtype"] = tol::format_name(r.format);
     j["tolerance"] = tol::model_name(r.model);
+    if (r.declared_backward) j["backward_algorithm"] = backward_algorithm_name(*r.declared_backward);  // as declared
     j["verdict"] = verdict_name(r.overall);  // PASS, FAIL or INCONCLUSIVE (exit 0, 1, 1)
     j["reason"] = r.reason;
     j["passed"] = r.passed;
