@@ -78,10 +78,11 @@
 ///   λ_i = u(Sk + 3 + |lse_i| + 2L_i)           (the row's common normalisation error, Σ_j P̂_ij ≠ 1: the sum's
 ///                                               rounding, exp(S − lse)'s lse, an online softmax's rescalings),
 ///   β = 2u + u_weights                         (each weight's rounding after normalisation),
-///   ψ_i = (Sk + 2dv + 4)u·D̄_i                  (D = Σ_j P̂ dP̂ or dO·Ô: its rounding),
-///   g_ij = |dP_ij − D_i|, A_i = Σ_j P_ij g_ij, Z_ij = γ|dP|_ij + π_ij, Z̄_i = Σ_j P_ij Z_ij,
+///   ψ_i = (Sk + 2dv + 4)u·D̄_i + u_s|D_i|       (D = Σ_j P̂ dP̂ or dO·Ô: its rounding, and its storage),
+///   g_ij = |dP_ij − D_i|, A_i = Σ_j P_ij g_ij, Z_ij = (γ + u_s)|dP|_ij + π_ij (dP's rounding and storage,
+///   the inputs' errors π, (B9)), Z̄_i = Σ_j P_ij Z_ij,
 ///   C_ij = P_ij((2E_i + λ_i)g_ij + 2E_i A_i + Z_ij + Z̄_i)   (the zero-sum part: |ΔP_ij| ≤ 2E_i P_ij),
-///   T_ij = P_ij((β + 3u)g_ij + λ_i|D_i| + βD̄_i + ψ_i)       (the rest),
+///   T_ij = P_ij((β + 3u + u_s)g_ij + λ_i|D_i| + βD̄_i + ψ_i) (the rest; u_s: dS stored),
 ///   |ΔdQ_ic| ≤ s[Σ_j (C_ij + u_s P_ij g_ij)|k_jc − m_c| + Σ_j (T_ij + (Sk + 4)u P_ij g_ij)|k_jc| + Σ_j P_ij g_ij a^k_jc],
 /// the (Sk + 4)u for the sum over keys and the scale's roundings, u_s·|dQ| ≤ u_s·s Σ_j |dS_ij||k_jc − m_c|
 /// for the storage. m_c is the weighted median of the k_jc with weights C_ij + u_s P_ij g_ij, which
@@ -215,7 +216,7 @@ inline tensor<double, 4> textbook_grad_query_bounds(tensor_view<const double, 4>
                             pj += edo(b, h, i, c) * std::fabs(v(b, hk, j, c)) + std::fabs(grad_output(b, h, i, c)) * ev(b, hk, j, c);
                     }
                     dp[j] = x;
-                    z[j] = gamma * dp_abs[j] + pj;  // Z_ij
+                    z[j] = (gamma + u_storage) * dp_abs[j] + pj;  // Z_ij
                     if (!attendable(j)) continue;
                     sigma = std::max(sigma, s * sg);
                     D += weights(b, h, i, j) * x;
@@ -232,7 +233,7 @@ inline tensor<double, 4> textbook_grad_query_bounds(tensor_view<const double, 4>
                 const double E = u * ((Dk + 5) * r.logit_magnitude + std::fabs(lse(b, h, i)) + 2) + sigma;
                 const double lambda = u * (Sk + 3 + std::fabs(lse(b, h, i)) + 2 * r.logit_magnitude);
                 const double beta = 2 * u + u_weights;
-                const double psi = (Sk + 2 * Dv + 4) * u * r.d_abs;
+                const double psi = (Sk + 2 * Dv + 4) * u * r.d_abs + u_storage * abs_d;
                 for (std::size_t j = 0; j < sk; ++j) {
                     if (!attendable(j)) {
                         C[j] = T[j] = dS[j] = w[j] = 0;
@@ -240,7 +241,7 @@ inline tensor<double, 4> textbook_grad_query_bounds(tensor_view<const double, 4>
                     }
                     const double p = weights(b, h, i, j);
                     C[j] = p * ((2 * E + lambda) * g[j] + 2 * E * A + z[j] + z_bar);
-                    T[j] = p * ((beta + 3 * u) * g[j] + lambda * abs_d + beta * r.d_abs + psi);
+                    T[j] = p * ((beta + 3 * u + u_storage) * g[j] + lambda * abs_d + beta * r.d_abs + psi);
                     dS[j] = p * g[j];
                     w[j] = C[j] + u_storage * dS[j];
                 }
