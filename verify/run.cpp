@@ -74,13 +74,12 @@ void run_case(const run_args& a) {
     std::error_code ec;
     if (fs::exists(fs::path(a.out) / "manifest.json", ec) || same_file(a.out, a.golden))
         throw data_error("command line: --out: '" + a.out + "' is a golden case directory (it holds manifest.json); refused");
-    if (a.backward != "textbook" && a.backward != "flash")
-        throw data_error("command line: --backward-algorithm: expected textbook or flash, got '" + a.backward + "'");
+    const std::optional<backward_algorithm> backward = backward_algorithm_from_name(a.backward);
+    if (!backward) throw data_error("command line: --backward-algorithm: expected textbook or flash, got '" + a.backward + "'");
     const loaded_case lc = load_case(a.golden);
     // Gradient cases (a grad_output input): the candidate gradients too, grad_<role>.npy.
     std::optional<std::vector<double>> grad_output;
     if (const tensor_entry* g = lc.entry("grad_output")) grad_output = lc.reference(*g);
-    const backward_algorithm backward = a.backward == "flash" ? backward_algorithm::flash : backward_algorithm::textbook;
     const case_spec& s = lc.m.spec;
     const auto start = std::chrono::steady_clock::now();
     std::vector<std::pair<std::string, npy::array>> results;
@@ -91,7 +90,7 @@ void run_case(const run_args& a) {
         if (s.outputs.lse) results.emplace_back("lse", encode(r.lse, lse_shape(s), a.float64));
         if (grad_output) {
             const auto shapes = gradient_roles(s);
-            for (const auto& [role, values] : compute_case_gradients<P>(s, lc.data, *grad_output, backward, a.threads)) {
+            for (const auto& [role, values] : compute_case_gradients<P>(s, lc.data, *grad_output, *backward, a.threads)) {
                 tensor<typename P::output_type, 1> t({values.size()});  // exact: the values are output_type's
                 for (std::size_t n = 0; n < values.size(); ++n) t[n] = convert<typename P::output_type>(values[n]);
                 const auto it = std::find_if(shapes.begin(), shapes.end(), [&](const auto& x) { return x.first == role; });

@@ -295,6 +295,7 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
                            tensor<double, 4>({d.batch, d.kv_heads, d.key_length, d.head_dim_qk}, 0.0),
                            tensor<double, 4>({d.batch, d.kv_heads, d.key_length, d.head_dim_v}, 0.0),
                            tensor<double, 4>({d.batch, d.heads, d.query_length, 1}, 0.0)};
+    const bool centred = detail::textbook_bound_applies(declared, options);  // (B5t) gives dQ below
     std::vector<double> dp_abs(d.key_length);
     for (std::size_t bb = 0; bb < d.batch; ++bb)
         for (std::size_t h = 0; h < d.heads; ++h)
@@ -318,14 +319,14 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
                     const double m = p * (dp_abs[j] + d_abs);  // M_ij (B4)
                     b.logits_row_sum(bb, h, i, 0) += rho * m;
                     for (std::size_t x = 0; x < d.head_dim_qk; ++x) {
-                        b.grad_query(bb, h, i, x) += s * rho_stored * m * std::fabs(k(bb, hk, j, x));
+                        if (!centred) b.grad_query(bb, h, i, x) += s * rho_stored * m * std::fabs(k(bb, hk, j, x));
                         b.grad_key(bb, hk, j, x) += s * rho_stored * m * std::fabs(q(bb, h, i, x));
                     }
                     for (std::size_t x = 0; x < d.head_dim_v; ++x)
                         b.grad_value(bb, hk, j, x) += (gamma + e_p + u_storage) * p * std::fabs(grad_output(bb, h, i, x));
                 }
             }
-    if (detail::textbook_bound_applies(declared, options))  // (B5t)
+    if (centred)  // (B5t)
         b.grad_query = detail::textbook_grad_query_bounds(q, k, v, grad_output, {}, {}, {}, {}, weights, lse, options, u, u_storage, u_weights);
     constexpr double inflation = 1 + 0x1p-20;  // second-order terms and the bound's own rounding
     for (tensor<double, 4>* t : {&b.grad_query, &b.grad_key, &b.grad_value, &b.logits_row_sum})
