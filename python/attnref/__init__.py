@@ -30,7 +30,7 @@ import numpy as np
 from . import _attnref
 from ._attnref import UncertifiedError
 from ._conventions import CONVENTIONS
-from .suite import suite_cases, suite_dir
+from .suite import case_path as _suite_case_path, suite_cases, suite_dir
 
 __all__ = ["sdpa", "mha", "Reference", "UncertifiedError", "POLICIES", "MPFR_BITS", "testing"]
 
@@ -352,7 +352,7 @@ def load_case(path: Any) -> GoldenCase:
     import json
     import os
     p = os.fspath(path)
-    p = p if os.path.exists(p) else (suite.case_path(p) or p)
+    p = p if os.path.exists(p) else (_suite_case_path(p) or p)
     name, kind, conventions, inputs, reference = _attnref._load_case(p)
     return GoldenCase(p, name, kind, json.loads(conventions), dict(inputs), dict(reference))
 
