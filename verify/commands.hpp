@@ -5,6 +5,7 @@
 /// throwing data_error (exit 2, one line on stderr) and failed checks by throwing check_failure
 /// (exit 1).
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -29,8 +30,18 @@ inline std::filesystem::path data_dir() {
     if (ec || exe.empty()) return {};
     return exe.parent_path().parent_path() / "share" / "attnref";
 }
-/// The default --suite: data_dir()/golden/suite.json.
-inline std::string default_suite() { return (data_dir() / "golden" / "suite.json").string(); }
+/// The default --suite, the first of: $ATTNREF_SUITE/suite.json when the variable is set and not
+/// empty (a suite directory; used even if the file is missing, so a wrong setting is an error
+/// naming it rather than a silent fallback); ./golden/suite.json when it is a regular file (a
+/// checkout's own suite); data_dir()/golden/suite.json (the installed suite). docs/cli.md, "Where
+/// the suite is"; python/attnref/suite.py follows the same order.
+inline std::string default_suite() {
+    if (const char* env = std::getenv("ATTNREF_SUITE"); env != nullptr && *env != '\0')
+        return (std::filesystem::path(env) / "suite.json").string();
+    std::error_code ec;
+    if (std::filesystem::is_regular_file("golden/suite.json", ec)) return "golden/suite.json";
+    return (data_dir() / "golden" / "suite.json").string();
+}
 /// The default --plot-script of `study`: data_dir()/tools/plot_study.py.
 inline std::string default_plot_script() { return (data_dir() / "tools" / "plot_study.py").string(); }
 

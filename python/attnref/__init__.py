@@ -30,6 +30,7 @@ import numpy as np
 from . import _attnref
 from ._attnref import UncertifiedError
 from ._conventions import CONVENTIONS
+from .suite import case_path as _suite_case_path, suite_cases, suite_dir
 
 __all__ = ["sdpa", "mha", "Reference", "UncertifiedError", "POLICIES", "MPFR_BITS", "testing"]
 
@@ -342,13 +343,16 @@ class GoldenCase:
 
 
 def load_case(path: Any) -> GoldenCase:
-    """Loads and verifies the golden case directory ``path`` (e.g. ``golden/mha_seed_example``).
+    """Loads and verifies the golden case directory ``path`` (e.g. ``golden/mha_seed_example``), or
+    the suite case of that name when ``path`` is a bare name that is not a directory here
+    (``load_case("sdpa_gqa")``; the suite is ``attnref.suite_dir()``).
 
     Raises ValueError naming the file and field when the directory is not a valid case (the same
     checks as ``attnref check``: regular files only, sha256, headers, shapes, memory limit)."""
     import json
     import os
     p = os.fspath(path)
+    p = p if os.path.exists(p) else (_suite_case_path(p) or p)
     name, kind, conventions, inputs, reference = _attnref._load_case(p)
     return GoldenCase(p, name, kind, json.loads(conventions), dict(inputs), dict(reference))
 

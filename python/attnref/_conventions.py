@@ -51,10 +51,11 @@ Conventions (attnref keyword = default; PyTorch / FlashAttention / ONNX Attentio
   threads=0             worker threads (0 = every core); the results do not depend on it.
 
 Arithmetic (``arith=``):
-  "certified" (default) every element correctly rounded to float64: computed in MPFI interval
-                        arithmetic through attnref's own templates and accepted only when both ends of
-                        its enclosure round to the same float64 (134 bits, escalating to 267, 535, 1065
-                        for the undecided rows). Weights and lse are certified too. The counts are in
+  "certified" (default) every element correctly rounded to float64: computed in double-double (106
+                        bits) with a rigorous error bound and accepted only when value ± bound rounds to
+                        one float64; rows holding undecided elements are recomputed in MPFI interval
+                        arithmetic (134 bits, escalating to 267, 535, 1065), as `attnref generate`
+                        certifies. Weights and lse are certified too. The counts are in
                         ``Reference.certification``. An element that never certifies (an output that is
                         exactly 0 by cancellation) raises attnref.UncertifiedError naming it.
   "float64", "float32"  plain IEEE arithmetic, every operation rounded (attnref's fixed orders).
