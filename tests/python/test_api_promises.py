@@ -171,9 +171,13 @@ import json, sys
 import numpy as np, attnref
 shape, arith = json.loads(sys.argv[1]), sys.argv[2]
 q = np.random.default_rng(0).standard_normal(shape)
-attnref.sdpa(q[:, :, :4], q[:, :, :4], q[:, :, :4], arith=arith)  # warm up: code, thread pools, MPFR caches
+kw = {}
+if arith == "gradients":  # certified, with the MPFI backward
+    arith, kw = "certified", {"grad_output": q[::-1].copy()}
+small = {n: a[:, :, :4] for n, a in kw.items()}
+attnref.sdpa(q[:, :, :4], q[:, :, :4], q[:, :, :4], arith=arith, **small)  # warm up: code, thread pools, MPFR caches
 try:
-    attnref.sdpa(q, q, q, arith=arith, max_memory=1)
+    attnref.sdpa(q, q, q, arith=arith, max_memory=1, **kw)
 except attnref.MemoryLimitError as e:
     estimate = int(str(e).split("(")[1].split(" bytes")[0])
 def status(field):
@@ -182,7 +186,7 @@ def status(field):
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # resets the peak RSS (VmHWM) to the current RSS (Linux >= 4.0)
 before = status("VmRSS")
-ref = attnref.sdpa(q, q, q, arith=arith)
+ref = attnref.sdpa(q, q, q, arith=arith, **kw)
 print(json.dumps([estimate, status("VmHWM") - before]))
 """
 
@@ -190,7 +194,8 @@ print(json.dumps([estimate, status("VmHWM") - before]))
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux's peak-RSS reset")
 @pytest.mark.parametrize("shape, arith", [((1, 2, 1200, 8), "certified"), ((1, 2, 1200, 8), "float64"),
                                           ((1, 2, 700, 8), "bf16"), ((1, 1, 400, 4), "bin50"),
-                                          ((1, 1, 500, 4), "mpfr:134"), ((1, 1, 500, 4), "mpfr:267")])
+                                          ((1, 1, 500, 4), "mpfr:134"), ((1, 1, 500, 4), "mpfr:267"),
+                                          ((1, 2, 128, 16), "gradients")])
 def test_memory_estimate_covers_the_measured_peak(shape, arith):
     import json
     r = subprocess.run([sys.executable, "-c", MEASURE, json.dumps(shape), arith], capture_output=True, text=True, timeout=120)
