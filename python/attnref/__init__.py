@@ -265,7 +265,7 @@ def _conventions(scale: Any, scale_placement: Any, causal: Any, alignment: Any, 
         slopes = [float(v) for v in s]
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 0 or threads > _MAX_INT:
         raise ValueError(f"threads: expected an int from 0 (all cores) to 2**53, got {threads!r}")
-    return dict(scale=_optional_float(scale, "scale"),
+    return dict(scale=_optional_float(scale, "scale", positive=True),
                 scale_placement=_choice(scale_placement, "scale_placement", ("on_product", "on_query", "split_sqrt")),
                 causal="none" if causal is None else "causal", alignment=align, diagonal_offset=int(diagonal_offset),
                 window_left=left, window_right=right, window=window is not None, key_lengths=lengths,

@@ -56,7 +56,8 @@ def test_ulp_option_is_validated(ulp):
 
 
 def test_float_options_are_validated():
-    for kw in (dict(scale=float("nan")), dict(scale=float("inf")), dict(softcap=-1.0), dict(softcap=float("nan")),
+    for kw in (dict(scale=float("nan")), dict(scale=float("inf")), dict(scale=-0.5), dict(scale=0.0), dict(softcap=-1.0),
+               dict(softcap=float("nan")),
                dict(scale=2**1024), dict(alibi_slopes=[float("nan"), 1.0])):
         name = next(iter(kw))
         with pytest.raises(ValueError, match=name):
