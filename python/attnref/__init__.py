@@ -21,6 +21,7 @@ certified outputs; ``attnref.check(case, output=...)`` judges a candidate agains
 from __future__ import annotations
 
 import math
+import os
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -32,7 +33,17 @@ from ._attnref import UncertifiedError
 from ._conventions import CONVENTIONS
 from .suite import case_path as _suite_case_path, suite_cases, suite_dir
 
-__all__ = ["sdpa", "mha", "Reference", "UncertifiedError", "POLICIES", "MPFR_BITS", "testing"]
+__all__ = ["sdpa", "mha", "Reference", "UncertifiedError", "MemoryLimitError", "POLICIES", "MPFR_BITS", "testing"]
+
+#: The largest int an option (window sides, key lengths, heads, threads, offsets) accepts: 2**53.
+_MAX_INT = 2**53
+#: ``max_memory``'s default, bytes: 4 GiB, as the command line's ``--max-memory``.
+DEFAULT_MAX_MEMORY = 4 << 30
+
+
+class MemoryLimitError(ValueError, MemoryError):
+    """A call whose memory estimate exceeds ``max_memory`` (a ValueError and a MemoryError): refused
+    before anything is allocated, the message giving the estimate and the limit."""
 
 #: Precision policy names accepted by ``arith=`` (attnref/policies.hpp).
 POLICIES: Tuple[str, ...] = ("float32", "float64", "longdouble", "float128", "bin50", "bf16", "fp16", "bf16_fp32acc",
@@ -56,6 +67,12 @@ class Reference:
             ``elements``, ``certified`` (== elements), ``escalated`` (elements that needed more than
             the first precision) and ``precisions_bits`` (the precisions elements were certified at).
         kind: "sdpa" or "mha".
+        gradients: with ``grad_output=``: the certified gradients by role (every element the
+            correctly rounded float64 of the exact gradient, like the output): sdpa ``grad_query``,
+            ``grad_key``, ``grad_value`` (dQ, dK, dV; dK and dV summed over each kv head's group);
+            mha ``grad_query``, ``grad_key``, ``grad_value`` (of x_q, x_k, x_v), ``grad_w_q`` …
+            ``grad_w_o`` and with biases ``grad_b_q`` … ``grad_b_o``. Also attributes
+            (``ref.grad_query``); their certification reports are appended to ``certification``.
     The object also keeps a snapshot of the call's inputs and conventions (and, for certified
     references, the certified weights even when not returned), from which
     ``attnref.testing.assert_attention_close`` derives its per-element bounds.
@@ -70,6 +87,15 @@ class Reference:
     _call: Any = field(repr=False, compare=False)
     _bound_weights: Optional[np.ndarray] = field(repr=False, compare=False)
     _bound_lse: Optional[np.ndarray] = field(repr=False, compare=False)
+    gradients: Dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("grad_") and name in _GRADIENT_ROLES:
+            g = self.__dict__.get("gradients") or {}
+            if name in g:
+                return g[name]
+            raise AttributeError(f"{name}: this Reference has no gradients (pass grad_output= to attnref.{self.kind})")
+        raise AttributeError(name)
 
     @property
     def certified(self) -> bool:
@@ -77,11 +103,39 @@ class Reference:
         return self.arith == "certified"
 
 
+_GRADIENT_ROLES = ("grad_query", "grad_key", "grad_value", "grad_w_q", "grad_w_k", "grad_w_v", "grad_w_o", "grad_b_q",
+                   "grad_b_k", "grad_b_v", "grad_b_o")
+
+
+def _inexact_in_float64(a: np.ndarray) -> Optional[np.ndarray]:
+    """Flags of the elements of `a` (a real array) that float64 cannot hold exactly, or None when
+    its dtype converts exactly (float16/32/64, integers of at most 32 bits)."""
+    if np.issubdtype(a.dtype, np.integer):
+        if a.dtype.itemsize < 8:
+            return None
+        a64 = a.astype(np.float64)
+        # float64 rounds |x| > 2**53 to 53 significant bits; back-conversion detects the rounding.
+        # A value rounded up to 2**63 (int64) or 2**64 (uint64) is outside the integer type.
+        top = 2.0**64 if np.issubdtype(a.dtype, np.unsignedinteger) else 2.0**63
+        inside = a64 < top
+        back = np.where(inside, a64, 0).astype(a.dtype)
+        return ~inside | (back != a)
+    if a.dtype.itemsize <= 8:
+        return None
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        back = a.astype(np.float64).astype(a.dtype)
+    return (back != a) & ~np.isnan(a)
+
+
 def _as_float64(x: ArrayLike, name: str, *, allow_neg_inf: bool = False, allow_nonfinite: bool = False) -> np.ndarray:
-    """x as a float64 C-contiguous array without copying when it already is one. Inputs of a
-    reference must be finite; a candidate's outputs (allow_nonfinite) may hold NaN and inf."""
+    """x as a float64 C-contiguous array without copying when it already is one. Values float64
+    cannot hold exactly (long double, int64 beyond 2**53) are refused, never rounded. Inputs of a
+    reference must be finite; a candidate's outputs (allow_nonfinite) may hold NaN and inf.
+    A PyTorch tensor that requires grad is read through ``.detach()`` (its values, not its graph)."""
     if x is None:
         raise TypeError(f"{name}: expected an array, got None")
+    if getattr(x, "requires_grad", False) is True and callable(getattr(x, "detach", None)):
+        x = x.detach()
     a = None
     err: Optional[Exception] = None
     if isinstance(x, np.ndarray):
@@ -89,7 +143,7 @@ def _as_float64(x: ArrayLike, name: str, *, allow_neg_inf: bool = False, allow_n
     else:
         try:
             a = np.asarray(x)
-        except Exception as e:  # e.g. a torch tensor that requires grad, or in bfloat16
+        except Exception as e:  # e.g. a torch tensor in bfloat16
             err = e
         if (a is None or a.dtype == object) and hasattr(x, "__dlpack__"):
             try:
@@ -109,14 +163,20 @@ def _as_float64(x: ArrayLike, name: str, *, allow_neg_inf: bool = False, allow_n
         raise TypeError(f"{name}: cannot read {type(x).__name__} as an array: {text}{hint}")
     if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
         raise TypeError(f"{name}: expected real floating-point (or integer) values, got dtype {a.dtype}")
-    a = np.ascontiguousarray(a, dtype=np.float64)
+    inexact = _inexact_in_float64(a)
+    if inexact is not None and inexact.any():
+        idx = tuple(int(i) for i in np.argwhere(inexact)[0]) if a.ndim else ()
+        raise ValueError(f"{name}: the {a.dtype} value at index {idx} ({a[idx]!r}) is not exactly representable in float64; "
+                         f"attnref would compute the reference of other inputs. Round it yourself ({name}.astype(numpy.float64)) "
+                         "if that is what you mean")
+    a = np.asarray(a, dtype=np.float64, order="C")  # keeps a 0-d array 0-d (ascontiguousarray would not)
     if allow_nonfinite:
         return a
     bad = ~np.isfinite(a)
     if allow_neg_inf:
         bad &= ~np.isneginf(a)
     if bad.any():
-        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        idx = tuple(int(i) for i in np.argwhere(bad)[0]) if a.ndim else ()
         what = "NaN or +inf" if allow_neg_inf else "NaN or inf"
         raise ValueError(f"{name}: {what} at index {idx} ({a[idx]}); a reference needs finite inputs")
     return a
@@ -140,8 +200,8 @@ def _optional_int(x: Any, name: str) -> Optional[int]:
         return None
     if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
         raise TypeError(f"{name}: expected an int or None, got {type(x).__name__}")
-    if x < 0:
-        raise ValueError(f"{name}: expected a nonnegative int, got {x}")
+    if x < 0 or x > _MAX_INT:
+        raise ValueError(f"{name}: expected an int from 0 to 2**53, got {x}")
     return int(x)
 
 
@@ -150,9 +210,14 @@ def _optional_float(x: Any, name: str, positive: bool = False) -> Optional[float
         return None
     if isinstance(x, bool) or not isinstance(x, (int, float, np.floating, np.integer)):
         raise TypeError(f"{name}: expected a float or None, got {type(x).__name__}")
-    v = float(x)
+    try:
+        v = float(x)
+    except OverflowError:
+        raise ValueError(f"{name}: expected a finite{' positive' if positive else ''} float, got {x}") from None
     if not math.isfinite(v) or (positive and v <= 0):
         raise ValueError(f"{name}: expected a finite{' positive' if positive else ''} float, got {v}")
+    if isinstance(x, (int, np.integer)) and int(v) != int(x) or isinstance(x, np.floating) and np.longdouble(v) != np.longdouble(x):
+        raise ValueError(f"{name}: {x!r} is not exactly representable in float64")
     return v
 
 
@@ -176,7 +241,7 @@ def _conventions(scale: Any, scale_placement: Any, causal: Any, alignment: Any, 
     align = alignment or causal or "top_left"
     if isinstance(diagonal_offset, bool) or not isinstance(diagonal_offset, (int, np.integer)):
         raise TypeError(f"diagonal_offset: expected an int, got {type(diagonal_offset).__name__}")
-    if abs(int(diagonal_offset)) > 2**53:
+    if abs(int(diagonal_offset)) > _MAX_INT:
         raise ValueError(f"diagonal_offset: expected |offset| <= 2**53, got {diagonal_offset}")
     left = right = None
     if window is not None:
@@ -186,10 +251,12 @@ def _conventions(scale: Any, scale_placement: Any, causal: Any, alignment: Any, 
     lengths = None
     if key_lengths is not None:
         kl = np.asarray(key_lengths)
+        if kl.dtype == object and kl.ndim == 1 and all(isinstance(n, int) and not isinstance(n, bool) for n in kl):
+            raise ValueError(f"key_lengths: expected lengths from 0 to 2**53, got {kl.tolist()}")
         if kl.ndim != 1 or not (np.issubdtype(kl.dtype, np.integer) or kl.size == 0):
             raise TypeError(f"key_lengths: expected a 1-d sequence of ints, got dtype {kl.dtype} shape {kl.shape}")
-        if (kl < 0).any():
-            raise ValueError(f"key_lengths: expected nonnegative lengths, got {kl.tolist()}")
+        if (kl < 0).any() or (kl > _MAX_INT).any():
+            raise ValueError(f"key_lengths: expected lengths from 0 to 2**53, got {kl.tolist()}")
         lengths = [int(n) for n in kl]
     slopes = None
     if alibi_slopes is not None:
@@ -197,9 +264,9 @@ def _conventions(scale: Any, scale_placement: Any, causal: Any, alignment: Any, 
         if s.ndim != 1:
             raise ValueError(f"alibi_slopes: expected one slope per query head (1-d), got shape {s.shape}")
         slopes = [float(v) for v in s]
-    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 0:
-        raise ValueError(f"threads: expected an int >= 0 (0 = all cores), got {threads!r}")
-    return dict(scale=_optional_float(scale, "scale"),
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 0 or threads > _MAX_INT:
+        raise ValueError(f"threads: expected an int from 0 (all cores) to 2**53, got {threads!r}")
+    return dict(scale=_optional_float(scale, "scale", positive=True),
                 scale_placement=_choice(scale_placement, "scale_placement", ("on_product", "on_query", "split_sqrt")),
                 causal="none" if causal is None else "causal", alignment=align, diagonal_offset=int(diagonal_offset),
                 window_left=left, window_right=right, window=window is not None, key_lengths=lengths,
@@ -223,13 +290,118 @@ def _arith(arith: Any) -> str:
     raise ValueError(f"arith: expected 'certified', a policy name ({', '.join(POLICIES)}) or 'mpfr:BITS', got {arith!r}")
 
 
+def _max_memory(x: Any) -> int:
+    """max_memory= as bytes: an int, or a string with a K, M, G or T suffix (powers of 1024)."""
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer, str)):
+        raise TypeError(f"max_memory: expected bytes as an int or a string such as '8G', got {type(x).__name__}")
+    if isinstance(x, str):
+        t = x.strip()
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:].upper(), 1)
+        digits = t[:-1] if mult > 1 else t
+        if not digits.isdigit():
+            raise ValueError(f"max_memory: expected bytes such as 4294967296 or '4G', got {x!r}")
+        v = int(digits) * mult
+    else:
+        v = int(x)
+    if v <= 0:
+        raise ValueError(f"max_memory: expected a positive number of bytes, got {x!r}")
+    return v
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.3g} GiB"
+
+
+# Bytes per value of the arithmetics' element types with their working copies, rounded up (heap
+# limbs of MPFR/MPFI included; checked against the measured peak RSS in tests/python): policies of
+# IEEE and extended types 16, cpp_bin_float<50> 80, MPFR at 134/267 bits 96/112, the fast certified
+# path 12 (a float64 value and an undecided flag), and an MPFI interval at the certification
+# ladder's last rung (1065 bits) 368.
+_BYTES_POLICY, _BYTES_BIN50, _BYTES_MPFR, _BYTES_FAST = 16, 80, {134: 96, 267: 112}, 12
+_BYTES_INTERVAL = 368
+
+
+def _memory_estimate(kind: str, arrays: Dict[str, Optional[np.ndarray]], heads: int, kv_heads: int, conv: Dict[str, Any],
+                     arith: str, gradients: bool = False) -> Tuple[int, int]:
+    """(bytes the call allocates, bytes the certified path's MPFI escalation can add), from the shapes.
+
+    Counted: the reference's snapshot of the inputs and masks; output, weights and lse (always
+    computed) in the arithmetic's type and as float64; for mha the projected heads; for the
+    certified path its per-thread copies of one head's q, k, v (double-double with error terms).
+    The escalation recomputes undecided rows in MPFI intervals over whole tensors. The certified
+    gradients run the backward in MPFI intervals: the forward's weights, the logits' gradient, the
+    gradients (and their copies in the certification), per-thread rows of one head."""
+    def count(a: Optional[np.ndarray]) -> int:
+        return 0 if a is None else int(a.size)
+    inputs = sum(count(a) for a in arrays.values())
+    masks = sum(count(conv[n]) for n in ("mask", "additive_mask"))
+    if kind == "sdpa":
+        b, h, sq, dk = arrays["q"].shape
+        hkv, sk, dv = arrays["k"].shape[1], arrays["k"].shape[2], arrays["v"].shape[3]
+        out = b * h * sq * dv
+        heads_values = 0
+    else:
+        b, sq, _ = arrays["q"].shape
+        sk = arrays["k"].shape[1]
+        h, hkv = heads, kv_heads
+        dk, dv = arrays["w_q"].shape[1] // max(h, 1), arrays["w_v"].shape[1] // max(hkv, 1)
+        out = b * sq * arrays["w_o"].shape[1]
+        heads_values = b * h * sq * dk + b * hkv * sk * (dk + dv) + b * sq * h * dv
+    values = out + b * h * sq * sk + b * h * sq
+    threads = conv["threads"] or (os.cpu_count() or 1)
+    base = 2 * 8 * (inputs + masks)  # the snapshot, and the masks' copies in the conventions
+    escalation = 0
+    if arith == "certified":
+        per_thread = 24 * (sq * dk + sk * (dk + dv)) + 256 * sk + 64 * dv
+        base += _BYTES_FAST * values + 32 * heads_values + min(threads, max(b * h, 1)) * per_thread
+        escalation = _BYTES_INTERVAL * (values + heads_values)
+        if gradients:
+            grads = inputs + 2 * out  # the gradients have the inputs' shapes; dO and O the output's
+            rows = min(threads, max(b * h, 1)) * (sq * dk + 2 * sk * (dk + dv) + 4 * sk + dk + dv)
+            base += 8 * (2 * inputs + 2 * out + 2 * (masks + b * h * sq * sk * (1 if masks else 0)))
+            base += _BYTES_INTERVAL * (3 * b * h * sq * sk + 3 * grads + b * h * sq + 4 * heads_values + rows)
+    else:
+        size = _BYTES_MPFR[int(arith[5:])] if arith.startswith("mpfr:") else _BYTES_BIN50 if arith == "bin50" else _BYTES_POLICY
+        base += (size + 12) * values + size * (heads_values + inputs)
+    return base, escalation
+
+
 def _run(kind: str, arrays: Dict[str, Optional[np.ndarray]], heads: int, kv_heads: int, conv: Dict[str, Any], arith: str,
-         return_weights: bool, return_lse: bool) -> Reference:
+         return_weights: bool, return_lse: bool, max_memory: Any, grad_output: Any = None) -> Reference:
+    limit = _max_memory(max_memory)
+    do = None
+    if grad_output is not None:
+        if arith != "certified":
+            raise ValueError(f"grad_output: gradients are computed with arith='certified' only, got arith={arith!r}")
+        do = _as_float64(grad_output, "grad_output")
+        if kind == "sdpa":
+            out_shape = arrays["q"].shape[:3] + arrays["v"].shape[3:]
+        else:
+            out_shape = arrays["q"].shape[:2] + arrays["w_o"].shape[1:]
+        if do.shape != out_shape:
+            raise ValueError(f"grad_output: expected the output's shape {out_shape}, got {do.shape}")
     call = _attnref._make_call(kind, arrays["q"], arrays["k"], arrays["v"], arrays.get("w_q"), arrays.get("w_k"),
                                arrays.get("w_v"), arrays.get("w_o"), arrays.get("b_q"), arrays.get("b_k"), arrays.get("b_v"),
                                arrays.get("b_o"), heads, kv_heads, **conv)
+    estimate, escalation = _memory_estimate(kind, arrays, heads, kv_heads, conv, arith, do is not None)
+    if estimate > limit:
+        raise MemoryLimitError(f"max_memory: this call would need about {_gib(estimate)} ({estimate} bytes; output, weights "
+                               f"and lse of {arith!r}), above max_memory={_gib(limit)}; raise max_memory= or make the call smaller")
     # Weights and lse are always computed: the weights feed the data-aware bound of assert_attention_close.
-    r = _attnref._compute(call, arith, True, True)
+    # The certified path escalates undecided elements to MPFI only when that fits the limit too.
+    r = _attnref._compute(call, arith, True, True, estimate + escalation <= limit)
+    if r["undecided"]:
+        raise MemoryLimitError(f"max_memory: {r['undecided']} element(s) were not decided by the fast certified path; "
+                               f"certifying them through the MPFI ladder needs about {_gib(estimate + escalation)} "
+                               f"({estimate + escalation} bytes), above max_memory={_gib(limit)}; raise max_memory=")
+    gradients: Dict[str, np.ndarray] = {}
+    certification = list(r["certification"])
+    if do is not None:
+        g = _attnref._gradients(call, do)
+        gradients = dict(g["gradients"])
+        for a in gradients.values():
+            a.setflags(write=False)
+        certification += list(g["certification"])
     # The snapshot the bounds are derived from: copies, so later in-place changes to the caller's
     # arrays cannot change a bound.
     snapshot = {n: (None if a is None else a.copy()) for n, a in arrays.items()}
@@ -244,8 +416,8 @@ def _run(kind: str, arrays: Dict[str, Optional[np.ndarray]], heads: int, kv_head
         if a is not None:
             a.setflags(write=False)
     return Reference(output=r["output"], weights=r["weights"] if return_weights else None,
-                     lse=r["lse"] if return_lse else None, arith=arith, certification=list(r["certification"]), kind=kind,
-                     _call=kept, _bound_weights=r["weights"], _bound_lse=r["lse"])
+                     lse=r["lse"] if return_lse else None, arith=arith, certification=certification, kind=kind,
+                     _call=kept, _bound_weights=r["weights"], _bound_lse=r["lse"], gradients=gradients)
 
 
 def sdpa(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale: Optional[float] = None, scale_placement: str = "on_product",
@@ -253,12 +425,26 @@ def sdpa(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale: Optional[float] = N
          window: Optional[Tuple[Optional[int], Optional[int]]] = None, key_lengths: Optional[Sequence[int]] = None, mask: Optional[ArrayLike] = None,
          mask_polarity: str = "true_means_attend", additive_mask: Optional[ArrayLike] = None, empty_rows: str = "zero",
          softcap: Optional[float] = None, alibi_slopes: Optional[ArrayLike] = None, arith: str = "certified",
-         return_weights: bool = False, return_lse: bool = False, threads: int = 0) -> Reference:
+         return_weights: bool = False, return_lse: bool = False, threads: int = 0,
+         max_memory: Any = DEFAULT_MAX_MEMORY, grad_output: Optional[ArrayLike] = None) -> Reference:
     """Scaled dot-product attention of q (B, H, Sq, dk), k (B, Hkv, Sk, dk), v (B, Hkv, Sk, dv).
 
     Returns a Reference: ``.output`` (B, H, Sq, dv), and ``.weights`` (B, H, Sq, Sk) / ``.lse``
     (B, H, Sq) when asked for. With the default ``arith="certified"`` every element is the
     correctly rounded float64 of the exact attention of the given inputs.
+
+    Inputs must be exactly representable in float64 (float16/32/64, integers up to 2**53 in
+    magnitude); a long double or int64 value that float64 would round is a ValueError naming the
+    argument and index. The head dimension dk must be at least 1. ``max_memory`` (bytes, or a
+    string such as "8G"; default 4 GiB): a call whose estimated memory exceeds it raises
+    attnref.MemoryLimitError (a ValueError and MemoryError) with the estimate, before computing.
+
+    ``grad_output`` (dO, the output's shape; arith="certified" only): also the certified gradients
+    ``.grad_query``, ``.grad_key``, ``.grad_value`` (every element the correctly rounded float64 of
+    the exact gradient of sum(dO * output), same conventions; dK and dV summed over each kv head's
+    group), through the MPFI backward that certifies the golden suite's backward cases (slower than
+    the forward: about the MPFI forward's cost, several times). PyTorch tensors that require grad may be passed
+    for any input: their values are read through ``.detach()``.
 
     Raises ValueError or TypeError naming the argument for bad shapes, dtypes or options, and
     attnref.UncertifiedError for an element that no precision certifies.
@@ -269,7 +455,9 @@ def sdpa(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale: Optional[float] = N
     for n in ("q", "k", "v"):
         if arrays[n].ndim != 4:
             raise ValueError(f"{n}: expected 4 dimensions (B, H, S, d), got shape {arrays[n].shape}")
-    return _run("sdpa", arrays, 0, 0, conv, _arith(arith), return_weights, return_lse)
+    if arrays["q"].shape[3] == 0:
+        raise ValueError(f"q: the head dimension (axis 3) is 0, got shape {arrays['q'].shape}; attention needs dk >= 1")
+    return _run("sdpa", arrays, 0, 0, conv, _arith(arith), return_weights, return_lse, max_memory, grad_output)
 
 
 def mha(x_q: ArrayLike, x_k: ArrayLike, x_v: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: ArrayLike, w_o: ArrayLike,
@@ -280,7 +468,8 @@ def mha(x_q: ArrayLike, x_k: ArrayLike, x_v: ArrayLike, w_q: ArrayLike, w_k: Arr
         window: Optional[Tuple[Optional[int], Optional[int]]] = None, key_lengths: Optional[Sequence[int]] = None,
         mask: Optional[ArrayLike] = None, mask_polarity: str = "true_means_attend", additive_mask: Optional[ArrayLike] = None,
         empty_rows: str = "zero", softcap: Optional[float] = None, alibi_slopes: Optional[ArrayLike] = None,
-        arith: str = "certified", return_weights: bool = False, return_lse: bool = False, threads: int = 0) -> Reference:
+        arith: str = "certified", return_weights: bool = False, return_lse: bool = False, threads: int = 0,
+        max_memory: Any = DEFAULT_MAX_MEMORY, grad_output: Optional[ArrayLike] = None) -> Reference:
     """Multi-head attention: projections, heads, scaled dot-product attention, output projection.
 
     Layout y = x @ W + b (attnref's): x_q (B, Sq, E), x_k, x_v (B, Sk, E_k), (B, Sk, E_v);
@@ -294,6 +483,10 @@ def mha(x_q: ArrayLike, x_k: ArrayLike, x_v: ArrayLike, w_q: ArrayLike, w_k: Arr
 
     ``heads`` query heads, ``kv_heads`` key/value heads (None = heads; 1 = MQA; else GQA).
     Returns a Reference: ``.output`` (B, Sq, E_out), ``.weights`` (B, H, Sq, Sk), ``.lse`` (B, H, Sq).
+    Inputs, max_memory, grad_output and the head dimension (w_q's width / heads >= 1) as for
+    attnref.sdpa; with grad_output the gradients of x_q, x_k, x_v (``grad_query``, ``grad_key``,
+    ``grad_value``; x_q, x_k, x_v of one width), ``grad_w_q`` … ``grad_w_o`` and, with all four
+    biases, ``grad_b_q`` … ``grad_b_o``.
     Raises ValueError or TypeError naming the argument for bad shapes, dtypes or options.
     """
     h = _optional_int(heads, "heads")
@@ -316,7 +509,9 @@ def mha(x_q: ArrayLike, x_k: ArrayLike, x_v: ArrayLike, w_q: ArrayLike, w_k: Arr
         a = arrays[n]
         if a is not None and a.ndim != rank:
             raise ValueError(f"{label}: expected {rank} dimensions, got shape {a.shape}")
-    return _run("mha", arrays, h, kvh, conv, _arith(arith), return_weights, return_lse)
+    if arrays["w_q"].shape[1] == 0:
+        raise ValueError(f"w_q: the head dimension (axis 1 / heads) is 0, got shape {arrays['w_q'].shape}; attention needs dk >= 1")
+    return _run("mha", arrays, h, kvh, conv, _arith(arith), return_weights, return_lse, max_memory, grad_output)
 
 
 sdpa.__doc__ = (sdpa.__doc__ or "") + textwrap.indent(CONVENTIONS, "    ")
@@ -342,6 +537,18 @@ class GoldenCase:
     reference: Dict[str, np.ndarray]
 
 
+def _path(x: Any, name: str) -> str:
+    """A case directory argument as a str; a NUL (which no file name holds) is a ValueError naming
+    the argument, with the path escaped in full."""
+    try:
+        p = os.fsdecode(os.fspath(x))
+    except TypeError:
+        raise TypeError(f"{name}: expected a path (str, bytes or os.PathLike), got {type(x).__name__}") from None
+    if "\0" in p:
+        raise ValueError(f"{name}: the path holds a NUL character at position {p.index(chr(0))}: {p!r}")
+    return p
+
+
 def load_case(path: Any) -> GoldenCase:
     """Loads and verifies the golden case directory ``path`` (e.g. ``golden/mha_seed_example``), or
     the suite case of that name when ``path`` is a bare name that is not a directory here
@@ -350,8 +557,7 @@ def load_case(path: Any) -> GoldenCase:
     Raises ValueError naming the file and field when the directory is not a valid case (the same
     checks as ``attnref check``: regular files only, sha256, headers, shapes, memory limit)."""
     import json
-    import os
-    p = os.fspath(path)
+    p = _path(path, "path")
     p = p if os.path.exists(p) else (_suite_case_path(p) or p)
     name, kind, conventions, inputs, reference = _attnref._load_case(p)
     return GoldenCase(p, name, kind, json.loads(conventions), dict(inputs), dict(reference))
@@ -377,14 +583,16 @@ class Verdict:
         return self.passed
 
 
-def check(case: Any, output: Any = None, *, weights: Any = None, lse: Any = None, dtype: str = "float64",
+def check(case: Any, output: Any = None, *, weights: Any = None, lse: Any = None, dtype: Optional[str] = None,
           tolerance: str = "data-aware", empty_row_lse: str = "-inf", backward_algorithm: Optional[str] = None,
           **gradients: Any) -> Verdict:
     """Judges a candidate's outputs against a committed golden case, as ``attnref check`` does.
 
     ``case``: a GoldenCase or a case directory. ``output`` (and optionally ``weights`` (B, H, Sq, Sk)
-    and ``lse`` (B, H, Sq)): arrays in the case's shapes holding values of ``dtype`` ("float64",
-    "float32", "bfloat16", "float16"; bfloat16 tensors: pass ``.float()``). ``tolerance``: the model
+    and ``lse`` (B, H, Sq)): arrays in the case's shapes. ``dtype``: the candidate's format
+    ("float64", "float32", "bfloat16", "float16"); default: from the arrays' dtype, as
+    ``attnref check`` reads it from the files (float64, float32, float16 arrays; bfloat16 torch
+    tensors); arrays of different formats, or of another dtype, need ``dtype=``. ``tolerance``: the model
     (``attnref.testing`` lists them; default "data-aware"). ``empty_row_lse``: the lse your kernel
     writes for fully masked rows ("-inf", "+inf" as FlashAttention 2/3, or "any").
     Backward cases (``golden/*_bwd_*``): gradients by role as keywords — ``grad_query``, ``grad_key``,
@@ -395,20 +603,47 @@ def check(case: Any, output: Any = None, *, weights: Any = None, lse: Any = None
     weights (autograd through softmax does): dQ's bound then centres the keys ((B5t)), much tighter for
     large logits; "flash" or None (unknown) keep the bound valid for any algorithm.
     Returns a Verdict (truthy when it is PASS); raises ValueError for unusable input."""
-    path = case.path if isinstance(case, GoldenCase) else __import__("os").fspath(case)
-
-    def arr(x: Any, what: str) -> Optional[np.ndarray]:
-        if x is None:
-            return None
-        return _as_float64(x, what, allow_nonfinite=True)
-
+    from .testing import _candidate, _format
+    path = case.path if isinstance(case, GoldenCase) else _path(case, "case")
+    path = path if os.path.exists(path) else (_suite_case_path(path) or path)
+    for what, value, options in (("tolerance", tolerance, None), ("empty_row_lse", empty_row_lse, ("-inf", "+inf", "any")),
+                                 ("backward_algorithm", backward_algorithm, ("textbook", "flash"))):
+        if what == "backward_algorithm" and value is None:
+            continue
+        if not isinstance(value, str):
+            raise TypeError(f"{what}: expected a string, got {type(value).__name__}")
+        if options is not None and value not in options:
+            raise ValueError(f"{what}: expected one of {', '.join(repr(o) for o in options)}"
+                             f"{' or None' if what == 'backward_algorithm' else ''}, got {value!r}")
     for role in gradients:
         if not role.startswith("grad_"):
             raise TypeError(f"check() got an unexpected keyword argument '{role}'")
     if output is None and not gradients:
         raise ValueError("output: give the output, or at least one gradient (grad_query=…, …)")
-    grads = [(role, arr(g, role)) for role, g in gradients.items() if g is not None]
-    result = _attnref._check(path, arr(output, "output"), arr(weights, "weights"), arr(lse, "lse"), dtype, tolerance,
+    given = [(n, x) for n, x in [("output", output), ("weights", weights), ("lse", lse)] + list(gradients.items())
+             if x is not None]
+    formats: Dict[str, Optional[str]] = {}
+    arrays: Dict[str, np.ndarray] = {}
+    for n, x in given:
+        if isinstance(x, np.ndarray) and np.issubdtype(x.dtype, np.integer):
+            a, implied = _as_float64(x, n, allow_nonfinite=True), None  # integers: exact values, no format of their own
+        else:
+            a, implied = _candidate(x, n)
+        arrays[n], formats[n] = a, implied
+    if dtype is None:
+        implied = set(formats.values())
+        if None in implied:
+            unknown = next(n for n, f in formats.items() if f is None)
+            raise TypeError(f"dtype: cannot tell the format of {unknown} from its dtype; pass dtype='float32' "
+                            "(or float64, bfloat16, float16)")
+        if len(implied) > 1:
+            raise ValueError("dtype: the arrays hold different formats (" +
+                             ", ".join(f"{n} {f}" for n, f in formats.items()) + "); pass dtype= to name the one to judge in")
+        fmt = implied.pop()
+    else:
+        fmt = _format(dtype, None)
+    grads = [(role, arrays[role]) for role in gradients if role in arrays]
+    result = _attnref._check(path, arrays.get("output"), arrays.get("weights"), arrays.get("lse"), fmt, tolerance,
                              empty_row_lse, grads, "unknown" if backward_algorithm is None else backward_algorithm)
     return Verdict(*result)
 

@@ -51,13 +51,15 @@ Conventions (attnref keyword = default; PyTorch / FlashAttention / ONNX Attentio
   threads=0             worker threads (0 = every core); the results do not depend on it.
 
 Arithmetic (``arith=``):
-  "certified" (default) every element correctly rounded to float64: computed in double-double (106
-                        bits) with a rigorous error bound and accepted only when value ± bound rounds to
-                        one float64; rows holding undecided elements are recomputed in MPFI interval
-                        arithmetic (134 bits, escalating to 267, 535, 1065), as `attnref generate`
-                        certifies. Weights and lse are certified too. The counts are in
-                        ``Reference.certification``. An element that never certifies (an output that is
-                        exactly 0 by cancellation) raises attnref.UncertifiedError naming it.
+  "certified" (default) every element correctly rounded to float64: first double-double with
+                        rigorous error bounds (the fast certified path, 106 bits, as `attnref generate`
+                        certifies), accepted only when the whole enclosure rounds to one float64; the
+                        query rows holding undecided elements are recomputed in MPFI interval arithmetic
+                        through attnref's own templates (134 bits, escalating to 267, 535, 1065).
+                        Weights and lse are certified too. The counts are in ``Reference.certification``
+                        (``precisions_bits`` [106] when nothing escalated). An element that never
+                        certifies (an exact rounding midpoint, an exact 0 by cancellation) raises
+                        attnref.UncertifiedError naming it.
   "float64", "float32"  plain IEEE arithmetic, every operation rounded (attnref's fixed orders).
   policy names          attnref's precision policies (inputs first rounded to the storage format):
                         longdouble, float128, bin50, bf16, fp16, bf16_fp32acc, fp16_fp32acc,

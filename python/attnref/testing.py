@@ -13,6 +13,7 @@ vacuous (as large as the row's largest |expected|, or not finite) or the output 
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -36,7 +37,11 @@ class InconclusiveError(AssertionError):
 
 
 def _candidate(x: Any, name: str) -> "tuple[np.ndarray, Optional[str]]":
-    """(float64 C-contiguous values, the format its dtype implies or None)."""
+    """(float64 C-contiguous values, the format its dtype implies or None). A tensor that requires
+    grad is read through ``.detach()``; values float64 cannot hold exactly are a ValueError."""
+    from . import _inexact_in_float64  # the package imports this module at its end
+    if getattr(x, "requires_grad", False) is True and callable(getattr(x, "detach", None)):
+        x = x.detach()
     fmt = None
     dt = str(getattr(x, "dtype", ""))
     if dt in ("torch.bfloat16", "bfloat16"):
@@ -52,9 +57,13 @@ def _candidate(x: Any, name: str) -> "tuple[np.ndarray, Optional[str]]":
                             f"{' (pass ' + name + '.detach())' if 'grad' in str(e) else ''}") from None
     if not (np.issubdtype(a.dtype, np.floating)):
         raise TypeError(f"{name}: expected floating-point values, got dtype {a.dtype}")
+    inexact = _inexact_in_float64(a)
+    if inexact is not None and inexact.any():
+        idx = _index(int(np.flatnonzero(inexact)[0]), a.shape)
+        raise ValueError(f"{name}: the {a.dtype} value at index {idx} is not exactly representable in float64")
     if fmt is None:
         fmt = {np.dtype(np.float64): "float64", np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}.get(a.dtype)
-    return np.ascontiguousarray(a, dtype=np.float64), fmt
+    return np.asarray(a, dtype=np.float64, order="C"), fmt
 
 
 def _format(dtype: Any, implied: Optional[str]) -> str:
@@ -109,7 +118,11 @@ def assert_attention_close(actual: Any, expected_or_reference: Any, *, dtype: An
         TypeError, ValueError: unusable arguments (named).
     """
     model = tolerance
-    if model not in _MODELS:
+    if isinstance(ulp, bool) or not isinstance(ulp, (int, float, np.integer, np.floating)):
+        raise TypeError(f"ulp: expected a number, got {type(ulp).__name__}")
+    if not (math.isfinite(float(ulp)) and float(ulp) >= 0):
+        raise ValueError(f"ulp: expected a finite number >= 0, got {ulp!r}")
+    if not isinstance(tolerance, str) or model not in _MODELS:
         raise ValueError(f"tolerance: expected one of {', '.join(_MODELS)}, got {tolerance!r}")
     a, implied = _candidate(actual, "actual")
     fmt = _format(dtype, implied)

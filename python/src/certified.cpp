@@ -10,7 +10,7 @@
 namespace attnref::python {
 
 
-result compute_certified(const call& c) {
+result compute_certified(const call& c, bool escalate) {
     c.validate();
     const attention_options o = c.conv.options();
     // The fast certified path (fast_certify.hpp): double-double with rigorous bounds; the query rows
@@ -44,13 +44,15 @@ result compute_certified(const call& c) {
     }
     fast::fast_options fo;
     fo.threads = c.conv.threads;
-    const certify::result cert = fast::certify_fast(p, true, true, {certify::float64_target}, fo);
+    fo.fallback = escalate;
+    certify::result cert = fast::certify_fast(p, true, true, {certify::float64_target}, fo);
     result r;
-    r.output = cert.values[0][0];
-    r.weights = cert.values[1][0];
-    r.lse = cert.values[2][0];
+    r.output = std::move(cert.values[0][0]);
+    r.weights = std::move(cert.values[1][0]);
+    r.lse = std::move(cert.values[2][0]);
     r.precisions_bits = cert.precisions_bits;
     r.certifications = cert.reports;
+    for (const certify::tensor_report& t : r.certifications) r.undecided += t.elements - t.certified;
     return r;
 }
 

@@ -79,12 +79,31 @@ struct result {
     std::vector<certify::tensor_report> certifications;  ///< certified only (float64 target)
     std::vector<int> precisions_bits;           ///< certified: every rung computed
     int arith_bits = 0;                         ///< the arithmetic's precision (certified: 0)
+    std::size_t undecided = 0;  ///< certified without escalation: elements the fast path left undecided
 };
 
 /// Correctly rounded float64 output, weights and lse (always all three: the weights feed the
 /// data-aware bound). Throws certify::uncertified_error naming the element that never certifies.
-/// The one place the certified path is chosen: the fast certified path replaces this body.
-result compute_certified(const call& c);
+/// `escalate` false: elements the fast path cannot decide are not sent to the MPFI ladder (whose
+/// intervals span whole tensors); they are counted in result::undecided and their values are not
+/// to be used (the caller refuses the call).
+result compute_certified(const call& c, bool escalate = true);
+
+/// Certified gradients of a call (sdpa: grad_query, grad_key, grad_value; mha: also grad_w_q …
+/// grad_w_o and, with biases, grad_b_q … grad_b_o), each the correctly rounded float64 of the exact
+/// gradient for the upstream gradient dO (`grad_output`, shaped like the output): the call as a golden
+/// backward case, certified by golden::certify_gradients as `attnref generate` certifies (gradients.cpp).
+struct gradient_tensor {
+    std::string role;
+    std::vector<std::size_t> shape;
+    std::vector<double> values;
+};
+struct gradient_result {
+    std::vector<gradient_tensor> tensors;
+    std::vector<certify::tensor_report> certifications;
+    std::vector<int> precisions_bits;
+};
+gradient_result compute_certified_gradients(const call& c, const array_ref& grad_output);
 
 /// `arith`: a policy name of policies.hpp (inputs first rounded to its storage format) or
 /// "mpfr:BITS" for a compiled precision (mpfr_bits()). Returns false for an unknown name.

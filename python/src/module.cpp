@@ -50,20 +50,25 @@ Enum parse(const std::string& value, const char* name, std::initializer_list<std
     throw std::invalid_argument(std::string(name) + ": expected one of " + known + ", got '" + value + "'");
 }
 
-py::array to_numpy(const std::vector<double>& v, const std::vector<std::size_t>& shape, bool single) {
+/// A NumPy array of v's values; float64 ones take over v's buffer (no copy: the peak memory of a
+/// call is what attnref.sdpa's estimate counts).
+py::array to_numpy(std::vector<double>& v, const std::vector<std::size_t>& shape, bool single) {
     std::vector<py::ssize_t> s(shape.begin(), shape.end());
-    if (single) {
+    if (!single) {
+        auto* owned = new std::vector<double>(std::move(v));
+        py::capsule free_when_done(owned, [](void* p) { delete static_cast<std::vector<double>*>(p); });
+        return py::array_t<double>(s, owned->data(), free_when_done);
+    }
+    {
         py::array_t<float> a(s);
         float* d = a.mutable_data();
         for (std::size_t n = 0; n < v.size(); ++n) d[n] = static_cast<float>(v[n]);  // exact: float32 values
+        std::vector<double>().swap(v);
         return a;
     }
-    py::array_t<double> a(s);
-    std::copy(v.begin(), v.end(), a.mutable_data());
-    return a;
 }
 
-py::dict result_dict(const py_call& pc, const result& r, bool weights, bool lse) {
+py::dict result_dict(const py_call& pc, result& r, bool weights, bool lse) {
     py::dict d;
     d["output"] = to_numpy(r.output, pc.c.output_shape(), r.single);
     d["weights"] = weights ? py::object(to_numpy(r.weights, pc.c.weights_shape(), r.single)) : py::none();
@@ -81,6 +86,7 @@ py::dict result_dict(const py_call& pc, const result& r, bool weights, bool lse)
     d["certification"] = certs;
     d["precisions_bits"] = r.precisions_bits;
     d["arith_bits"] = r.arith_bits;
+    d["undecided"] = r.undecided;
     return d;
 }
 
@@ -176,11 +182,11 @@ PYBIND11_MODULE(_attnref, m) {
 
     m.def(
         "_compute",
-        [](const py_call& pc, const std::string& arith, bool weights, bool lse) {
+        [](const py_call& pc, const std::string& arith, bool weights, bool lse, bool escalate) {
             result r;
             if (arith == "certified") {
                 py::gil_scoped_release release;
-                r = compute_certified(pc.c);
+                r = compute_certified(pc.c, escalate);
             } else {
                 bool known = false;
                 {
@@ -191,7 +197,37 @@ PYBIND11_MODULE(_attnref, m) {
             }
             return result_dict(pc, r, weights || arith == "certified", lse || arith == "certified");
         },
-        py::arg("call"), py::arg("arith"), py::arg("weights"), py::arg("lse"));
+        py::arg("call"), py::arg("arith"), py::arg("weights"), py::arg("lse"), py::arg("escalate") = true);
+
+    m.def(
+        "_gradients",
+        [](const py_call& pc, const f64_array& grad_output) {
+            array_ref g;
+            g.data = grad_output.data();
+            for (py::ssize_t d = 0; d < grad_output.ndim(); ++d) g.shape.push_back(static_cast<std::size_t>(grad_output.shape(d)));
+            gradient_result r;
+            {
+                py::gil_scoped_release release;
+                r = compute_certified_gradients(pc.c, g);
+            }
+            py::dict grads;
+            for (gradient_tensor& t : r.tensors) grads[t.role.c_str()] = to_numpy(t.values, t.shape, false);
+            py::list certs;
+            for (const certify::tensor_report& c : r.certifications) {
+                py::dict e;
+                e["tensor"] = c.tensor;
+                e["elements"] = c.elements;
+                e["certified"] = c.certified;
+                e["escalated"] = c.escalated;
+                e["precisions_bits"] = c.precisions_bits;
+                certs.append(e);
+            }
+            py::dict d;
+            d["gradients"] = grads;
+            d["certification"] = certs;
+            return d;
+        },
+        py::arg("call"), py::arg("grad_output"));
 
     m.def("_mpfr_bits", &mpfr_bits);
 

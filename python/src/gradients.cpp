@@ -1,0 +1,81 @@
+/// Certified gradients for a call: the call and its upstream gradient dO become a golden case
+/// description (conventions, shapes, the inputs and dO as the case's data), and the gradients are
+/// certified exactly as `attnref generate` certifies a backward case: golden::certify_gradients
+/// (attnref's templated backward in MPFI intervals through certify.hpp's ladder).
+#include "attnref/golden/generate.hpp"
+#include "core.hpp"
+
+namespace attnref::python {
+
+namespace {
+
+std::vector<double> copy_of(const array_ref& a) {
+    std::size_t n = 1;
+    for (std::size_t e : a.shape) n *= e;
+    return a.given() ? std::vector<double>(a.data, a.data + n) : std::vector<double>{};
+}
+
+/// A (B or 1, H or 1, Sq, Sk) mask broadcast to (B, H, Sq, Sk), as golden cases store masks.
+template <class E>
+std::vector<E> broadcast(const std::vector<E>& m, const extents_t<4>& e, std::size_t B, std::size_t H, std::size_t Sq, std::size_t Sk) {
+    std::vector<E> out;
+    out.reserve(B * H * Sq * Sk);
+    for (std::size_t b = 0; b < B; ++b)
+        for (std::size_t h = 0; h < H; ++h)
+            for (std::size_t i = 0; i < Sq; ++i)
+                for (std::size_t j = 0; j < Sk; ++j)
+                    out.push_back(m[((((e[0] == 1 ? 0 : b) * e[1]) + (e[1] == 1 ? 0 : h)) * e[2] + i) * e[3] + j]);
+    return out;
+}
+
+}  // namespace
+
+gradient_result compute_certified_gradients(const call& c, const array_ref& grad_output) {
+    c.validate();  // the forward of the same call has checked the shapes too
+    golden::case_spec spec;
+    spec.name = "attnref.sdpa";
+    spec.kind = c.kind == call_kind::sdpa ? golden::case_kind::sdpa : golden::case_kind::mha;
+    golden::case_shapes& d = spec.shapes;
+    golden::case_data data;
+    if (c.kind == call_kind::sdpa) {
+        d.batch = c.q.shape[0], d.heads = c.q.shape[1], d.query_length = c.q.shape[2], d.head_dim_qk = c.q.shape[3];
+        d.kv_heads = c.k.shape[1], d.key_length = c.k.shape[2], d.head_dim_v = c.v.shape[3];
+    } else {
+        spec.name = "attnref.mha";
+        d.batch = c.q.shape[0], d.query_length = c.q.shape[1], d.model_dim = c.q.shape[2], d.key_length = c.k.shape[1];
+        d.heads = c.heads, d.kv_heads = c.kv_heads, d.output_dim = c.w_o.shape[1];
+        if (c.k.shape[2] != d.model_dim || c.v.shape[2] != d.model_dim)
+            throw std::invalid_argument("grad_output: gradients of mha need x_q, x_k and x_v of one width (E)");
+        if (c.b_q.given() != c.b_k.given() || c.b_q.given() != c.b_v.given() || c.b_q.given() != c.b_o.given())
+            throw std::invalid_argument("grad_output: gradients of mha need all four biases or none");
+        d.head_dim_qk = c.w_q.shape[1] / d.heads, d.head_dim_v = c.w_v.shape[1] / d.kv_heads;
+        spec.conventions.projection_bias = c.b_q.given();
+        data.w_q = copy_of(c.w_q), data.w_k = copy_of(c.w_k), data.w_v = copy_of(c.w_v), data.w_o = copy_of(c.w_o);
+        data.b_q = copy_of(c.b_q), data.b_k = copy_of(c.b_k), data.b_v = copy_of(c.b_v), data.b_o = copy_of(c.b_o);
+    }
+    data.query = copy_of(c.q), data.key = copy_of(c.k), data.value = copy_of(c.v);
+    data.grad_output = copy_of(grad_output);
+    const conventions& cv = c.conv;
+    golden::case_conventions& k = spec.conventions;
+    k.scale = cv.scale, k.placement = cv.placement, k.softcap = cv.softcap, k.alibi_slopes = cv.alibi_slopes;
+    k.causal = cv.causal, k.alignment = cv.alignment, k.diagonal_offset = cv.diagonal_offset, k.window = cv.window;
+    k.key_lengths = cv.key_lengths, k.polarity = cv.polarity, k.empty_rows = cv.empty_rows;
+    if (!cv.boolean_mask.empty()) {
+        k.boolean_mask = true;
+        data.mask = broadcast(cv.boolean_mask, cv.mask_extents, d.batch, d.heads, d.query_length, d.key_length);
+    }
+    if (!cv.additive_mask.empty()) {
+        k.additive_mask = true;
+        data.additive_mask = broadcast(cv.additive_mask, cv.additive_extents, d.batch, d.heads, d.query_length, d.key_length);
+    }
+    spec.outputs.gradients = true;
+    certify::result cert = golden::certify_gradients(spec, data, cv.threads, {certify::float64_target});
+    gradient_result r;
+    const std::vector<golden::gradient_tensor_layout> layout = golden::gradient_layout(spec);
+    for (std::size_t t = 0; t < layout.size(); ++t) r.tensors.push_back({layout[t].role, layout[t].shape, std::move(cert.values[t][0])});
+    r.certifications = cert.reports;
+    r.precisions_bits = cert.precisions_bits;
+    return r;
+}
+
+}  // namespace attnref::python

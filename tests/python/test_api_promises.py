@@ -1,0 +1,226 @@
+"""The Python API keeps its promises on hostile arguments: verdicts in the candidate's own format,
+validated numeric options, inputs refused rather than rounded, head dimension 0 refused, one-line
+errors naming the argument, and an up-front memory estimate with max_memory=."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import attnref
+from attnref.testing import assert_attention_close
+
+GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "golden")
+rng = np.random.default_rng(22)
+Q, K, V = rng.standard_normal((1, 2, 5, 4)), rng.standard_normal((1, 2, 6, 4)), rng.standard_normal((1, 2, 6, 3))
+
+
+def one_line(e):
+    text = str(e.value)
+    assert "\n" not in text and "incompatible function arguments" not in text, text
+    return text
+
+
+# --- attnref.check takes the format from the data -------------------------------------------------
+
+def test_check_takes_the_format_from_the_arrays():
+    case = os.path.join(GOLDEN, "sdpa_basic")
+    exact = np.load(os.path.join(case, "output.npy"))
+    # The certified output rounded to float32 is the correctly rounded float32 result: any valid
+    # float32 bound passes it; judged as float64 it is 2^-24-relative wrong and must fail.
+    out32 = exact.astype(np.float32)
+    v = attnref.check(case, out32)
+    assert v.verdict == "PASS", v.text
+    assert "float32" in v.text
+    assert attnref.check(case, exact).verdict == "PASS"
+    assert attnref.check(case, out32, dtype="float64").verdict == "FAIL"  # an explicit dtype still decides
+    with pytest.raises(ValueError, match="dtype: .*different formats"):
+        attnref.check(case, out32, lse=np.zeros((1, 1, 1)))
+    with pytest.raises(TypeError, match="dtype"):
+        attnref.check(case, out32.astype(np.int32))
+
+
+# --- numeric options are validated ----------------------------------------------------------------
+
+@pytest.mark.parametrize("ulp", [float("nan"), -1, float("inf"), -0.5])
+def test_ulp_option_is_validated(ulp):
+    expected = rng.standard_normal((2, 3)).astype(np.float32)
+    with pytest.raises(ValueError, match="ulp") as e:
+        assert_attention_close(expected * 2, expected, tolerance="ulp", ulp=ulp)
+    one_line(e)
+    with pytest.raises(TypeError, match="ulp"):
+        assert_attention_close(expected * 2, expected, tolerance="ulp", ulp="4")
+    with pytest.raises(AssertionError, match="not close"):
+        assert_attention_close(expected * 2, expected, tolerance="ulp", ulp=4)
+
+
+def test_float_options_are_validated():
+    for kw in (dict(scale=float("nan")), dict(scale=float("inf")), dict(scale=-0.5), dict(scale=0.0), dict(softcap=-1.0),
+               dict(softcap=float("nan")),
+               dict(scale=2**1024), dict(alibi_slopes=[float("nan"), 1.0])):
+        name = next(iter(kw))
+        with pytest.raises(ValueError, match=name):
+            attnref.sdpa(Q, K, V, **kw)
+
+
+# --- inexact inputs are refused, not rounded ------------------------------------------------------
+
+@pytest.mark.skipif(np.finfo(np.longdouble).nmant <= 52, reason="long double is float64 here")
+def test_long_double_inputs_are_refused():
+    q = Q.astype(np.longdouble)
+    q[0, 1, 2, 3] += np.longdouble(2.0) ** -60
+    with pytest.raises(ValueError, match=r"q: .*index \(0, 1, 2, 3\).*not exactly representable"):
+        attnref.sdpa(q, K, V)
+    attnref.sdpa(Q.astype(np.longdouble), K, V)  # exact long doubles are fine
+    with pytest.raises(ValueError, match="scale"):
+        attnref.sdpa(Q, K, V, scale=np.longdouble(1) / 3)
+    with pytest.raises(ValueError, match="actual"):
+        ref = attnref.sdpa(Q, K, V)
+        assert_attention_close(q[..., :3] * 0 + np.longdouble(1) / 3, ref, dtype="float64")
+
+
+def test_large_integers_are_refused():
+    k = np.zeros(K.shape, dtype=np.int64)
+    k[0, 0, 4, 1] = 2**53 + 1
+    with pytest.raises(ValueError, match=r"k: .*index \(0, 0, 4, 1\)"):
+        attnref.sdpa(Q, k, V)
+    k[0, 0, 4, 1] = 2**60  # a power of two is exact
+    attnref.sdpa(Q, k * 0 + 1, V, arith="float64")
+    u = np.zeros(V.shape, dtype=np.uint64)
+    u[0, 1, 0, 2] = 2**64 - 1  # rounds to 2^64, outside uint64
+    with pytest.raises(ValueError, match=r"v: .*index \(0, 1, 0, 2\)"):
+        attnref.sdpa(Q, K, u)
+    with pytest.raises(ValueError, match="scale"):
+        attnref.sdpa(Q, K, V, scale=2**53 + 1)
+
+
+# --- head dimension 0 -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arith", ["certified", "float64", "float32", "bf16", "mpfr:134"])
+def test_head_dimension_zero_is_refused(arith):
+    with pytest.raises(ValueError, match=r"q: the head dimension"):
+        attnref.sdpa(np.zeros((1, 1, 3, 0)), np.zeros((1, 1, 4, 0)), np.ones((1, 1, 4, 2)), arith=arith)
+    x = np.ones((1, 3, 4))
+    with pytest.raises(ValueError, match=r"w_q: the head dimension"):
+        attnref.mha(x, x, x, np.zeros((4, 0)), np.zeros((4, 0)), np.ones((4, 2)), np.ones((2, 4)), heads=1, arith=arith)
+
+
+# --- one-line errors naming the argument -----------------------------------------------------------
+
+def test_zero_dimensional_input_reports_its_shape():
+    with pytest.raises(ValueError, match=r"q: expected 4 dimensions.*got shape \(\)") as e:
+        attnref.sdpa(np.float64(1.0), K, V)
+    one_line(e)
+
+
+@pytest.mark.parametrize("kw, name", [(dict(threads=2**64), "threads"), (dict(window=(2**64, 0)), r"window\[0\]"),
+                                      (dict(window=(0, 2**63)), r"window\[1\]"), (dict(key_lengths=[2**64]), "key_lengths"),
+                                      (dict(key_lengths=np.array([2**63], dtype=np.uint64)), "key_lengths"),
+                                      (dict(diagonal_offset=2**64), "diagonal_offset")])
+def test_huge_ints_name_the_argument(kw, name):
+    with pytest.raises(ValueError, match=name) as e:
+        attnref.sdpa(Q, K, V, **kw)
+    one_line(e)
+
+
+def test_huge_heads_name_the_argument():
+    x = np.ones((1, 3, 4))
+    for kw, name in ((dict(heads=2**64), "heads"), (dict(heads=1, kv_heads=2**64), "kv_heads")):
+        with pytest.raises(ValueError, match=name) as e:
+            attnref.mha(x, x, x, np.ones((4, 2)), np.ones((4, 2)), np.ones((4, 2)), np.ones((2, 4)), **kw)
+        one_line(e)
+
+
+def test_check_options_name_the_argument():
+    case = os.path.join(GOLDEN, "sdpa_bwd_gqa")
+    dq = np.load(os.path.join(case, "grad_query.npy")).astype(np.float32)
+    for kw, name in ((dict(backward_algorithm=1), "backward_algorithm"), (dict(tolerance=3), "tolerance"),
+                     (dict(empty_row_lse=None), "empty_row_lse"), (dict(backward_algorithm="fast"), "backward_algorithm")):
+        with pytest.raises((TypeError, ValueError), match=name) as e:
+            attnref.check(case, grad_query=dq, **kw)
+        one_line(e)
+
+
+def test_nul_in_a_path_is_named_and_escaped():
+    for call, name in ((lambda p: attnref.load_case(p), "path"), (lambda p: attnref.check(p, np.zeros(3)), "case")):
+        with pytest.raises(ValueError, match=name) as e:
+            call(GOLDEN + "/sdpa_basic\0/after")
+        text = one_line(e)
+        assert "\\x00/after" in text
+
+
+# --- memory ---------------------------------------------------------------------------------------
+
+def test_memory_is_estimated_and_refused_up_front():
+    q = np.zeros((1, 1, 20000, 2))
+    for arith in ("certified", "float64", "mpfr:134"):
+        with pytest.raises(attnref.MemoryLimitError, match=r"max_memory: .*GiB") as e:
+            attnref.sdpa(q, q, q, arith=arith, max_memory="1G")
+        one_line(e)
+        assert isinstance(e.value, ValueError) and isinstance(e.value, MemoryError)
+    big = np.zeros((1, 1, 30000, 2))
+    with pytest.raises(attnref.MemoryLimitError, match="max_memory"):
+        attnref.sdpa(big, big, big)  # the default limit, 4 GiB: 9e8 weights at 9 bytes exceed it
+    for bad in (0, -1, "4X", "", 1.5, True):
+        with pytest.raises((TypeError, ValueError), match="max_memory"):
+            attnref.sdpa(Q, K, V, max_memory=bad)
+
+
+MEASURE = r"""
+import json, sys
+import numpy as np, attnref
+shape, arith = json.loads(sys.argv[1]), sys.argv[2]
+q = np.random.default_rng(0).standard_normal(shape)
+kw = {}
+if arith == "gradients":  # certified, with the MPFI backward
+    arith, kw = "certified", {"grad_output": q[::-1].copy()}
+small = {n: a[:, :, :4] for n, a in kw.items()}
+attnref.sdpa(q[:, :, :4], q[:, :, :4], q[:, :, :4], arith=arith, **small)  # warm up: code, thread pools, MPFR caches
+try:
+    attnref.sdpa(q, q, q, arith=arith, max_memory=1, **kw)
+except attnref.MemoryLimitError as e:
+    estimate = int(str(e).split("(")[1].split(" bytes")[0])
+def status(field):
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith(field + ":"))
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # resets the peak RSS (VmHWM) to the current RSS (Linux >= 4.0)
+before = status("VmRSS")
+ref = attnref.sdpa(q, q, q, arith=arith, **kw)
+print(json.dumps([estimate, status("VmHWM") - before]))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux's peak-RSS reset")
+@pytest.mark.parametrize("shape, arith", [((1, 2, 1200, 8), "certified"), ((1, 2, 1200, 8), "float64"),
+                                          ((1, 2, 700, 8), "bf16"), ((1, 1, 400, 4), "bin50"),
+                                          ((1, 1, 500, 4), "mpfr:134"), ((1, 1, 500, 4), "mpfr:267"),
+                                          ((1, 2, 128, 16), "gradients")])
+def test_memory_estimate_covers_the_measured_peak(shape, arith):
+    import json
+    r = subprocess.run([sys.executable, "-c", MEASURE, json.dumps(shape), arith], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    estimate, grown = json.loads(r.stdout)
+    assert 4 << 20 <= grown <= estimate, (estimate, grown)  # a call large enough to measure, within its estimate
+    assert estimate <= 4 * grown, (estimate, grown)  # and not uselessly loose
+
+
+def test_escalation_beyond_the_limit_is_refused_not_run():
+    # Every key masked, empty_rows="uniform": the output is the mean of V's two rows; feature 1,
+    # (1 + (1 + 2^-52)) / 2 = 1 + 2^-53, lies exactly halfway between the doubles 1 and 1 + 2^-52:
+    # the fast path's enclosure straddles the midpoint, so it escalates to MPFI, whose exact point
+    # interval rounds (ties to even) to 1.0.
+    v = np.array([[[[1.0, 1.0], [1.0, 1.0 + 2.0 ** -52]]]])
+    q, k = np.zeros((1, 1, 1, 2)), np.zeros((1, 1, 2, 2))
+    kw = dict(key_lengths=[0], empty_rows="uniform")
+    ref = attnref.sdpa(q, k, v, **kw)
+    assert ref.output.tolist() == [[[[1.0, 1.0]]]] and ref.certification[0]["escalated"] == 1
+    # A limit above the fast path's estimate but below the escalation's: refused when escalation is needed.
+    from attnref import _memory_estimate
+    conv = dict(mask=None, additive_mask=None, threads=0)
+    base, escalation = _memory_estimate("sdpa", {"q": q, "k": k, "v": v}, 0, 0, conv, "certified")
+    assert escalation > 0
+    with pytest.raises(attnref.MemoryLimitError, match=r"max_memory: 1 element\(s\) .*MPFI") as e:
+        attnref.sdpa(q, k, v, max_memory=base + escalation // 2, **kw)
+    one_line(e)
