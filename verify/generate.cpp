@@ -162,6 +162,10 @@ std::pair<case_spec, case_data> inputs_from_case(generate_args a) {
                           a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency()),
                           printable(dir.string()) + " (--inputs-from)");
     user_inputs in = read_user_inputs(dir, spec, o);
+    // The values may send the whole case to the MPFI ladder (fast_path_declines): the estimate again, with them.
+    check_generate_memory(spec, a.method == "mpfi" ? certification_method::mpfi : certification_method::fast,
+                          a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency()),
+                          printable(dir.string()) + " (--inputs-from)", &in.data);
     if (declared) require_exact_in(dir, spec, in.data, *declared, "--input-format " + std::string(format_name(*declared)));
     spec.inputs.format = declared ? *declared : in.narrowest;
     spec.inputs.seed = 0;

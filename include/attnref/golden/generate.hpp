@@ -54,20 +54,44 @@ inline std::uint64_t interval_bytes() {
 /// undecided elements almost always certify. Not counted: the weights' intervals (B·H·Sq·Sk, allocated
 /// only when some weight is undecided after the fast path) and higher rungs (at most 2.6× the first).
 ///
-/// gradients (certify_gradients, MPFI only): the mpfi estimate of the gradient tensors and of
-/// the backward's (B·H·Sq·Sk) intermediates.
+/// gradients (certify_gradients, MPFI only): 256 bytes per value of 4 copies of the gradient tensors
+/// and of 4 (B·H·Sq·Sk) intermediates of the backward.
 ///
-/// mpfi: interval_bytes_per_value (256) bytes for every value case_memory_estimate counts.
+/// mpfi, and a case the fast path declines as a whole (fast_path_declines): 256 bytes for every value
+/// case_memory_estimate counts. Every estimate adds generate_program_bytes.
 struct generate_memory {
     std::uint64_t fast = 0, escalation = 0, gradients = 0, total = 0;
 };
 
-inline generate_memory generate_memory_estimate(const case_spec& spec, certification_method method, std::size_t threads) {
+/// The process itself (code, libraries, MPFR's constant caches, thread stacks in use): a two-element
+/// case's `generate` peaks at about 12 MB resident.
+inline constexpr std::uint64_t generate_program_bytes = std::uint64_t{32} << 20;
+
+/// True when the fast path sends the whole case to the MPFI ladder whatever the data (its
+/// whole-case conditions, fast_certify.hpp): soft-capping, or a scale or ALiBi slope of nonzero
+/// magnitude outside [2^-400, 2^40]; with `data`, also an input value so.
+inline bool fast_path_declines(const case_spec& spec, const case_data* data = nullptr) {
+    auto out_of_range = [](double x) { return x != 0 && !(std::fabs(x) >= 0x1p-400 && std::fabs(x) <= 0x1p40); };
+    const case_conventions& c = spec.conventions;
+    if (c.softcap) return true;
+    if (c.scale && out_of_range(*c.scale)) return true;
+    for (double a : c.alibi_slopes)
+        if (out_of_range(a)) return true;
+    if (data)
+        for (const std::vector<double>* v : {&data->query, &data->key, &data->value, &data->w_q, &data->w_k, &data->w_v, &data->w_o,
+                                             &data->b_q, &data->b_k, &data->b_v, &data->b_o})
+            for (double x : *v)
+                if (out_of_range(x)) return true;
+    return false;
+}
+
+inline generate_memory generate_memory_estimate(const case_spec& spec, certification_method method, std::size_t threads,
+                                                const case_data* data = nullptr) {
     using safe_io_detail::sat_add, safe_io_detail::sat_mul, safe_io_detail::sat_count;
     constexpr std::uint64_t interval_bytes_per_value = 256;
     generate_memory m;
-    if (method == certification_method::mpfi) {
-        m.total = case_memory_estimate(spec, interval_bytes_per_value);
+    if (method == certification_method::mpfi || fast_path_declines(spec, data)) {
+        m.total = sat_add(case_memory_estimate(spec, interval_bytes_per_value), generate_program_bytes);
         return m;
     }
     const case_shapes& d = spec.shapes;
@@ -98,19 +122,20 @@ inline generate_memory generate_memory_estimate(const case_spec& spec, certifica
         for (const gradient_tensor_layout& t : gradient_layout(spec)) g = sat_add(g, sat_count(t.shape));
         m.gradients = sat_mul(interval_bytes_per_value, sat_add(sat_mul(4, g), sat_mul(4, sat_mul(sat_mul(B, H), sat_mul(Sq, Sk)))));
     }
-    m.total = sat_add(sat_add(m.fast, m.escalation), m.gradients);
+    m.total = sat_add(sat_add(sat_add(m.fast, m.escalation), m.gradients), generate_program_bytes);
     return m;
 }
 
 /// Refuses (data_error "<what>: field 'shapes': ...", naming the estimate, its parts and the limit)
 /// a case whose generate_memory_estimate exceeds max_memory().
-inline void check_generate_memory(const case_spec& spec, certification_method method, std::size_t threads, const std::string& what) {
-    const generate_memory m = generate_memory_estimate(spec, method, threads);
+inline void check_generate_memory(const case_spec& spec, certification_method method, std::size_t threads, const std::string& what,
+                                  const case_data* data = nullptr) {
+    const generate_memory m = generate_memory_estimate(spec, method, threads, data);
     if (m.total <= max_memory()) return;
     const case_shapes& d = spec.shapes;
     auto size = [](std::uint64_t b) { return b == UINT64_MAX ? std::string("more than 2^64 bytes") : safe_io_detail::gib(b); };
-    const std::string parts = method == certification_method::mpfi
-                                  ? std::string("the MPFI ladder, 256 bytes per value")
+    const std::string parts = method == certification_method::mpfi ? std::string("the MPFI ladder, 256 bytes per value")
+                              : m.fast == 0 ? std::string("the MPFI ladder for the whole case, which the fast path declines; 256 bytes per value")
                                   : "fast path " + size(m.fast) + " + escalation in MPFI " + size(m.escalation) +
                                         (m.gradients ? " + gradients in MPFI " + size(m.gradients) : std::string());
     throw data_error(what + ": field 'shapes': the case would need about " + size(m.total) + " (" + parts + "; B=" + std::to_string(d.batch) +
