@@ -509,12 +509,16 @@ def cli():
                                                           for n in ('study.csv', 'table.txt')))
     check('no temporary files left', not [n for n in os.listdir(out) if '.tmp-' in n])
     import csv as _csv
-    with open(os.path.join(out, 'study.csv')) as f:
-        rows = {int(r['seq']): r for r in _csv.DictReader(f)}
-    check('n = 64: finite bound, a ratio in (0, 1]', rows[64]['bound_infinite'] == '0' and 0 < float(rows[64]['bound_ratio']) <= 1,
-          str(rows[64].get('bound_ratio')))
-    check('n = 256: bound infinite for every element, ratio nan', int(rows[256]['bound_infinite']) == 2 * 4
-          and rows[256]['bound_ratio'] == 'nan', str((rows[256].get('bound_ratio'), rows[256].get('bound_infinite'))))
+    rows = {}
+    if os.path.isfile(os.path.join(out, 'study.csv')):
+        with open(os.path.join(out, 'study.csv')) as f:
+            rows = {int(r['seq']): r for r in _csv.DictReader(f) if r.get('seq', '').isdigit()}
+    r64, r256 = rows.get(64, {}), rows.get(256, {})
+    check('n = 64: finite bound, a ratio in (0, 1]', r64.get('bound_infinite') == '0' and 0 < float(r64.get('bound_ratio', 'nan')) <= 1,
+          str(r64.get('bound_ratio')))
+    # 2 queries x head_dim 4 output elements, one seed: every one has the infinite bound.
+    check('n = 256: bound infinite for every element, ratio nan', r256.get('bound_infinite') == str(2 * 4)
+          and r256.get('bound_ratio') == 'nan', str((r256.get('bound_ratio'), r256.get('bound_infinite'))))
     table = [line for line in rc[1].splitlines() if line.startswith('custom ')]
     check('table: n = 256 reads vacuous, n = 64 a number', len(table) >= 2 and table[1].split()[-1] == 'vacuous'
           and table[0].split()[-1] != 'vacuous' and float(table[0].split()[-1]) > 0, repr(table[:2]))
