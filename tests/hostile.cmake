@@ -8,7 +8,7 @@ if(TARGET attnref_cli)
   if(ATTNREF_SANITIZE)
     set(_hostile_rlimit --no-rlimit)
   endif()
-  foreach(_category memory deep sizes lost shell hang strict flags concurrent exits)
+  foreach(_category memory deep sizes lost shell hang strict flags concurrent exits cli estimates)
     add_test(NAME hostile_${_category}
       COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/hostile/hostile.py $<TARGET_FILE:attnref_cli>
               ${PROJECT_SOURCE_DIR}/golden ${CMAKE_CURRENT_BINARY_DIR}/hostile ${_category} ${_hostile_rlimit})

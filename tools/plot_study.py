@@ -8,13 +8,17 @@ writes, for the rows present in the CSV:
                         (shifted softmax, no offset; log-log)
   error_vs_offset.svg   max relative error of P vs logit offset, one line per softmax algorithm
   bound_vs_observed.svg observed max output error against the a-priori bound (err/bound), every point
+                        labelled by its n; points whose bound is infinite somewhere drawn as "vacuous"
   backward_vs_length.svg  backward points (attnref study --backward): normwise relative error of dQ, dK,
                         dV (top) and max |error| / first-order bound (bottom) vs sequence length, one
                         line per policy (colour) and backward algorithm (solid textbook, dashed flash)
 SVG output is deterministic (fixed hashsalt, no date).
 """
 import csv
+import math
+import os
 import sys
+import tempfile
 from collections import defaultdict
 
 import matplotlib
@@ -27,8 +31,18 @@ plt.rcParams["svg.fonttype"] = "path"
 
 
 def save(fig, path):
+    """Writes the figure atomically: a temporary file beside it, then rename, so a symlink planted
+    at `path` is replaced, never written through, and no half-written file is left."""
     fig.tight_layout()
-    fig.savefig(path, metadata={"Date": None, "Creator": "attnref tools/plot_study.py"})
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".tmp-", dir=os.path.dirname(path) or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format="svg", metadata={"Date": None, "Creator": "attnref tools/plot_study.py"})
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
     plt.close(fig)
 
 
@@ -84,17 +98,39 @@ def main(argv):
         ax.legend(fontsize=8)
         save(fig, f"{out}/error_vs_offset.svg")
 
-    # 3. bound vs observed
-    pts = [(r["policy"], f(r, "bound_ratio")) for r in rows if 0 < f(r, "bound_ratio") < float("inf")]
+    # 3. bound vs observed: every forward point, labelled by n. A point whose bound is infinite for
+    # some element (bound_infinite > 0; bound_ratio nan) is drawn as "vacuous" on the top edge, one
+    # with no error at all on the bottom edge: neither is dropped.
+    def bound_point(r):
+        vacuous = int(r.get("bound_infinite", "0") or 0) > 0 or math.isnan(f(r, "bound_ratio"))
+        return r["policy"], int(r["seq"]), None if vacuous else f(r, "bound_ratio")
+    pts = [bound_point(r) for r in rows]
     if pts:
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        policies = sorted({p for p, _ in pts})
+        policies = sorted({p for p, _, _ in pts})
+        finite = [v for _, _, v in pts if v is not None and v > 0]
+        top = max(finite + [1.0]) * 10
+        bottom = min(finite + [1.0]) / 10
+        labelled = set()
         for i, pol in enumerate(policies):
-            ys = [v for p, v in pts if p == pol]
-            ax.plot([i] * len(ys), ys, "o", alpha=0.6)
+            for p, n, v in pts:
+                if p != pol:
+                    continue
+                if v is None:
+                    kind, y, marker, text = "vacuous (bound = inf)", top, "x", f"n={n} vacuous"
+                elif v == 0:
+                    kind, y, marker, text = "error exactly 0", bottom, "v", f"n={n} err 0"
+                else:
+                    kind, y, marker, text = "err / bound", v, "o", f"n={n}"
+                ax.plot([i], [y], marker, color="C0" if marker == "o" else "C3" if marker == "x" else "C2", alpha=0.7,
+                        label=None if kind in labelled else kind)
+                labelled.add(kind)
+                ax.annotate(text, (i, y), textcoords="offset points", xytext=(6, 0), fontsize=7, va="center")
         ax.axhline(1.0, color="red", linestyle="--", label="a-priori bound")
         ax.set_xticks(range(len(policies)), policies, rotation=20)
+        ax.set_xlim(-0.5, len(policies) - 0.2)
         ax.set_yscale("log")
+        ax.set_ylim(bottom / 3, top * 3)
         ax.set_ylabel("max over elements of |error| / bound")
         ax.set_title("Observed error in units of the a-priori bound (below 1: bound holds)")
         ax.grid(True, which="both", alpha=0.3)

@@ -54,14 +54,11 @@ struct generate_args {
     std::string max_memory;
     std::string method = "fast";
     std::string shard;  ///< "I/N": only shard I of N of the selected cases (shard.hpp)
+    bool shard_given = false;  ///< --shard was on the command line (even as ""; parse_shard refuses that)
     // The user's own inputs (--inputs-from DIR, user_inputs.hpp) and regenerating one case directory (--golden).
     std::string inputs_from, input_dtype, golden;
     std::set<std::string> given;  ///< the ad-hoc flags given on the command line (filled by the callback)
 };
-
-/// Bytes per value `generate` budgets for: the certification holds MPFI intervals (two MPFR numbers
-/// with heap limbs, about 100-200 bytes each) for inputs, intermediates and outputs.
-constexpr std::uint64_t interval_bytes_per_value = 256;
 
 /// The ad-hoc case as suite JSON, parsed by the same strict reader as golden/suite.json.
 case_spec ad_hoc_case(const generate_args& a) {
@@ -161,8 +158,14 @@ std::pair<case_spec, case_data> inputs_from_case(generate_args a) {
         a.given.count("--input-format") ? from_name<generator::input_format>(a.input_format) : std::nullopt;
     a.input_format = "float64";
     case_spec spec = ad_hoc_case(a);
-    check_case_memory(spec, printable(dir.string()) + " (--inputs-from)", interval_bytes_per_value);
+    check_generate_memory(spec, a.method == "mpfi" ? certification_method::mpfi : certification_method::fast,
+                          a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency()),
+                          printable(dir.string()) + " (--inputs-from)");
     user_inputs in = read_user_inputs(dir, spec, o);
+    // The values may send the whole case to the MPFI ladder (fast_path_declines): the estimate again, with them.
+    check_generate_memory(spec, a.method == "mpfi" ? certification_method::mpfi : certification_method::fast,
+                          a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency()),
+                          printable(dir.string()) + " (--inputs-from)", &in.data);
     if (declared) require_exact_in(dir, spec, in.data, *declared, "--input-format " + std::string(format_name(*declared)));
     spec.inputs.format = declared ? *declared : in.narrowest;
     spec.inputs.seed = 0;
@@ -187,7 +190,7 @@ void run_generate(generate_args a) {
     std::optional<case_data> inputs;    // a "files" case's inputs (not the generator's)
     std::optional<fs::path> case_dir;   // --golden: the one directory compared or written
     if (!a.golden.empty()) {
-        if (!a.name.empty() || !a.inputs_from.empty() || !a.cases.empty() || !a.shard.empty())
+        if (!a.name.empty() || !a.inputs_from.empty() || !a.cases.empty() || a.shard_given)
             throw data_error("command line: --golden: regenerates one case from its own manifest; not with --name, --inputs-from, --case or --shard");
         if (!a.max_memory.empty()) set_max_memory(parse_memory_size(a.max_memory, "--max-memory"));
         // load_case checks the manifest and every file's sha256: a "files" case's stored inputs are
@@ -201,7 +204,7 @@ void run_generate(generate_args a) {
         if (out.empty()) out = ".";
     } else if (!a.inputs_from.empty()) {
         if (a.name.empty()) throw data_error("command line: --inputs-from: needs --name (the case's name)");
-        if (!a.cases.empty() || !a.shard.empty()) throw data_error("command line: --inputs-from: makes one ad-hoc case; not with --case or --shard");
+        if (!a.cases.empty() || a.shard_given) throw data_error("command line: --inputs-from: makes one ad-hoc case; not with --case or --shard");
         if (!a.max_memory.empty()) set_max_memory(parse_memory_size(a.max_memory, "--max-memory"));
         auto [spec, data] = inputs_from_case(a);
         cases.push_back(std::move(spec));
@@ -222,7 +225,7 @@ void run_generate(generate_args a) {
         }
     }
     std::optional<shard_record> shard;
-    if (!a.shard.empty()) {
+    if (a.shard_given) {
         if (!a.name.empty()) throw data_error("command line: --shard: shards a suite's cases; not with an ad-hoc case (--name)");
         if (a.out.empty()) throw data_error("command line: --shard: needs --out (the shard directory)");
         const shard_id id = parse_shard(a.shard, "--shard");
@@ -240,9 +243,11 @@ void run_generate(generate_args a) {
     }
     std::size_t threads = a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency());
     if (!a.max_memory.empty()) set_max_memory(parse_memory_size(a.max_memory, "--max-memory"));
+    // Cases run one at a time on every thread (large) or concurrently on one thread each (small):
+    // each case's estimate on `threads` threads bounds the first, and the small ones are small.
     for (std::size_t i = 0; i < cases.size(); ++i)
-        check_case_memory(cases[i], a.name.empty() ? a.suite + " case '" + cases[i].name + "'" : std::string("command line"),
-                          interval_bytes_per_value);
+        check_generate_memory(cases[i], a.method == "mpfi" ? certification_method::mpfi : certification_method::fast, threads,
+                              a.name.empty() ? a.suite + " case '" + cases[i].name + "'" : std::string("command line"));
     if (!a.verify) {
         std::error_code ec;
         fs::create_directories(out, ec);
@@ -374,7 +379,8 @@ void register_generate(CLI::App& app) {
                   "regenerate the one case in this directory from its own manifest (a 'files' case from its stored "
                   "inputs, sha256-checked) and compare (--verify) or write it there (or into --out/NAME)");
     g->add_option("--max-memory", a->max_memory,
-                  "refuse cases estimated to need more memory (bytes, K/M/G/T suffix; default 4G; 256 bytes per value)");
+                  "refuse cases estimated to need more memory (bytes, K/M/G/T suffix; default 4G; the estimate is the chosen "
+                  "--method's, docs/hostile.md)");
     auto* adhoc = "Ad-hoc case";
     g->add_option("--name", a->name, "ad-hoc case name ([a-z0-9_]); enables the flags below")->group(adhoc);
     g->add_option("--inputs-from", a->inputs_from,
@@ -424,6 +430,7 @@ void register_generate(CLI::App& app) {
         for (const char* flag : {"--batch", "--heads", "--kv-heads", "--sq", "--sk", "--dk", "--dv", "--model-dim", "--output-dim",
                                  "--input-format", "--seed"})
             if (g->get_option(flag)->count() > 0) a->given.insert(flag);
+        a->shard_given = g->get_option("--shard")->count() > 0;
         run_generate(*a);
     });
 }

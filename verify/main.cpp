@@ -8,6 +8,7 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -38,7 +39,12 @@ int main(int argc, char** argv) {
         bool known = false;
         for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->check_name(argv[1]);
         if (!known) {
-            say("attnref: unknown subcommand '", (std::string(argv[1]) + "' (expected generate, list, run, check or study; see --help)").c_str());
+            // The list comes from the registered subcommands, so a new one is never left out.
+            std::string names;
+            const std::vector<CLI::App*> subs = app.get_subcommands({});
+            for (std::size_t i = 0; i < subs.size(); ++i)
+                names += (i == 0 ? "" : i + 1 == subs.size() ? " or " : ", ") + subs[i]->get_name();
+            say("attnref: unknown subcommand '", (std::string(argv[1]) + "' (expected " + names + "; see --help)").c_str());
             return 2;
         }
     }

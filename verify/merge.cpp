@@ -3,11 +3,20 @@
 /// trusted: the same suite (sha256 of its file), the same selection and shard count, every shard
 /// index exactly once, each shard holding exactly the cases the deterministic assignment gives it,
 /// and each case a valid golden case (load_case: strict manifest, sha256 of every file, shapes)
-/// whose description equals the suite's and whose manifest is the canonical text.
+/// whose description equals the suite's and whose manifest is the canonical text. Then every case is
+/// re-derived here: generate_case recomputes its inputs from the suite's recipe (or takes a "files"
+/// case's inputs, pinned by the sha256 in the suite's description) and re-certifies its reference by
+/// the method its manifest names; every file of the shard must equal the re-derived file byte for
+/// byte. A checksum the same hand can rewrite proves nothing, so none is trusted: what merge writes
+/// is what this machine certified (docs/sharding.md).
 #include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +25,7 @@
 
 #include "commands.hpp"
 #include "attnref/golden/case.hpp"
+#include "attnref/golden/generate.hpp"
 #include "attnref/golden/manifest.hpp"
 #include "attnref/golden/safe_io.hpp"
 #include "attnref/golden/sha256.hpp"
@@ -35,8 +45,45 @@ struct merge_args {
     std::vector<std::string> shards;
     bool force = false;
     bool quiet = false;
+    bool verify = false;  ///< re-derive and compare every case; write nothing
+    std::size_t threads = 0;
     std::string max_memory;
 };
+
+generated_case read_case_files(const fs::path& dir, const loaded_case& lc);
+
+/// The role of a case file ("query.npy" → "query", "output.float32.npy" → "output").
+std::string role_of(const std::string& file) { return file.substr(0, file.find('.')); }
+
+/// Re-derives the case in `dir` (inputs from the recipe, reference re-certified) and compares every
+/// file with the shard's; returns the re-derived files' sha256 (in generate_case's order), or throws
+/// data_error naming the first file that differs.
+std::vector<std::pair<std::string, std::string>> rederive(const fs::path& dir, std::size_t threads) {
+    const loaded_case lc = load_case(dir);
+    const generated_case shard = read_case_files(dir, lc);
+    const certification_method method =
+        lc.m.reference.method.rfind(reference_method_mpfi, 0) == 0 ? certification_method::mpfi : certification_method::fast;
+    const generated_case g = generate_case(lc.m.spec, threads, {}, method, lc.m.spec.inputs.from_files ? &lc.data : nullptr);
+    std::set<std::string> inputs;
+    for (const input_tensor_layout& t : input_layout(lc.m.spec)) inputs.insert(std::string(generator::role_name(t.role)));
+    for (const case_file& f : g.files) {
+        auto it = std::find_if(shard.files.begin(), shard.files.end(), [&](const case_file& x) { return x.name == f.name; });
+        if (it == shard.files.end())
+            throw data_error((dir / "manifest.json").string() + ": lists no " + f.name + ", which the re-derived case has");
+        if (it->bytes != f.bytes) {
+            const std::string why = f.name == "manifest.json" ? "not the manifest of the re-derived case"
+                                    : inputs.count(role_of(f.name))
+                                        ? "not the inputs the suite's recipe generates (re-derived here)"
+                                        : "not the certified reference of the suite's case (re-certified here)";
+            throw data_error((dir / f.name).string() + ": " + why + "; the shard is refused");
+        }
+    }
+    if (shard.files.size() != g.files.size())
+        throw data_error((dir / "manifest.json").string() + ": lists tensors the re-derived case does not have");
+    std::vector<std::pair<std::string, std::string>> digests;
+    for (const case_file& f : g.files) digests.emplace_back(f.name, sha256_hex(f.bytes));
+    return digests;
+}
 
 /// The case directory's files as generate_case serialises them: every tensor in manifest order,
 /// then manifest.json, each re-hashed after reading (no window between check and use).
@@ -112,6 +159,9 @@ void run_merge(const merge_args& a) {
     struct source {
         fs::path dir;
         std::size_t shard;
+        const case_spec* spec;
+        certification_method method;
+        std::vector<std::pair<std::string, std::string>> digests;  ///< of the re-derived files
     };
     std::vector<source> sources;
     for (std::size_t r = 0; r < records.size(); ++r) {
@@ -127,8 +177,53 @@ void run_merge(const merge_args& a) {
             if (to_json(lc.m.spec) != to_json(want))
                 throw data_error((dir / "manifest.json").string() + ": field 'case': differs from the suite's case '" + name + "'");
             (void)read_case_files(dir, lc);  // the canonical manifest text
-            sources.push_back({dir, records[r].shard.index});
+            sources.push_back({dir, records[r].shard.index, &want,
+                               lc.m.reference.method.rfind(reference_method_mpfi, 0) == 0 ? certification_method::mpfi : certification_method::fast,
+                               {}});
         }
+    }
+
+    // Re-derive every case (inputs from the recipe, reference re-certified) and compare byte for byte:
+    // large cases one at a time on every thread, the rest concurrently on one thread each, as generate.
+    const std::size_t threads = a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency());
+    for (const source& src : sources)
+        check_generate_memory(*src.spec, src.method, threads, (src.dir / "manifest.json").string());
+    std::vector<std::string> errors(sources.size());
+    std::mutex io;
+    std::atomic<bool> failed{false};  // after a refusal no further case is re-derived (the merge is refused anyway)
+    auto one = [&](std::size_t k, std::size_t inner) {
+        if (failed) return;
+        try {
+            sources[k].digests = rederive(sources[k].dir, inner);
+            if (!a.quiet) {
+                const std::lock_guard<std::mutex> lock(io);
+                std::fprintf(stderr, "attnref merge: %s (shard %zu): re-derived, identical\n", sources[k].dir.filename().c_str(), sources[k].shard);
+            }
+        } catch (const std::exception& e) {
+            errors[k] = e.what();
+            failed = true;
+        }
+    };
+    std::vector<std::size_t> small;
+    for (std::size_t k = 0; k < sources.size(); ++k) {
+        if (case_cost(*sources[k].spec) > 2e6 && threads > 1) one(k, threads);
+        else small.push_back(k);
+    }
+    std::atomic<std::size_t> next{0};
+    std::vector<std::thread> pool;
+    for (std::size_t t = 0; t < std::min(threads, small.size()); ++t)
+        pool.emplace_back([&] {
+            for (std::size_t i = next++; i < small.size(); i = next++) one(small[i], 1);
+            thread_cleanup<mpfr_interval<40>>::run();  // MPFR's per-thread constant caches
+        });
+    for (std::thread& t : pool) t.join();
+    // The first failure in shard order (with one bad case, the same whatever the threads' timing).
+    for (const std::string& e : errors)
+        if (!e.empty()) throw data_error(e);
+    if (a.verify) {
+        std::printf("verified %zu shard(s), %zu case(s): every file equals the re-derived, re-certified case; nothing written\n",
+                    records.size(), selection.size());
+        return;
     }
 
     std::error_code ec;
@@ -140,6 +235,10 @@ void run_merge(const merge_args& a) {
     for (const source& src : sources) {
         const std::string name = src.dir.filename().string();
         const generated_case g = read_case_files(src.dir, load_case(src.dir));  // re-read and re-hashed: what is written
+        // What is written is what was re-derived: a file changed since then is refused.
+        for (std::size_t f = 0; f < g.files.size(); ++f)
+            if (f >= src.digests.size() || g.files[f].name != src.digests[f].first || sha256_hex(g.files[f].bytes) != src.digests[f].second)
+                throw data_error((src.dir / g.files[f].name).string() + ": changed while being merged (no longer the re-derived file)");
         const comparison c = compare_case(out / name, g);
         std::string status;
         if (!c.exists) {
@@ -172,7 +271,11 @@ void register_merge(CLI::App& app) {
     m->add_option("--out", a->out, "output directory (default: the suite file's directory)");
     m->add_flag("--force", a->force, "overwrite existing cases whose content differs");
     m->add_flag("--quiet", a->quiet, "no progress lines on stderr");
-    m->add_option("--max-memory", a->max_memory, "refuse cases estimated to need more memory (default 4G)");
+    m->add_flag("--verify", a->verify, "validate and re-derive every case as merge does, then stop: write nothing");
+    m->add_option("--threads", a->threads, "threads for re-certifying the cases (0 = all cores); results do not depend on it")
+        ->check(unsigned_text())->capture_default_str();
+    m->add_option("--max-memory", a->max_memory,
+                  "refuse cases whose re-certification is estimated to need more memory (bytes, K/M/G/T suffix; default 4G)");
     m->callback([a] { run_merge(*a); });
 }
 

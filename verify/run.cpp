@@ -21,6 +21,7 @@
 #include "commands.hpp"
 #include "attnref/golden/case.hpp"
 #include "attnref/golden/check.hpp"
+#include "attnref/golden/memory.hpp"
 #include "attnref/golden/safe_io.hpp"
 
 namespace attnref::verify {
@@ -76,6 +77,18 @@ void run_case(const run_args& a) {
         throw data_error("command line: --out: '" + a.out + "' is a golden case directory (it holds manifest.json); refused");
     const std::optional<backward_algorithm> backward = backward_algorithm_from_name(a.backward);
     if (!backward) throw data_error("command line: --backward-algorithm: expected textbook or flash, got '" + a.backward + "'");
+    // Memory first, from the manifest alone, with the widest type of the chosen arithmetic.
+    {
+        const std::string manifest_file = (fs::path(a.golden) / "manifest.json").string();
+        if (!fs::is_directory(a.golden, ec)) throw data_error(a.golden + ": not a golden case directory");
+        const manifest m = parse_manifest(read_file_capped(manifest_file, max_json_bytes, fs::path(a.golden)), manifest_file);
+        std::uint64_t value_bytes = 0;
+        if (visit_policy(a.arith, [&]<class P>(std::type_identity<P>) {
+                value_bytes = std::max({sizeof(typename P::storage_type), sizeof(typename P::accumulate_type), sizeof(typename P::weights_type),
+                                        sizeof(typename P::output_type), sizeof(double)});
+            }))
+            require_memory(run_memory_estimate(m.spec, value_bytes), m.spec, manifest_file, "run --arith " + a.arith);
+    }
     const loaded_case lc = load_case(a.golden);
     // Gradient cases (a grad_output input): the candidate gradients too, grad_<role>.npy.
     std::optional<std::vector<double>> grad_output;

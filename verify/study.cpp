@@ -20,7 +20,8 @@
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <fstream>
+#include <thread>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -44,7 +45,9 @@ struct study_flags {
     std::vector<std::size_t> blocks, seqs, head_dims;
     std::vector<double> offsets, ramps, logit_scales;
     std::vector<std::uint64_t> seeds;
-    std::size_t queries = 0, threads = 0;
+    std::size_t queries = 8, threads = 0;
+    bool queries_given = false;
+    std::string max_memory;
     double spread = 4;
     bool direct_logits = false, positive_values = false, no_plot = false;
     bool backward = false;
@@ -77,34 +80,127 @@ std::vector<T> map_all(const std::vector<std::string>& v, F f) {
     return r;
 }
 
-study::sweep sweep_from_json(const nlohmann::json& j) {
+/// Strict reader of one sweep of a study description: known keys only, each of its documented type
+/// (docs/studies.md); every violation is a data_error naming the file and the field.
+study::sweep sweep_from_json(const nlohmann::json& j, const std::string& file, const std::string& where) {
+    auto fail = [&](const std::string& field, const std::string& why) -> void {
+        throw data_error("attnref study: " + file + ": field '" + where + (field.empty() ? "" : "." + field) + "': " + why);
+    };
+    if (!j.is_object()) fail("", "expected an object");
+    static const char* const keys[] = {"name",        "policy", "algorithm", "block",         "placement",     "seq",
+                                       "head_dim",    "offset", "ramp",      "logit_scale",   "queries",       "seeds",
+                                       "direct_logits", "spread", "positive_values", "backward", "backward_algorithm"};
+    for (const auto& [key, value] : j.items())
+        if (std::find_if(std::begin(keys), std::end(keys), [&](const char* k) { return key == k; }) == std::end(keys))
+            fail(printable(key), "unknown field");
+    auto array = [&](const char* key) -> const nlohmann::json& {
+        const nlohmann::json& v = j.at(key);
+        if (!v.is_array() || v.empty()) fail(key, "expected a non-empty array");
+        return v;
+    };
+    auto strings = [&](const char* key) {
+        std::vector<std::string> r;
+        const nlohmann::json& v = array(key);
+        for (std::size_t i = 0; i < v.size(); ++i) {
+            if (!v[i].is_string()) fail(std::string(key) + "[" + std::to_string(i) + "]", "expected a string");
+            r.push_back(v[i].get<std::string>());
+        }
+        return r;
+    };
+    auto positive = [&](const nlohmann::json& v, const std::string& field, std::uint64_t min) {
+        if (!v.is_number_unsigned() || v.get<std::uint64_t>() < min)
+            fail(field, std::string("expected ") + (min ? "a positive" : "a non-negative") + " integer, got " + printable(v.dump()));
+        return v.get<std::uint64_t>();
+    };
+    auto integers = [&](const char* key, std::uint64_t min) {
+        std::vector<std::uint64_t> r;
+        const nlohmann::json& v = array(key);
+        for (std::size_t i = 0; i < v.size(); ++i) r.push_back(positive(v[i], std::string(key) + "[" + std::to_string(i) + "]", min));
+        return r;
+    };
+    auto sizes = [&](const char* key) {
+        std::vector<std::size_t> r;
+        for (std::uint64_t x : integers(key, 1)) r.push_back(static_cast<std::size_t>(x));
+        return r;
+    };
+    auto finite = [&](const nlohmann::json& v, const std::string& field) {
+        if (!v.is_number() || !std::isfinite(v.get<double>())) fail(field, "expected a finite number, got " + printable(v.dump()));
+        return v.get<double>();
+    };
+    auto numbers = [&](const char* key) {
+        std::vector<double> r;
+        const nlohmann::json& v = array(key);
+        for (std::size_t i = 0; i < v.size(); ++i) r.push_back(finite(v[i], std::string(key) + "[" + std::to_string(i) + "]"));
+        return r;
+    };
+    auto boolean = [&](const char* key, bool def) {
+        if (!j.contains(key)) return def;
+        if (!j.at(key).is_boolean()) fail(key, "expected true or false");
+        return j.at(key).get<bool>();
+    };
+    auto named = [&](const char* key, auto parse) {
+        using T = decltype(parse(std::string()));
+        std::vector<T> r;
+        const std::vector<std::string> names = strings(key);
+        for (std::size_t i = 0; i < names.size(); ++i) {
+            try {
+                r.push_back(parse(names[i]));
+            } catch (const data_error& e) {
+                fail(std::string(key) + "[" + std::to_string(i) + "]", std::string(e.what()).substr(std::string("attnref study: ").size()));
+            }
+        }
+        return r;
+    };
     study::sweep s;
-    auto strings = [&](const char* key) { return j.at(key).get<std::vector<std::string>>(); };
-    s.name = j.value("name", std::string("custom"));
-    if (j.contains("policy")) s.policies = map_all<std::string>(strings("policy"), parse_policy);
-    if (j.contains("algorithm")) s.algorithms = map_all<softmax_algorithm>(strings("algorithm"), parse_algorithm);
-    if (j.contains("placement")) s.placements = map_all<scale_placement>(strings("placement"), parse_placement);
-    if (j.contains("block")) s.blocks = j.at("block").get<std::vector<std::size_t>>();
-    if (j.contains("seq")) s.seqs = j.at("seq").get<std::vector<std::size_t>>();
-    if (j.contains("head_dim")) s.head_dims = j.at("head_dim").get<std::vector<std::size_t>>();
-    if (j.contains("offset")) s.offsets = j.at("offset").get<std::vector<double>>();
-    if (j.contains("ramp")) s.ramps = j.at("ramp").get<std::vector<double>>();
-    if (j.contains("logit_scale")) s.logit_scales = j.at("logit_scale").get<std::vector<double>>();
-    if (j.contains("seeds")) s.seeds = j.at("seeds").get<std::vector<std::uint64_t>>();
-    s.queries = j.value("queries", s.queries);
-    s.direct_logits = j.value("direct_logits", s.direct_logits);
-    s.spread = j.value("spread", s.spread);
-    s.positive_values = j.value("positive_values", s.positive_values);
-    s.backward = j.value("backward", s.backward);
-    if (j.contains("backward_algorithm"))
-        s.backward_algorithms = map_all<backward_algorithm>(strings("backward_algorithm"), parse_backward_algorithm);
+    if (j.contains("name")) {
+        if (!j.at("name").is_string()) fail("name", "expected a string");
+        s.name = j.at("name").get<std::string>();
+    } else {
+        s.name = "custom";
+    }
+    if (j.contains("policy")) s.policies = named("policy", parse_policy);
+    if (j.contains("algorithm")) s.algorithms = named("algorithm", parse_algorithm);
+    if (j.contains("placement")) s.placements = named("placement", parse_placement);
+    if (j.contains("block")) s.blocks = sizes("block");
+    if (j.contains("seq")) s.seqs = sizes("seq");
+    if (j.contains("head_dim")) s.head_dims = sizes("head_dim");
+    if (j.contains("offset")) s.offsets = numbers("offset");
+    if (j.contains("ramp")) s.ramps = numbers("ramp");
+    if (j.contains("logit_scale")) s.logit_scales = numbers("logit_scale");
+    if (j.contains("seeds")) s.seeds = integers("seeds", 0);
+    if (j.contains("queries")) s.queries = static_cast<std::size_t>(positive(j.at("queries"), "queries", 1));
+    s.direct_logits = boolean("direct_logits", s.direct_logits);
+    if (j.contains("spread")) s.spread = finite(j.at("spread"), "spread");
+    s.positive_values = boolean("positive_values", s.positive_values);
+    s.backward = boolean("backward", s.backward);
+    if (j.contains("backward_algorithm")) s.backward_algorithms = named("backward_algorithm", parse_backward_algorithm);
     return s;
 }
 
 bool any_axis_flag(const study_flags& f) {
     return !f.policies.empty() || !f.algorithms.empty() || !f.placements.empty() || !f.blocks.empty() || !f.seqs.empty() ||
            !f.head_dims.empty() || !f.offsets.empty() || !f.ramps.empty() || !f.logit_scales.empty() || !f.seeds.empty() ||
-           f.queries != 0 || f.direct_logits || f.positive_values || !f.backward_algorithms.empty();
+           f.queries_given || f.direct_logits || f.positive_values || !f.backward_algorithms.empty();
+}
+
+/// The flags' values a sweep cannot take: zero sizes, non-finite numbers (exit 2 naming the flag).
+void validate_flags(const study_flags& f) {
+    auto positive = [](const char* flag, const std::vector<std::size_t>& v) {
+        for (std::size_t x : v)
+            if (x == 0) throw data_error(std::string("attnref study: ") + flag + ": expected positive integers, got 0");
+    };
+    positive("--block", f.blocks);
+    positive("--seq", f.seqs);
+    positive("--head-dim", f.head_dims);
+    if (f.queries_given && f.queries == 0) throw data_error("attnref study: --queries: expected a positive integer, got 0");
+    auto finite = [](const char* flag, const std::vector<double>& v) {
+        for (double x : v)
+            if (!std::isfinite(x)) throw data_error(std::string("attnref study: ") + flag + ": expected finite numbers, got " + fmt::format("{}", x));
+    };
+    finite("--offset", f.offsets);
+    finite("--ramp", f.ramps);
+    finite("--logit-scale", f.logit_scales);
+    finite("--spread", {f.spread});
 }
 
 study::sweep sweep_from_flags(const study_flags& f) {
@@ -119,7 +215,7 @@ study::sweep sweep_from_flags(const study_flags& f) {
     if (!f.ramps.empty()) s.ramps = f.ramps;
     if (!f.logit_scales.empty()) s.logit_scales = f.logit_scales;
     if (!f.seeds.empty()) s.seeds = f.seeds;
-    if (f.queries != 0) s.queries = f.queries;
+    if (f.queries_given) s.queries = f.queries;
     s.direct_logits = f.direct_logits;
     s.spread = f.spread;
     s.positive_values = f.positive_values;
@@ -134,7 +230,7 @@ std::string csv_header() {
            "u,out_max,out_rms,p_max,p_rms,lse_max,lse_rms,ulp_max,bias,bias_z,bound_ratio,"
            "rms_hi_logits,rms_hi_softmax,rms_hi_p_cast,rms_hi_pv,rms_hi_output,"
            "backward,backward_algorithm,dq_bound_ratio,dk_bound_ratio,dv_bound_ratio,dq_norm_rel,dk_norm_rel,dv_norm_rel,"
-           "dq_bound_norm_rel,dk_bound_norm_rel,dv_bound_norm_rel";
+           "dq_bound_norm_rel,dk_bound_norm_rel,dv_bound_norm_rel,bound_infinite";
 }
 
 std::string csv_row(const study::point& p, const study::result& r) {
@@ -143,12 +239,15 @@ std::string csv_row(const study::point& p, const study::result& r) {
                        p.sweep, p.policy, study::algorithm_name(p.algorithm), p.block,
                        study::placement_name(p.placement), p.seq, p.queries, p.head_dim, p.offset, p.ramp, p.logit_scale,
                        p.direct_logits ? 1 : 0, p.seeds.size(), r.u, r.out_max, r.out_rms, r.p_max, r.p_rms, r.lse_max,
-                       r.lse_rms, r.ulp_max, r.bias, r.bias_z, r.bound_ratio, r.stage_rms[0], r.stage_rms[1],
+                       r.lse_rms, r.ulp_max, r.bias, r.bias_z,
+                       // A vacuous bound (infinite somewhere) has no ratio: nan, with bound_infinite > 0.
+                       r.bound_infinite ? std::numeric_limits<double>::quiet_NaN() : r.bound_ratio, r.stage_rms[0], r.stage_rms[1],
                        r.stage_rms[2], r.stage_rms[3], r.stage_rms[4]) +
            fmt::format(",{},{},{:.4e},{:.4e},{:.4e},{:.6e},{:.6e},{:.6e},{:.4e},{:.4e},{:.4e}", p.backward ? 1 : 0,
                        p.backward ? attnref::backward_algorithm_name(p.backward_alg) : "", r.grad_bound_ratio[0], r.grad_bound_ratio[1],
                        r.grad_bound_ratio[2], r.grad_norm_rel[0], r.grad_norm_rel[1], r.grad_norm_rel[2], r.grad_bound_norm_rel[0],
-                       r.grad_bound_norm_rel[1], r.grad_bound_norm_rel[2]);
+                       r.grad_bound_norm_rel[1], r.grad_bound_norm_rel[2]) +
+           fmt::format(",{}", r.bound_infinite);
 }
 
 /// The backward points' table: per gradient the worst |error|/bound and the normwise relative error.
@@ -179,11 +278,18 @@ std::string forward_table(const std::vector<study::point>& points, const std::ve
     for (std::size_t i = 0; i < points.size(); ++i) {
         const study::point& p = points[i];
         const study::result& r = results[i];
-        t += fmt::format("{:<9} {:<14} {:<13} {:>5} {:>5} {:>4} {:>7g} {:>6g} | {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.3g} {:>9.1e} {:>7.2f} {:>9.2e}\n",
+        // err/bound: "vacuous" where the a-priori bound is infinite for some element (err/∞ = 0 proves nothing).
+        const std::string ratio = r.bound_infinite ? std::string("vacuous") : fmt::format("{:.2e}", r.bound_ratio);
+        t += fmt::format("{:<9} {:<14} {:<13} {:>5} {:>5} {:>4} {:>7g} {:>6g} | {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.3g} {:>9.1e} {:>7.2f} {:>9}\n",
                          p.sweep, p.policy, study::algorithm_name(p.algorithm), p.block, p.seq,
                          p.head_dim, p.offset, p.ramp, r.out_max, r.out_rms, r.p_max, r.lse_max, r.ulp_max, r.bias,
-                         r.bias_z, r.bound_ratio);
+                         r.bias_z, ratio);
     }
+    bool vacuous = false;
+    for (const study::result& r : results) vacuous = vacuous || r.bound_infinite;
+    if (vacuous)
+        t += "err/bound 'vacuous': the first-order bound (docs/error-bounds.md, eq. 8) is infinite for some output element "
+             "(its condition on n and u fails), so it bounds nothing there\n";
     // Stage attribution: each stage's share of the output RMS error, 1 − rms(stage in double)/rms
     // ("-" where the stage already runs in double or wider).
     t += fmt::format("\nstage attribution (share of the output RMS error removed by running one stage in double)\n");
@@ -212,12 +318,6 @@ std::string table(const std::vector<study::point>& all_points, const std::vector
     if (!backward) return forward_table(points, results);
     const std::string b = backward_table(all_points, all_results);
     return points.empty() ? b : forward_table(points, results) + "\n" + b;
-}
-
-void write_file(const std::filesystem::path& path, const std::string& text) {
-    std::ofstream f(path, std::ios::binary);
-    f << text;
-    if (!f) throw data_error("attnref study: cannot write " + path.string());
 }
 
 /// Runs argv[0] with arguments argv[1..] (no shell, no PATH lookup), stdout and stderr to
@@ -253,17 +353,26 @@ void plot(const study_flags& f, const std::filesystem::path& out);
 void run_study(const study_flags& f) {
     std::vector<study::sweep> sweeps;
     if (!f.backward_algorithms.empty() && !f.backward) throw data_error("attnref study: --backward-algorithm: needs --backward");
+    validate_flags(f);
+    if (!f.max_memory.empty()) set_max_memory(parse_memory_size(f.max_memory, "--max-memory"));
     if (any_axis_flag(f)) {
         sweeps.push_back(sweep_from_flags(f));
     } else if (!f.json.empty()) {
+        const std::string text = read_text(f.json);
+        json_prepass(text, f.json);  // depth and duplicate keys before the recursive parser
+        nlohmann::json j;
         try {
-            const std::string text = read_text(f.json);
-            json_prepass(text, f.json);  // depth and duplicate keys before the recursive parser
-            const nlohmann::json j = nlohmann::json::parse(text);
-            for (const nlohmann::json& s : j.at("sweeps")) sweeps.push_back(sweep_from_json(s));
+            j = nlohmann::json::parse(text);
         } catch (const nlohmann::json::exception& e) {
-            throw data_error("attnref study: " + f.json + ": " + e.what());
+            throw data_error("attnref study: " + f.json + ": not valid JSON: " + printable(e.what()));
         }
+        if (!j.is_object()) throw data_error("attnref study: " + f.json + ": expected an object {\"sweeps\": [...]}");
+        for (const auto& [key, value] : j.items())
+            if (key != "sweeps") throw data_error("attnref study: " + f.json + ": field '" + printable(key) + "': unknown field");
+        if (!j.contains("sweeps") || !j.at("sweeps").is_array() || j.at("sweeps").empty())
+            throw data_error("attnref study: " + f.json + ": field 'sweeps': expected a non-empty array of sweeps");
+        for (std::size_t i = 0; i < j.at("sweeps").size(); ++i)
+            sweeps.push_back(sweep_from_json(j.at("sweeps")[i], f.json, "sweeps[" + std::to_string(i) + "]"));
     } else {
         sweeps = f.backward ? study::default_backward_study() : study::default_study();
     }
@@ -277,8 +386,27 @@ void run_study(const study_flags& f) {
         }
         for (study::point& p : expanded) points.push_back(std::move(p));
     }
+    const std::string source = any_axis_flag(f) || f.json.empty() ? std::string("command line") : f.json;
+    for (const study::point& p : points)
+        if (!std::isfinite(p.offset + p.ramp * static_cast<double>(p.seq)))
+            throw data_error(fmt::format("attnref study: {}: --offset/--ramp (JSON offset, ramp): offset {} + ramp {} x n {} is not finite",
+                                         source, p.offset, p.ramp, p.seq));
+    // Memory up front: the points run concurrently, one per thread.
+    const std::size_t threads = f.threads ? f.threads : std::max(1u, std::thread::hardware_concurrency());
+    const study::memory_estimate need = study::study_memory_estimate(points, threads);
+    if (need.bytes > max_memory()) {
+        const study::point& p = points[need.largest];
+        throw data_error(fmt::format("attnref study: {}: --seq/--queries/--head-dim (JSON seq, queries, head_dim): the study would need about "
+                                     "{} ({} point(s) at once; the largest, {} n={} queries={} head_dim={}{}, about {}), above the limit "
+                                     "of {} (raise it with --max-memory)",
+                                     source, safe_io_detail::gib(need.bytes), std::min(threads, points.size()), p.policy, p.seq, p.queries,
+                                     p.head_dim, p.backward ? " backward" : "", safe_io_detail::gib(study::point_memory_estimate(p)),
+                                     safe_io_detail::gib(max_memory())));
+    }
     const std::filesystem::path out(f.out);
-    std::filesystem::create_directories(out);
+    std::error_code ec;
+    std::filesystem::create_directories(out, ec);
+    if (ec) throw data_error("attnref study: --out: " + printable(out.string()) + ": cannot create the directory: " + ec.message());
     std::fprintf(stderr, "attnref study: %zu points\n", points.size());
     const std::vector<study::result> results = study::run(points, f.threads, [&](std::size_t done) {
         std::fprintf(stderr, "\r  %zu/%zu points", done, points.size());
@@ -287,8 +415,9 @@ void run_study(const study_flags& f) {
     std::string csv = csv_header() + "\n";
     for (std::size_t i = 0; i < points.size(); ++i) csv += csv_row(points[i], results[i]) + "\n";
     const std::string text = table(points, results);
-    write_file(out / "study.csv", csv);
-    write_file(out / "table.txt", text);
+    // Atomically (a temporary file, then rename): a symlink planted at either name is replaced, never written through.
+    write_file_atomic(out / "study.csv", csv, true);
+    write_file_atomic(out / "table.txt", text, true);
     std::fputs(text.c_str(), stdout);
     std::printf("wrote %s and %s\n", (out / "study.csv").c_str(), (out / "table.txt").c_str());
     // A backward bound exceeded is a finding the study asserts: exit 1, after writing everything.
@@ -329,26 +458,31 @@ void register_study(CLI::App& app) {
     s->add_option("--json", f->json, "study description (JSON, see docs/studies.md); ignored if any axis flag is given");
     s->add_option("--policy", f->policies, "policy names (policies.hpp / attnref run), e.g. float32 bf16_fp32acc fp32_p_bf16");
     s->add_option("--algorithm", f->algorithms, "softmax: naive shifted division_free online");
-    s->add_option("--block", f->blocks, "online softmax block sizes");
+    s->add_option("--block", f->blocks, "online softmax block sizes")->check(unsigned_text());
     s->add_option("--placement", f->placements, "scale placement: on_product on_query split_sqrt");
-    s->add_option("--seq", f->seqs, "key lengths n");
-    s->add_option("--head-dim", f->head_dims, "head dims dk = dv");
+    s->add_option("--seq", f->seqs, "key lengths n")->check(unsigned_text());
+    s->add_option("--head-dim", f->head_dims, "head dims dk = dv")->check(unsigned_text());
     s->add_option("--offset", f->offsets, "constants added to every logit");
     s->add_option("--ramp", f->ramps, "logit ramp per key index (ramp*j)");
     s->add_option("--logit-scale", f->logit_scales, "scale = logit_scale/sqrt(dk)");
-    s->add_option("--queries", f->queries, "query length (default 8)");
-    s->add_option("--seeds", f->seeds, "generator seeds (default 1 2 3 4)");
+    s->add_option("--queries", f->queries, "query length (default 8)")->check(unsigned_text());
+    s->add_option("--seeds", f->seeds, "generator seeds (default 1 2 3 4)")->check(unsigned_text());
     s->add_flag("--direct-logits", f->direct_logits, "logits = offset + ramp*j + spread*U[-1,1) given exactly (softmax alone)");
     s->add_option("--spread", f->spread, "noise amplitude of direct logits (default 4)");
     s->add_flag("--positive-values", f->positive_values, "values uniform on [0, 1)");
-    s->add_option("--threads", f->threads, "worker threads (0: all cores); results do not depend on it");
+    s->add_option("--threads", f->threads, "worker threads (0: all cores); results do not depend on it")->check(unsigned_text());
+    s->add_option("--max-memory", f->max_memory,
+                  "refuse a study estimated to need more memory (bytes, K/M/G/T suffix; default 4G; the points running at once)");
     s->add_option("--plot-script", f->plot_script, "plot script (default: share/attnref/tools/plot_study.py beside the attnref executable)");
     s->add_flag("--no-plot", f->no_plot, "do not draw plots");
     s->add_flag("--backward", f->backward,
                 "measure the backward pass (dQ, dK, dV vs the MPFR backward and backward_bounds.hpp's bound); alone: the "
                 "default backward study");
     s->add_option("--backward-algorithm", f->backward_algorithms, "with --backward: textbook flash (default both)");
-    s->callback([f] { run_study(*f); });
+    s->callback([f, s] {
+        f->queries_given = s->get_option("--queries")->count() > 0;
+        run_study(*f);
+    });
 }
 
 }  // namespace attnref::verify

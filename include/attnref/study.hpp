@@ -148,6 +148,10 @@ struct point {
 struct result {
     double out_max = 0, out_rms = 0, p_max = 0, p_rms = 0, lse_max = 0, lse_rms = 0, ulp_max = 0;
     double bias = 0, bias_z = 0, bound_ratio = 0;
+    /// Output elements whose a-priori bound is infinite (the first-order factor's condition fails,
+    /// e.g. bf16 at n ≥ 256): the bound says nothing there, and bound_ratio (err/∞ = 0) is not a
+    /// finding. Tables and CSV show such a point as vacuous.
+    std::size_t bound_infinite = 0;
     double u = 0;  ///< unit roundoff of the accumulate type
     /// Stage attribution: output RMS error (relative to Σ_j p_j|v_jl|, as out_rms) when exactly one
     /// stage runs in double instead (with_stage<Policy, stage, double>), in the order of
@@ -368,6 +372,7 @@ result measure(const point& pt) {
                 signed_sum += weight > 0 ? diff / weight : diff;
                 res.ulp_max = std::max(res.ulp_max, err / ulp_of(o, out_digits, out_emin));
                 const double bound = factor * weight + u_o * std::abs(o);
+                if (!std::isfinite(bound)) ++res.bound_infinite;
                 const double ratio = err == 0 ? 0.0 : err / bound;
                 res.bound_ratio = std::max(res.bound_ratio, std::isnan(ratio) ? std::numeric_limits<double>::infinity() : ratio);
             }
@@ -598,6 +603,43 @@ inline std::vector<point> expand(const sweep& s) {
                                                            s.direct_logits, s.spread, s.positive_values, true, ba});
                                     }
     return out;
+}
+
+/// Estimated peak memory (bytes) of run_point(pt), from its sizes alone (saturating at 2^64 − 1): the
+/// MPFR reference holds inputs, weights P (queries × n) and outputs as mpfr_real<40> (about 100 bytes
+/// each with their heap limbs), the policy's own run and the stage-attribution runs more copies of P
+/// and the outputs. Counted, at 128 bytes per reference value and 32 per policy or double value:
+/// forward 5 copies of P and 4 of the (queries + 2n) × head_dim inputs and outputs; backward 6 of P (P,
+/// dP, dS of the reference and the bound's terms) and 6 of the inputs, outputs and gradients.
+inline std::uint64_t point_memory_estimate(const point& pt) {
+    auto mul = [](std::uint64_t a, std::uint64_t b) -> std::uint64_t {
+        return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b;
+    };
+    auto add = [](std::uint64_t a, std::uint64_t b) -> std::uint64_t { return b > UINT64_MAX - a ? UINT64_MAX : a + b; };
+    const std::uint64_t sq = pt.queries, n = pt.seq, d = pt.head_dim;
+    const std::uint64_t p = mul(sq, n), io = mul(add(sq, mul(2, n)), d);
+    const std::uint64_t copies_p = pt.backward ? 6 : 5, copies_io = pt.backward ? 6 : 4;
+    const std::uint64_t values = add(mul(copies_p, p), mul(copies_io, io));
+    return add(mul(values, 128 + 32), std::uint64_t{1} << 20);
+}
+
+/// The study's estimate: run() computes min(threads, points) points at once, so the sum of that many
+/// largest point estimates; `largest` indexes the largest point.
+struct memory_estimate {
+    std::uint64_t bytes = 0;
+    std::size_t largest = 0;
+};
+inline memory_estimate study_memory_estimate(const std::vector<point>& points, std::size_t threads) {
+    memory_estimate r;
+    std::vector<std::uint64_t> each;
+    for (std::size_t i = 0; i < points.size(); ++i) {
+        each.push_back(point_memory_estimate(points[i]));
+        if (each.back() > each[r.largest]) r.largest = i;
+    }
+    std::sort(each.begin(), each.end(), std::greater<>());
+    for (std::size_t i = 0; i < each.size() && i < std::max<std::size_t>(threads, 1); ++i)
+        r.bytes = each[i] > UINT64_MAX - r.bytes ? UINT64_MAX : r.bytes + each[i];
+    return r;
 }
 
 /// The default study (about 20 s on two cores): error vs sequence length for every policy; error vs

@@ -446,8 +446,132 @@ def exits():
     check('check | head -c1: reports written, exit 0', rc_pipe == 0 and os.path.exists(j) and os.path.exists(x), f'rc {rc_pipe}')
 
 
+def cli():
+    """Command-line and study surfaces: every malformed value is exit 2 naming the flag or JSON field;
+    study writes through no planted link and shows an infinite bound as vacuous."""
+    d = fresh('cli')
+    # The unknown-subcommand message lists every subcommand, merge included.
+    probe('attnref merg', attnref('merg'), 2, ["unknown subcommand 'merg'", 'generate', 'list', 'run', 'check', 'study', 'merge'])
+    # --shard: an empty spec (an unset $SHARD) and other malformed ones, never an unsharded run.
+    for spec in ('', ' ', '1', '/3', '1/', '1/3/4', '-1/3', '3/3', '0/0', '1/x', '+1/3', '0/100001'):
+        probe(f'generate --shard {spec!r}', attnref('generate', '--shard', spec, '--out', os.path.join(d, 'shard'), '--quiet'), 2,
+              ['--shard'])
+    check('no shard directory written', not os.path.exists(os.path.join(d, 'shard')))
+    # study flags.
+    st = ('study', '--out', os.path.join(d, 'st'), '--no-plot', '--policy', 'float32', '--head-dim', '2', '--seq', '4', '--seeds', '1')
+    for flag, value in (('--queries', '0'), ('--seeds', '-1'), ('--seq', '-1'), ('--seq', '0'), ('--head-dim', '0'),
+                        ('--block', '0'), ('--queries', '-3'), ('--threads', '-1'), ('--logit-scale', 'nan'),
+                        ('--logit-scale', 'inf'), ('--logit-scale', '-inf'), ('--offset', 'nan'), ('--ramp', 'inf'),
+                        ('--spread', 'nan'), ('--max-memory', '-1')):
+        probe(f'study {flag} {value}', attnref(*st, flag, value), 2, [re.escape(flag)], ['max_size', 'bound was exceeded'])
+    probe('study --seq 2^64', attnref(*st, '--seq', str(2**64)), 2, ['--seq'], ['max_size'])
+    probe('study --seq 2^63', attnref(*st, '--seq', str(2**63)), 2, ['--seq', 'GiB', '--max-memory'], ['max_size'])
+    probe('study --offset 1e308 --ramp 1e308', attnref(*st, '--offset', '1e308', '--ramp', '1e308'), 2, ['--offset'])
+    # study --json: every field typed, unknown fields refused, each named.
+    def study_json(name, sweeps, must, top=None):
+        path = os.path.join(d, name + '.json')
+        with open(path, 'w') as f:
+            f.write(json.dumps(top if top is not None else {'sweeps': sweeps}))
+        probe(f'study --json {name}', attnref('study', '--json', path, '--out', os.path.join(d, 'sj'), '--no-plot'), 2,
+              [re.escape(name + '.json')] + must, ['max_size'])
+    study_json('head_dim_fraction', [{'head_dim': [4.5]}], [r"sweeps\[0\]\.head_dim\[0\]"])
+    study_json('unknown_key', [{'sequence': [4]}], [r"sweeps\[0\]\.sequence", 'unknown field'])
+    study_json('negative_seq', [{'seq': [-4]}], [r"sweeps\[0\]\.seq\[0\]"])
+    study_json('zero_queries', [{'queries': 0}], [r"sweeps\[0\]\.queries"])
+    study_json('negative_seed', [{'seeds': [1, -1]}], [r"sweeps\[0\]\.seeds\[1\]"])
+    study_json('string_seq', [{'seq': '4'}], [r"sweeps\[0\]\.seq"])
+    study_json('bool_as_int', [{'backward': 1}], [r"sweeps\[0\]\.backward"])
+    study_json('bad_policy', [{'policy': ['float31']}], [r"sweeps\[0\]\.policy\[0\]", 'float31'])
+    study_json('top_level_key', None, ["'sweep'", 'unknown field'], top={'sweep': []})
+    study_json('huge_seq', [{'seq': [2**62], 'head_dim': [4]}], ['GiB', '--max-memory'])
+    # Memory up front: a backward study of n = 10^8 is refused with the estimate, and --max-memory is a study flag.
+    big = ('study', '--backward', '--policy', 'float32', '--seq', '100000000', '--head-dim', '4', '--out', os.path.join(d, 'big'),
+           '--no-plot')
+    probe('study --backward --seq 1e8', attnref(*big), 2, ['GiB', 'above the limit of 4 GiB', '--max-memory'])
+    probe('study --backward --seq 1e8 --max-memory 1T', attnref(*big, '--max-memory', '1T'), 2, ['GiB', 'limit of 1.02e\\+03 GiB'])
+    check('nothing written by refused studies', not os.path.exists(os.path.join(d, 'big')) and not os.path.exists(os.path.join(d, 'st')))
+    # study writes study.csv and table.txt (and plots) atomically: links planted in --out are replaced, their targets kept.
+    out = os.path.join(d, 'links')
+    os.makedirs(out)
+    victim = os.path.join(d, 'victim.txt')
+    with open(victim, 'w') as f:
+        f.write('keep me')
+    for name in ('study.csv', 'table.txt'):
+        os.symlink(victim, os.path.join(out, name))
+    # bf16 (unit roundoff u = 2^-8): the first-order bound's gamma_n needs n*u < 1, so it is finite at
+    # n = 64 and infinite ("vacuous") at n = 256.
+    rc = attnref('study', '--out', out, '--no-plot', '--policy', 'bf16', '--seq', '64', '256', '--queries', '2', '--head-dim', '4',
+                 '--seeds', '1', '--threads', '1')
+    probe('study into a directory with planted links', rc, 0, one_line=False)
+    with open(victim) as f:
+        check('link targets untouched', f.read() == 'keep me')
+    check('study.csv and table.txt are regular files', all(os.path.isfile(os.path.join(out, n)) and not os.path.islink(os.path.join(out, n))
+                                                          for n in ('study.csv', 'table.txt')))
+    check('no temporary files left', not [n for n in os.listdir(out) if '.tmp-' in n])
+    import csv as _csv
+    rows = {}
+    if os.path.isfile(os.path.join(out, 'study.csv')):
+        with open(os.path.join(out, 'study.csv')) as f:
+            rows = {int(r['seq']): r for r in _csv.DictReader(f) if r.get('seq', '').isdigit()}
+    r64, r256 = rows.get(64, {}), rows.get(256, {})
+    check('n = 64: finite bound, a ratio in (0, 1]', r64.get('bound_infinite') == '0' and 0 < float(r64.get('bound_ratio', 'nan')) <= 1,
+          str(r64.get('bound_ratio')))
+    # 2 queries x head_dim 4 output elements, one seed: every one has the infinite bound.
+    check('n = 256: bound infinite for every element, ratio nan', r256.get('bound_infinite') == str(2 * 4)
+          and r256.get('bound_ratio') == 'nan', str((r256.get('bound_ratio'), r256.get('bound_infinite'))))
+    table = [line for line in rc[1].splitlines() if line.startswith('custom ')]
+    check('table: n = 256 reads vacuous, n = 64 a number', len(table) >= 2 and table[1].split()[-1] == 'vacuous'
+          and table[0].split()[-1] != 'vacuous' and float(table[0].split()[-1]) > 0, repr(table[:2]))
+
+
+def peak_rss(args):
+    """Runs attnref with `args`; returns (exit code, peak resident set size in bytes) from wait4."""
+    p = subprocess.Popen([ATTNREF, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=limit)
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return p.returncode, usage.ru_maxrss * 1024
+
+
+def estimate_of(args):
+    """The command's memory estimate in bytes, read from its refusal under --max-memory 1K."""
+    rc, _, err = attnref(*args, '--max-memory', '1K')
+    m = re.search(r'would need about ([0-9.e+-]+) GiB', err)
+    return rc, (float(m.group(1)) * 2**30 if m else None), err
+
+
+def estimates():
+    """Memory estimates against measured peaks: generate's is the chosen path's (the fast path's working
+    set and its escalation, not 256 bytes per value of the MPFI ladder), run's the arithmetic's; each
+    at least the peak resident size measured here, on cases small enough to take a second."""
+    d = fresh('estimates')
+    cases = [('sdpa 1024x1024', ('--name', 's', '--sq', '1024', '--dk', '32')),
+             ('mha (1, 256, 128, 4)', ('--name', 'm', '--kind', 'mha', '--sq', '256', '--heads', '4', '--dk', '32')),
+             ('sdpa softcap (MPFI whole case)', ('--name', 'c', '--sq', '64', '--dk', '8', '--softcap', '5'))]
+    for name, flags in cases:
+        gen = ('generate', *flags, '--out', d, '--quiet', '--threads', '2')
+        rc, est, err = estimate_of(gen)
+        check(f'generate {name}: refused under 1K with the estimate', rc == 2 and est is not None, err.strip()[:200])
+        rc, peak = peak_rss(gen)
+        check(f'generate {name}: estimate {est} >= peak {peak}', rc == 0 and est is not None and est >= peak)
+    # The mha case's estimate is far below the MPFI ladder's 256 bytes per value, which counted
+    # (3*256*128 + 4*128*128 inputs + 4*256*128 outputs + 4*4*256*256 weights + 2*4*256 lse) values,
+    # 344 MB: 128 MiB is enough now.
+    mpfi_values = 3 * 256 * 128 + 4 * 128 * 128 + 4 * 256 * 128 + 4 * 4 * 256 * 256 + 2 * 4 * 256
+    check('the MPFI-ladder estimate of the mha case exceeds 128 MiB', 256 * mpfi_values > 128 * 2**20)
+    probe('generate the mha case under --max-memory 128M', attnref('generate', *cases[1][1], '--out', os.path.join(d, 'm128'),
+                                                                  '--quiet', '--max-memory', '128M'), 0, one_line=False)
+    rc, est, _ = estimate_of(('generate', *cases[1][1], '--out', d, '--method', 'mpfi'))
+    check('--method mpfi keeps the MPFI estimate (256 bytes per value)', est is not None and est >= 256 * mpfi_values * 0.99, str(est))
+    for arith in ('float32', 'float128'):
+        run = ('run', '--golden', os.path.join(d, 'm'), '--arith', arith, '--out', os.path.join(d, 'r_' + arith))
+        rc, est, err = estimate_of(run)
+        check(f'run --arith {arith}: refused under 1K with the estimate', rc == 2 and est is not None, err.strip()[:200])
+        rc, peak = peak_rss(run)
+        check(f'run --arith {arith}: estimate {est} >= peak {peak}', rc == 0 and est is not None and est >= peak)
+
+
 CATEGORIES = {'memory': memory, 'deep': deep, 'sizes': sizes, 'lost': lost, 'shell': shell, 'hang': hang, 'strict': strict,
-              'flags': flags, 'concurrent': concurrent, 'exits': exits}
+              'flags': flags, 'concurrent': concurrent, 'exits': exits, 'cli': cli, 'estimates': estimates}
 
 if __name__ == '__main__':
     os.makedirs(WORK, exist_ok=True)

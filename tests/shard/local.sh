@@ -57,3 +57,35 @@ expect_2 "field 'cases'" "$work/shards/0" "$work/moved" "$work/shards/2"
 "$attnref" generate --suite "$suite" --shard 3/3 --out "$work/bad" > "$work/err.log" 2>&1
 [ $? -eq 2 ] && grep -q "expected I/N" "$work/err.log" || { cat "$work/err.log"; fail "--shard 3/3 was not refused with exit 2"; }
 echo "merge refused 6 bad shard sets and --shard 3/3 with exit 2"
+
+# A forger edits a tensor and its sha256 in manifest.json together: every checksum agrees, the manifest
+# is canonical, yet merge re-derives the case (inputs from the recipe, reference re-certified) and
+# refuses it. The backward case sdpa_bwd_gqa has an output, gradients and generated inputs.
+victim=sdpa_bwd_gqa
+holder=$(for ((i = 0; i < n; ++i)); do [ -d "$work/shards/$i/$victim" ] && echo "$i"; done)
+[ -n "$holder" ] || fail "no shard holds $victim"
+shard_args() {  # the three shard directories with shard $holder replaced by $1
+  for ((i = 0; i < n; ++i)); do if [ "$i" = "$holder" ]; then echo "$1"; else echo "$work/shards/$i"; fi; done
+}
+forged=0
+for edit in "output 1.001 not the certified reference" "grad_query 2 not the certified reference" \
+            "query 1.5 not the inputs the suite's recipe generates"; do
+  read -r role factor pattern <<< "$edit"
+  rm -rf "$work/forged" && cp -r "$work/shards/$holder" "$work/forged"
+  /usr/bin/python3 "$(dirname "$0")/tamper.py" "$work/forged/$victim" "$role" "$factor" || fail "tamper.py $role failed"
+  # The forgery passes every checksum: the case loads as a golden case.
+  "$attnref" check --golden "$work/forged/$victim" --output "$work/forged/$victim/output.npy" > /dev/null 2>&1
+  [ $? -ne 2 ] || fail "forged $role: the case does not even load (the forgery is not checksum-consistent)"
+  mapfile -t args < <(shard_args "$work/forged")
+  expect_2 "$victim/$role.npy: $pattern" "${args[@]}"
+  if [ "$role" = output ]; then
+    "$attnref" merge --suite "$suite" --verify --quiet "${args[@]}" > "$work/err.log" 2>&1
+    [ $? -eq 2 ] && grep -q "$role.npy" "$work/err.log" || { cat "$work/err.log"; fail "merge --verify accepted the forged $role"; }
+  fi
+  forged=$((forged + 1))
+done
+# merge --verify on the honest shards: exit 0, nothing written.
+"$attnref" merge --suite "$suite" --verify --out "$work/verified" --quiet "$work/shards/0" "$work/shards/1" "$work/shards/2" > "$work/err.log" 2>&1 \
+  || { cat "$work/err.log"; fail "merge --verify refused honest shards"; }
+[ ! -e "$work/verified" ] || fail "merge --verify wrote $work/verified"
+echo "merge refused $forged forged shards (tensor and sha256 edited together); --verify accepted the honest ones, wrote nothing"

@@ -1,0 +1,78 @@
+#pragma once
+/// \file golden/memory.hpp
+/// Owns the memory estimates of the commands that compute with a case's shapes (`run`, and the one
+/// `check` can use), from the shapes alone and before anything is allocated; `generate`'s is
+/// golden/generate.hpp's generate_memory_estimate (it needs MPFR's sizes). Each estimate counts
+/// what the command holds at its peak, saturates at 2^64 − 1, and adds command_program_bytes for
+/// the process itself. The limit they are compared with is max_memory() (safe_io.hpp: 4 GiB unless
+/// --max-memory says otherwise; a fixed default, so that a command's exit code does not depend on
+/// the machine it runs on).
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "attnref/golden/manifest.hpp"
+#include "attnref/golden/safe_io.hpp"
+
+namespace attnref::golden {
+
+/// The process itself (code, libraries, thread stacks in use): measured about 12 MB resident.
+inline constexpr std::uint64_t command_program_bytes = std::uint64_t{32} << 20;
+
+/// Estimated peak memory of `attnref run` on `spec` with a policy whose widest type takes
+/// `value_bytes` bytes: the inputs as doubles (8 bytes each); per output element (output, weights,
+/// lse) the policy's result and one intermediate (2·value_bytes) and its encoded copy and .npy bytes
+/// (16); for gradient cases the gradients likewise and the backward's P, dP and dS (3 copies of
+/// B·H·Sq·Sk in value_bytes); one more .npy image (16 bytes per value) of the largest file, read
+/// while hashing the golden case.
+inline std::uint64_t run_memory_estimate(const case_spec& spec, std::uint64_t value_bytes) {
+    using safe_io_detail::sat_add, safe_io_detail::sat_mul, safe_io_detail::sat_count;
+    std::uint64_t inputs = 0, largest = 0;
+    for (const input_tensor_layout& t : input_layout(spec)) {
+        inputs = sat_add(inputs, sat_count(t.shape));
+        largest = std::max(largest, sat_count(t.shape));
+    }
+    std::uint64_t outputs = sat_count(output_shape(spec));
+    largest = std::max(largest, outputs);
+    if (spec.outputs.weights) outputs = sat_add(outputs, sat_count(weights_shape(spec)));
+    largest = std::max(largest, sat_count(weights_shape(spec)));
+    if (spec.outputs.lse) outputs = sat_add(outputs, sat_count(lse_shape(spec)));
+    std::uint64_t backward = 0;
+    for (const gradient_tensor_layout& g : gradient_layout(spec)) outputs = sat_add(outputs, sat_count(g.shape));
+    if (!gradient_layout(spec).empty()) backward = sat_mul(3, sat_count(weights_shape(spec)));
+    std::uint64_t bytes = sat_mul(8, inputs);
+    bytes = sat_add(bytes, sat_mul(outputs, sat_add(sat_mul(2, value_bytes), 16)));
+    bytes = sat_add(bytes, sat_mul(backward, value_bytes));
+    bytes = sat_add(bytes, sat_mul(16, largest));
+    return sat_add(bytes, command_program_bytes);
+}
+
+/// Estimated peak memory of `attnref check` on `spec`: case_memory_estimate's count (8 bytes per
+/// input value, 4 copies of each output, weights and gradient tensor, 2 of lse: golden, candidate,
+/// bounds and their terms) plus command_program_bytes. A checker that holds more per element
+/// (e.g. a candidate file's raw bytes beside its doubles) passes its own `copies` for the outputs.
+inline std::uint64_t check_memory_estimate(const case_spec& spec, std::uint64_t copies = 4) {
+    using safe_io_detail::sat_add, safe_io_detail::sat_mul, safe_io_detail::sat_count;
+    std::uint64_t values = 0;
+    for (const input_tensor_layout& t : input_layout(spec)) values = sat_add(values, sat_count(t.shape));
+    values = sat_add(values, sat_mul(copies, sat_count(output_shape(spec))));
+    values = sat_add(values, sat_mul(copies, sat_count(weights_shape(spec))));
+    values = sat_add(values, sat_mul(2, sat_count(lse_shape(spec))));
+    for (const gradient_tensor_layout& g : gradient_layout(spec)) values = sat_add(values, sat_mul(copies, sat_count(g.shape)));
+    return sat_add(sat_mul(values, 8), command_program_bytes);
+}
+
+/// Throws data_error "<file>: field 'shapes': the case would need about X for `command` ..., above the
+/// limit of Y (raise it with --max-memory)" when `estimate` exceeds max_memory().
+inline void require_memory(std::uint64_t estimate, const case_spec& spec, const std::string& file, const std::string& command) {
+    if (estimate <= max_memory()) return;
+    const case_shapes& d = spec.shapes;
+    throw data_error(file + ": field 'shapes': " + command + " would need about " +
+                     (estimate == UINT64_MAX ? std::string("more than 2^64 bytes") : safe_io_detail::gib(estimate)) + " (B=" +
+                     std::to_string(d.batch) + " H=" + std::to_string(d.heads) + " Sq=" + std::to_string(d.query_length) +
+                     " Sk=" + std::to_string(d.key_length) + " dk=" + std::to_string(d.head_dim_qk) + " dv=" + std::to_string(d.head_dim_v) +
+                     "), above the limit of " + safe_io_detail::gib(max_memory()) + " (raise it with --max-memory)");
+}
+
+}  // namespace attnref::golden
