@@ -232,7 +232,10 @@ def _raise_gradient_failure(judged: Dict[str, Any], shapes: Dict[str, Any], pref
             continue
         bad, n = r["violations"], r["elements"]
         idx = _index(r["worst_index"], shapes[r["name"]])
-        note = f" ({r['note']})" if r["note"] else ""
+        # The checker's note starts with the count given above; keep what it adds (the bound used, GQA).
+        extra = r["note"].split("; ", 1)[1] if r["note"].startswith(f"{bad} of {n} elements") and "; " in r["note"] else (
+            "" if r["note"].startswith(f"{bad} of {n} elements") else r["note"])
+        note = f" ({extra})" if extra else ""
         raise AssertionError(
             f"{prefix}Attention gradient {r['name']} is not close!\n\n"
             f"Mismatched elements: {bad} / {n} ({100.0 * bad / max(n, 1):.1f}%)\n"
