@@ -158,6 +158,7 @@ std::pair<case_spec, case_data> inputs_from_case(generate_args a) {
         a.given.count("--input-format") ? from_name<generator::input_format>(a.input_format) : std::nullopt;
     a.input_format = "float64";
     case_spec spec = ad_hoc_case(a);
+    request_user_gradients(dir, spec);  // grad_output.npy: a backward case
     check_generate_memory(spec, a.method == "mpfi" ? certification_method::mpfi : certification_method::fast,
                           a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency()),
                           printable(dir.string()) + " (--inputs-from)");
@@ -385,7 +386,8 @@ void register_generate(CLI::App& app) {
     g->add_option("--name", a->name, "ad-hoc case name ([a-z0-9_]); enables the flags below")->group(adhoc);
     g->add_option("--inputs-from", a->inputs_from,
                   "read the inputs from DIR/query.npy, key.npy, value.npy (mha: and w_q ... w_o, b_* with --bias; masks "
-                  "when asked for): shapes from the files, values certified as given (golden/README.md, 'Your own inputs')")
+                  "when asked for; grad_output.npy: a backward case with certified gradients): shapes from the files, values "
+                  "certified as given (golden/README.md, 'Your own inputs')")
         ->group(adhoc);
     g->add_option("--input-dtype", a->input_dtype, "with --inputs-from: bfloat16 reads '<u2' files as bfloat16 bit patterns")
         ->group(adhoc);

@@ -88,6 +88,7 @@ class Reference:
     _bound_weights: Optional[np.ndarray] = field(repr=False, compare=False)
     _bound_lse: Optional[np.ndarray] = field(repr=False, compare=False)
     gradients: Dict[str, np.ndarray] = field(default_factory=dict)
+    _grad_output: Optional[np.ndarray] = field(default=None, repr=False, compare=False)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("grad_") and name in _GRADIENT_ROLES:
@@ -417,7 +418,8 @@ def _run(kind: str, arrays: Dict[str, Optional[np.ndarray]], heads: int, kv_head
             a.setflags(write=False)
     return Reference(output=r["output"], weights=r["weights"] if return_weights else None,
                      lse=r["lse"] if return_lse else None, arith=arith, certification=certification, kind=kind,
-                     _call=kept, _bound_weights=r["weights"], _bound_lse=r["lse"], gradients=gradients)
+                     _call=kept, _bound_weights=r["weights"], _bound_lse=r["lse"], gradients=gradients,
+                     _grad_output=None if do is None else do.copy())
 
 
 def sdpa(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale: Optional[float] = None, scale_placement: str = "on_product",

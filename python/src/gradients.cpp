@@ -3,7 +3,7 @@
 /// certified exactly as `attnref generate` certifies a backward case: golden::certify_gradients
 /// (attnref's templated backward in MPFI intervals through certify.hpp's ladder).
 #include "attnref/golden/generate.hpp"
-#include "core.hpp"
+#include "backward_case.hpp"
 
 namespace attnref::python {
 
@@ -30,13 +30,13 @@ std::vector<E> broadcast(const std::vector<E>& m, const extents_t<4>& e, std::si
 
 }  // namespace
 
-gradient_result compute_certified_gradients(const call& c, const array_ref& grad_output) {
+void backward_case_of(const call& c, const array_ref& grad_output, golden::case_spec& spec, golden::case_data& data) {
     c.validate();  // the forward of the same call has checked the shapes too
-    golden::case_spec spec;
+    spec = {};
+    data = {};
     spec.name = "attnref.sdpa";
     spec.kind = c.kind == call_kind::sdpa ? golden::case_kind::sdpa : golden::case_kind::mha;
     golden::case_shapes& d = spec.shapes;
-    golden::case_data data;
     if (c.kind == call_kind::sdpa) {
         d.batch = c.q.shape[0], d.heads = c.q.shape[1], d.query_length = c.q.shape[2], d.head_dim_qk = c.q.shape[3];
         d.kv_heads = c.k.shape[1], d.key_length = c.k.shape[2], d.head_dim_v = c.v.shape[3];
@@ -69,7 +69,13 @@ gradient_result compute_certified_gradients(const call& c, const array_ref& grad
         data.additive_mask = broadcast(cv.additive_mask, cv.additive_extents, d.batch, d.heads, d.query_length, d.key_length);
     }
     spec.outputs.gradients = true;
-    certify::result cert = golden::certify_gradients(spec, data, cv.threads, {certify::float64_target});
+}
+
+gradient_result compute_certified_gradients(const call& c, const array_ref& grad_output) {
+    golden::case_spec spec;
+    golden::case_data data;
+    backward_case_of(c, grad_output, spec, data);
+    certify::result cert = golden::certify_gradients(spec, data, c.conv.threads, {certify::float64_target});
     gradient_result r;
     const std::vector<golden::gradient_tensor_layout> layout = golden::gradient_layout(spec);
     for (std::size_t t = 0; t < layout.size(); ++t) r.tensors.push_back({layout[t].role, layout[t].shape, std::move(cert.values[t][0])});

@@ -98,6 +98,9 @@ std::vector<double> to_vector(const std::optional<f64_array>& a) {
 }  // namespace
 
 void bind_golden(py::module_& m);  // golden.cpp
+namespace attnref::python {
+void bind_judge_gradients(py::module_& m, const call& (*call_of)(py::handle));  // judge_gradients.cpp
+}
 
 PYBIND11_MODULE(_attnref, m) {
     m.doc() = "attnref's compiled core; use the package `attnref`.";
@@ -115,6 +118,7 @@ PYBIND11_MODULE(_attnref, m) {
     bind_golden(m);
 
     py::class_<py_call>(m, "_Call");
+    bind_judge_gradients(m, [](py::handle h) -> const call& { return h.cast<const py_call&>().c; });
 
     m.def(
         "_make_call",

@@ -14,6 +14,13 @@
    tampered stored input is refused (exit 2).
 4. An mha case with biases (float16 inputs, detected as float16) equals mpmath too.
 5. Hostile inputs: each exits 2 with one line naming the offending file (or flag).
+6. A grad_output.npy makes a backward case (causal GQA, float32 files): the manifest has the suite's
+   backward schema (outputs.gradients, grad_output among the inputs, the certified gradient tensors);
+   the gradients agree with PyTorch float64 autograd (an independent computation) to 1e-12 normwise
+   and equal attnref.sdpa(grad_output=) bit for bit; `generate --golden CASE` rewrites every file
+   byte for byte; `attnref check --grad-*` PASSes the float64 autograd gradients; a tampered
+   grad_output.npy is exit 2. bf16 inputs: `attnref check` of PyTorch bf16 autograd gives the same
+   verdict as attnref.testing.assert_attention_close (printed).
 """
 import hashlib
 import json
@@ -255,6 +262,121 @@ for n, a in (("query", q), ("key", k), ("value", v), ("seed_mask", smask)):
 rc, so, se = run("generate", "--quiet", "--inputs-from", seed_in, "--name", "mine_seed", "--seed-mask", "--out", out)
 expect(rc == 0, f"generate --inputs-from with seed_mask.npy exits 0 [{se.strip()}]")
 
+# ---- 6. a backward case from grad_output.npy ---------------------------------------------------
+
+import torch  # noqa: E402  (Debian's python3-torch; only this part needs it)
+
+B6, H6, HKV6, S6, D6 = 1, 4, 2, 12, 8
+
+
+def torch_causal_gqa(qt, kt, vt, dot):
+    """PyTorch autograd of causal (top-left) GQA attention written out (kv heads repeated per group)."""
+    qt, kt, vt = (x.clone().requires_grad_(True) for x in (qt, kt, vt))
+    g = qt.shape[1] // kt.shape[1]
+    logits = (qt @ kt.repeat_interleave(g, 1).transpose(-1, -2)) / qt.shape[-1] ** 0.5
+    logits = logits.masked_fill(~torch.ones(S6, S6, dtype=torch.bool).tril(), float("-inf"))
+    o = torch.softmax(logits, -1) @ vt.repeat_interleave(g, 1)
+    o.backward(dot)
+    return {"grad_query": qt.grad, "grad_key": kt.grad, "grad_value": vt.grad}
+
+
+def write_inputs(d, arrays):
+    for n, a in arrays.items():
+        np.save(os.path.join(d, n + ".npy"), a)
+
+
+ROLES = ("grad_query", "grad_key", "grad_value")
+bwd_in = fresh(os.path.join(WORK, "bwd_in"))
+b_arrays = {"query": rng.standard_normal((B6, H6, S6, D6)), "key": rng.standard_normal((B6, HKV6, S6, D6)),
+            "value": rng.standard_normal((B6, HKV6, S6, D6)), "grad_output": rng.standard_normal((B6, H6, S6, D6))}
+b_arrays = {n: a.astype(np.float32) for n, a in b_arrays.items()}
+write_inputs(bwd_in, b_arrays)
+rc, so, se = run("generate", "--quiet", "--inputs-from", bwd_in, "--name", "mine_bwd", "--causal", "top_left", "--out", out)
+expect(rc == 0, f"generate --inputs-from with grad_output.npy (causal GQA, float32 files) exits 0 [{se.strip()}]")
+bcase = os.path.join(out, "mine_bwd")
+if rc == 0:
+    bm = json.load(open(os.path.join(bcase, "manifest.json")))
+    suite_bwd = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "golden", "sdpa_bwd_gqa",
+                                            "manifest.json")))
+    expect(bm["schema_version"] == suite_bwd["schema_version"] == 2 and list(bm) == list(suite_bwd) and
+           bm["outputs"] == suite_bwd["outputs"] and bm["reference"]["method"] == suite_bwd["reference"]["method"] and
+           [t["role"] for t in bm["tensors"]] == [t["role"] for t in suite_bwd["tensors"]],
+           "backward manifest: the suite's backward schema (schema_version 2, outputs.gradients, reference method, tensors)")
+    expect([(f["role"], f["dtype"]) for f in bm["inputs"]["files"]] == [(n, "<f4") for n in ("query", "key", "value", "grad_output")]
+           and bm["inputs"]["files"][3]["sha256"] == hashlib.sha256(open(os.path.join(bwd_in, "grad_output.npy"), "rb").read()).hexdigest(),
+           "backward manifest: grad_output.npy recorded among the files with its dtype and sha256")
+    certified = {r: np.load(os.path.join(bcase, r + ".npy")) for r in ROLES}
+    t64 = {n: torch.from_numpy(a.astype(np.float64)) for n, a in b_arrays.items()}
+    auto64 = torch_causal_gqa(t64["query"], t64["key"], t64["value"], t64["grad_output"])
+    worst = max(float(np.linalg.norm(auto64[r].numpy() - certified[r]) / np.linalg.norm(certified[r])) for r in ROLES)
+    expect(worst <= 1e-12, f"certified gradients agree with PyTorch float64 autograd: normwise {worst:.2e} <= 1e-12")
+    if PYPATH:
+        r = attnref.sdpa(b_arrays["query"], b_arrays["key"], b_arrays["value"], causal="top_left", grad_output=b_arrays["grad_output"])
+        expect(all(same_bits(np.asarray(r.gradients[n]), certified[n]) for n in ROLES),
+               "backward case: gradients equal attnref.sdpa(grad_output=) bit for bit")
+    # Regeneration from the case's own stored inputs, every file byte for byte.
+    regen = fresh(os.path.join(WORK, "bwd_regen"))
+    rc, so, se = run("generate", "--quiet", "--golden", bcase, "--out", regen)
+    names = sorted(os.listdir(bcase))
+    expect(rc == 0 and names == sorted(os.listdir(os.path.join(regen, "mine_bwd"))) and
+           all(open(os.path.join(bcase, n), "rb").read() == open(os.path.join(regen, "mine_bwd", n), "rb").read() for n in names),
+           f"generate --golden CASE --out OTHER rewrites the backward case byte for byte ({len(names)} files) [{se.strip()}]")
+    rc, so, se = run("generate", "--quiet", "--golden", bcase, "--verify")
+    expect(rc == 0 and "identical" in so, f"generate --golden CASE --verify: identical (exit {rc})")
+    # A float64 autograd candidate through `attnref check --grad-*`.
+    flags = []
+    for n in ROLES:
+        np.save(os.path.join(WORK, f"t64_{n}.npy"), auto64[n].numpy())
+        flags += ["--" + n.replace("_", "-"), os.path.join(WORK, f"t64_{n}.npy")]
+    rc, so, se = run("check", "--golden", bcase, *flags)
+    expect(rc == 0 and "PASS" in so, f"attnref check --grad-* of PyTorch float64 autograd: PASS (exit {rc}) {se.strip()}")
+    swapped = auto64["grad_key"].numpy().copy()
+    swapped[:, :, [2, 5]] = swapped[:, :, [5, 2]]
+    np.save(os.path.join(WORK, "t64_swapped.npy"), swapped)
+    rc, so, se = run("check", "--golden", bcase, "--grad-key", os.path.join(WORK, "t64_swapped.npy"))
+    expect(rc == 1 and "FAIL" in so, f"...and dK with two keys swapped FAILs (exit {rc})")
+    # A tampered grad_output.npy: the sha256 in the manifest refuses it, for generate and check.
+    tb = os.path.join(WORK, "tampered_bwd")
+    shutil.rmtree(tb, ignore_errors=True)
+    shutil.copytree(bcase, os.path.join(tb, "mine_bwd"))
+    g = np.load(os.path.join(tb, "mine_bwd", "grad_output.npy"))
+    g[0, 1, 2, 3] += 0.5
+    np.save(os.path.join(tb, "mine_bwd", "grad_output.npy"), g)
+    rc, so, se = run("generate", "--quiet", "--golden", os.path.join(tb, "mine_bwd"), "--verify")
+    expect(rc == 2 and "grad_output.npy" in se and "sha256" in se, f"a tampered grad_output.npy is refused by generate (exit {rc}): {se.strip()}")
+    rc, so, se = run("check", "--golden", os.path.join(tb, "mine_bwd"), *flags)
+    expect(rc == 2 and "grad_output.npy" in se, f"...and by check (exit {rc}): {se.strip()}")
+
+# bf16 inputs (float32 files holding bf16 values): the verdict of PyTorch bf16 autograd, two routes.
+bf_bwd = fresh(os.path.join(WORK, "bwd_bf16_in"))
+t_bf = {n: torch.from_numpy(a).to(torch.bfloat16) for n, a in b_arrays.items()}
+write_inputs(bf_bwd, {n: t.float().numpy() for n, t in t_bf.items()})
+rc, so, se = run("generate", "--quiet", "--inputs-from", bf_bwd, "--name", "mine_bwd_bf16", "--causal", "top_left", "--out", out)
+bfm = json.load(open(os.path.join(out, "mine_bwd_bf16", "manifest.json"))) if rc == 0 else {}
+expect(rc == 0 and bfm["inputs"]["format"] == "bfloat16", f"bf16 backward case: format bfloat16 [{se.strip()}]")
+if rc == 0:
+    auto_bf = torch_causal_gqa(t_bf["query"], t_bf["key"], t_bf["value"], t_bf["grad_output"])
+    flags = []
+    for n in ROLES:  # bfloat16 candidates as '<u2' bit patterns (attnref check reads them so)
+        np.save(os.path.join(WORK, f"bf_{n}.npy"), auto_bf[n].view(torch.int16).numpy().view(np.uint16))
+        flags += ["--" + n.replace("_", "-"), os.path.join(WORK, f"bf_{n}.npy")]
+    rc, so, se = run("check", "--golden", os.path.join(out, "mine_bwd_bf16"), "--backward-algorithm", "textbook", *flags)
+    cli = {0: "PASS"}.get(rc, "INCONCLUSIVE" if "INCONCLUSIVE" in so else "FAIL" if rc == 1 else f"exit {rc}")
+    print(f"note PyTorch bf16 autograd on bf16 causal GQA inputs, attnref check: {cli}")
+    expect(rc in (0, 1), f"attnref check of bf16 autograd gradients gives a verdict (exit {rc}) {se.strip()}")
+    if PYPATH:
+        import attnref.testing  # noqa: E402
+        ref = attnref.sdpa(*(t_bf[n].float() for n in ("query", "key", "value")), causal="top_left",
+                           grad_output=t_bf["grad_output"].float())
+        try:
+            attnref.testing.assert_attention_close(None, ref, backward_algorithm="textbook", **auto_bf)
+            py = "PASS"
+        except attnref.testing.InconclusiveError:
+            py = "INCONCLUSIVE"
+        except AssertionError:
+            py = "FAIL"
+        expect(py == cli, f"assert_attention_close gives the same verdict as attnref check on bf16 autograd: {py} / {cli}")
+
 # ---- 5. hostile inputs: exit 2, the file (or flag) named ---------------------------------------
 
 
@@ -302,6 +424,11 @@ pinf[1, 2, 3, 4] = np.inf
 hostile("additive_plus_inf", put("additive_mask.npy", pinf), "additive_mask.npy", ("--additive-mask",))
 hostile("seed_mask_half", put("seed_mask.npy", smask * 0.5), "seed_mask.npy", ("--seed-mask",))
 hostile("max_memory", lambda d: None, "--max-memory", ("--max-memory", "64K"))
+hostile("grad_output_shape", put("grad_output.npy", np.zeros((2, 4, 5, 7), dtype=np.float32)), "grad_output.npy")
+nan_do = np.zeros((2, 4, 5, 6), dtype=np.float32)
+nan_do[1, 2, 3, 4] = np.inf
+hostile("grad_output_inf", put("grad_output.npy", nan_do), "grad_output.npy")
+hostile("grad_output_no_lse", put("grad_output.npy", np.zeros((2, 4, 5, 6), dtype=np.float32)), "grad_output.npy", ("--no-lse",))
 hostile("u2_without_dtype", put("query.npy", q.view(np.uint16)[..., ::2].copy()), "query.npy")
 # Other inputs under the name of the case written in 1.: OUT/mine exists and differs.
 other = fresh(os.path.join(WORK, "hostile", "existing_out"))

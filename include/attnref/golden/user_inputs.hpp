@@ -9,7 +9,7 @@
 /// Rules (each violation is a data_error, exit 2, one line naming the file and the field, axis or index):
 /// - DIR holds <role>.npy for every input the case reads (case.hpp's roles: query, key, value; mha
 ///   also w_q, w_k, w_v, w_o and, with biases, b_q, b_k, b_v, b_o; mask, additive_mask, seed_mask when
-///   the conventions ask for them). Any other *.npy file in DIR is refused (a mask.npy without
+///   the conventions ask for them; grad_output when DIR holds grad_output.npy, see below). Any other *.npy file in DIR is refused (a mask.npy without
 ///   --boolean-mask is a forgotten flag, not something to ignore); other files are ignored.
 /// - Every file is read through safe_io (regular files only; a symlink must resolve inside DIR) and
 ///   npy.hpp's strict reader (little-endian, C order, no object arrays), once: the sha256 recorded is
@@ -21,6 +21,10 @@
 /// - shapes: from the files (sdpa: query (B, H, Sq, dk), key (B, Hkv, Sk, dk), value (B, Hkv, Sk, dv);
 ///   mha: x (B, S, E) and the projections, heads from the caller); every disagreement names the file
 ///   and the axis. Masks are (B, H, Sq, Sk).
+/// - gradients: a grad_output.npy in DIR (dO, the output's shape: sdpa (B, H, Sq, dv), mha (B, Sq, E_out);
+///   a real input like the others) makes the case a backward case (manifest outputs.gradients, as the
+///   suite's *_bwd_* cases): its certified gradients are those of sum(dO * output). A backward case
+///   stores weights and lse, so --no-weights or --no-lse with it is refused.
 /// - format: the narrowest of bfloat16, float16, float32, float64 (tried in that order; a value set
 ///   exact in both 16-bit formats is called bfloat16) in which every value of every real input
 ///   (queries, keys, values, projections, biases; not the masks, which are exact doubles in every
@@ -68,6 +72,11 @@ struct user_inputs {
     binary_format narrowest = binary_format::float64;
 };
 inline user_inputs read_user_inputs(const std::filesystem::path& dir, const case_spec& spec, const user_input_options& o);
+
+/// Makes `spec` a backward case (outputs.gradients) when `dir` holds grad_output.npy (any entry of
+/// that name: read_user_inputs then reads and checks it like every input). Throws data_error naming
+/// the file when spec stores no weights or no lse, which the gradients' bound needs.
+inline void request_user_gradients(const std::filesystem::path& dir, case_spec& spec);
 
 /// Throws data_error "<file>: element N, index (…): value … is not exact in <format> (<why>)" for the
 /// first value of a real input not exactly representable in `f`.
@@ -221,6 +230,16 @@ inline case_shapes user_input_shapes(const std::filesystem::path& dir, const use
     }
     s = {xq.shape[0], h, hkv, xq.shape[1], xk.shape[1], dk, dv, e, wo.shape[1]};
     return s;
+}
+
+inline void request_user_gradients(const std::filesystem::path& dir, case_spec& spec) {
+    const std::filesystem::path p = user_inputs_detail::path_of(dir, generator::role::grad_output);
+    std::error_code ec;
+    if (!std::filesystem::exists(std::filesystem::symlink_status(p, ec))) return;
+    if (!spec.outputs.weights || !spec.outputs.lse)
+        throw data_error(printable(p.string()) + ": --inputs-from: a grad_output makes a backward case, which stores the weights and lse; "
+                         "drop --no-weights and --no-lse (or the file)");
+    spec.outputs.gradients = true;
 }
 
 inline user_inputs read_user_inputs(const std::filesystem::path& dir, const case_spec& spec, const user_input_options& o) {
