@@ -149,8 +149,9 @@ std::string pcast_report(const std::vector<rp::pcast_config>& configs, const std
     }
     t += fmt::format("VERDICT closed form: {} — forward-order e4m3 underflow fraction within {:.3f} (absolute) of Phi(D + d_k - 6.93 - ln S) "
                      "for D = {:g}..{:g}, S = 1, 16, 256 (largest gap at D = {:g}, S = {:g}; e5m2 with c_F = 11.78: within {:.3f}); "
-                     "criterion: within 0.05\n",
-                     worst4 <= 0.05 ? "HOLDS" : "DOES NOT HOLD", worst4, m.deltas.front(), m.deltas.back(), worst4_at, worst4_s, worst5);
+                     "criterion: within 0.05 holds, 0.15 approximately; measured above the curve where it rises: the sinks' max is random, "
+                     "E[Phi(M - c)] is wider than Phi(E[M] - c)\n",
+                     worst4 <= 0.05 ? "HOLDS" : worst4 <= 0.15 ? "HOLDS APPROXIMATELY" : "DOES NOT HOLD", worst4, m.deltas.front(), m.deltas.back(), worst4_at, worst4_s, worst5);
     std::size_t flushed = 0, in_sink_block_rows = 0;
     double outside = 0, worst_in = 0, worst_in_at = 0;
     for (const rp::pcast_row* r : select(rows, m.label, "e4m3", 256, "reverse")) {
