@@ -158,10 +158,9 @@ def flash(rows, out):
     for r in rows:
         if r["kernel"] in ("flash", "flash_pure", "baseline_p"):
             groups[(r["label"], r["kernel"])].append(r)
-    for i, ((lab, kern), rs) in enumerate(sorted(groups.items(), key=lambda kv: (kv[0][0] != "main", kv[0]))):
+    drawn = [kv for kv in sorted(groups.items(), key=lambda kv: (kv[0][0] != "main", kv[0])) if kv[0][1] == "flash" or kv[0][0] == "main"]
+    for i, ((lab, kern), rs) in enumerate(drawn):
         rs = sorted(rs, key=lambda r: int(r["seq"]))
-        if kern != "flash" and lab != "main":
-            continue
         n = [int(r["seq"]) for r in rs]
         y = [f(r, "rms_ratio") for r in rs]
         err = [[f(r, "rms_ratio") - f(r, "rms_ratio_lo") for r in rs], [f(r, "rms_ratio_hi") - f(r, "rms_ratio") for r in rs]]
