@@ -32,6 +32,7 @@
 
 #include "attnref/study.hpp"
 #include "commands.hpp"
+#include "reproduce.hpp"
 #include "attnref/golden/manifest.hpp"
 #include "attnref/golden/safe_io.hpp"
 
@@ -52,6 +53,8 @@ struct study_flags {
     bool direct_logits = false, positive_values = false, no_plot = false;
     bool backward = false;
     std::vector<std::string> backward_algorithms;
+    std::string reproduce;  ///< --reproduce NAME (verify/reproduce.hpp); --reduced: its CTest sample
+    bool reduced = false;
 };
 
 std::string parse_policy(const std::string& s) {
@@ -351,6 +354,7 @@ std::string shell_quote(const std::string& s) {
 void plot(const study_flags& f, const std::filesystem::path& out);
 
 void run_study(const study_flags& f) {
+    if (!f.reproduce.empty()) return run_reproduction(f.reproduce, f.out, f.threads, f.reduced, f.no_plot);
     std::vector<study::sweep> sweeps;
     if (!f.backward_algorithms.empty() && !f.backward) throw data_error("attnref study: --backward-algorithm: needs --backward");
     validate_flags(f);
@@ -475,6 +479,8 @@ void register_study(CLI::App& app) {
                   "refuse a study estimated to need more memory (bytes, K/M/G/T suffix; default 4G; the points running at once)");
     s->add_option("--plot-script", f->plot_script, "plot script (default: share/attnref/tools/plot_study.py beside the attnref executable)");
     s->add_flag("--no-plot", f->no_plot, "do not draw plots");
+    s->add_option("--reproduce", f->reproduce, "reproduce a published result: pcast-fp8 or flash-bf16 (docs/studies-reproduced.md)");
+    s->add_flag("--reduced", f->reduced, "with --reproduce: the reduced sample of the CTest check");
     s->add_flag("--backward", f->backward,
                 "measure the backward pass (dQ, dK, dV vs the MPFR backward and backward_bounds.hpp's bound); alone: the "
                 "default backward study");

@@ -20,7 +20,9 @@
 ///                   ▼
 ///        O = P·V (ascending j, from +0)   ──► out (B, H, Sq, dv)
 ///   online softmax instead accumulates O block by block with FlashAttention's rescaling and
-///   divides by the running sum at the end.
+///   divides by the running sum at the end (key blocks forward or in reverse, softmax.hpp).
+///   Kernel models (kernel_models.hpp): logits rounded to the policy's logits_storage_type before the
+///   softmax (materialised S); P·S rounded instead of P and O divided by S for a static scale S.
 ///
 /// Arithmetic per stage (precision.hpp): logits in the policy's logits_type, softmax in its
 /// softmax_type, P·V in its values_type (all default to accumulate_type); inputs are converted once.
@@ -34,6 +36,7 @@
 #include <vector>
 
 #include "attnref/fp_environment.hpp"
+#include "attnref/kernel_models.hpp"
 #include "attnref/mask.hpp"
 #include "attnref/math.hpp"
 #include "attnref/parallel.hpp"
@@ -65,6 +68,11 @@ struct attention_options {
     /// rows that are computed get exactly the values of a full call (each row is independent).
     /// Certification uses it to recompute only the rows holding undecided elements.
     std::span<const std::uint8_t> rows{};
+    /// Optional observer, (B, H, Sq, Sk) in C order or empty: the weight each key's value row was
+    /// multiplied by in P·V, as the kernel rounded it (weights_type, times S for a scaled cast;
+    /// online softmax: the block's unnormalised exp(x_j − m)), as double. Keys not accumulated are not
+    /// written. For precision studies (e.g. counting the weights an FP8 cast flushes to zero).
+    std::span<double> pv_weights{};
 };
 
 /// Sizes of one attention call, read off the views and checked.
@@ -197,6 +205,8 @@ constexpr void scaled_dot_product_attention_into(tensor_view<const Q, 4> q, tens
     using A = softmax_type_t<Policy>;   // the softmax
     using Vt = values_type_t<Policy>;   // P·V
     using P = typename Policy::weights_type;
+    using LS = logits_storage_t<Policy>;  // the logits as stored before the softmax (kernel_models.hpp)
+    constexpr double weights_scale = weights_scale_v<Policy>;
     // Run time only: refuse an environment (FP contraction, rounding mode, FTZ/DAZ, excess precision)
     // in which the builtin types would not compute attnref's reference semantics (fp_environment.hpp).
     if (!std::is_constant_evaluated()) require_reference_fp_environment();
@@ -221,6 +231,9 @@ constexpr void scaled_dot_product_attention_into(tensor_view<const Q, 4> q, tens
         throw shape_error("softmax block_size: expected at least 1, got 0");
     detail::validate_masks(options.mask, d.batch, d.heads, d.query_length, d.key_length);
     if (!options.rows.empty()) require_extent("rows size (batch·heads·query length)", options.rows.size(), d.batch * d.heads * d.query_length);
+    if (!options.pv_weights.empty())
+        require_extent("pv_weights size (batch·heads·query length·key length)", options.pv_weights.size(),
+                       d.batch * d.heads * d.query_length * d.key_length);
 
     const std::size_t group = d.heads / d.kv_heads;
     const std::size_t sq = d.query_length, sk = d.key_length, dk = d.head_dim_qk, dv = d.head_dim_v;
@@ -245,11 +258,13 @@ constexpr void scaled_dot_product_attention_into(tensor_view<const Q, 4> q, tens
         for (std::size_t i = 0; i < sq; ++i) {
             if (!options.rows.empty() && !options.rows[task * sq + i]) continue;
             detail::logits_row<Lg>(ctx, b, h, i, q_head.subspan(i * dk, dk), kh, raw_logits, allowed);
-            for (std::size_t j = 0; j < sk; ++j) logits[j] = convert<A>(raw_logits[j]);
+            for (std::size_t j = 0; j < sk; ++j) logits[j] = convert<A>(convert<LS>(raw_logits[j]));
             for (std::size_t c = 0; c < dv; ++c) o[c] = Vt(0);
             // o += round_P(w)·v_j  for one key
             auto accumulate = [&](const A& w, std::size_t j) {
-                const Vt w_rounded = convert<Vt>(convert<P>(w));
+                const Vt w_rounded = weights_scale != 1.0 ? convert<Vt>(convert<P>(w * A(weights_scale))) : convert<Vt>(convert<P>(w));
+                if constexpr (requires { static_cast<double>(w_rounded); })
+                    if (!options.pv_weights.empty()) options.pv_weights[(task * sq + i) * sk + j] = static_cast<double>(w_rounded);
                 const Vt* vj = vd + j * dv;
                 for (std::size_t c = 0; c < dv; ++c) o[c] = o[c] + w_rounded * vj[c];
             };
@@ -266,7 +281,9 @@ constexpr void scaled_dot_product_attention_into(tensor_view<const Q, 4> q, tens
             } else {
                 online_softmax<A> state;
                 const std::size_t block = options.softmax.block_size;
-                for (std::size_t begin = 0; begin < sk; begin += block) {
+                const std::size_t blocks = (sk + block - 1) / block;
+                for (std::size_t t = 0; t < blocks; ++t) {
+                    const std::size_t begin = (options.softmax.block_order == key_block_order::reverse ? blocks - 1 - t : t) * block;
                     const std::size_t end = begin + block < sk ? begin + block : sk;
                     const Vt factor = convert<Vt>(state.absorb(logits, allowed, begin, end, p));
                     for (std::size_t c = 0; c < dv; ++c) o[c] = o[c] * factor;  // factor 1: exact
@@ -278,6 +295,8 @@ constexpr void scaled_dot_product_attention_into(tensor_view<const Q, 4> q, tens
                 row_lse = state.lse();
                 if (!weights.empty()) state.weights(logits, allowed, p);
             }
+            if constexpr (weights_scale != 1.0)
+                for (std::size_t c = 0; c < dv; ++c) o[c] = o[c] / Vt(weights_scale);  // undo P's static scale
             O* out_row = out.data + out.offset(b, h, i, 0);
             for (std::size_t c = 0; c < dv; ++c) out_row[c] = convert<O>(o[c]);
             if (!weights.empty()) {

@@ -18,6 +18,9 @@
 ///   fp32_p_bf16      float      float       bfloat16      float      fp32 with P cast to bf16
 ///   fp32_p_fp8e4m3   float      float       float8_e4m3   float      fp32 with P cast to FP8 E4M3
 ///   fp32_p_fp8e5m2   float      float       float8_e5m2   float      fp32 with P cast to FP8 E5M2
+///   fp32_p_fp8e4m3_s256 / fp32_p_fp8e5m2_s256: the same with P·256 cast, O divided by 256 (kernel_models.hpp)
+///   bf16_materialised bfloat16  float       bfloat16      bfloat16   baseline attention: the logits S too
+///                                                                    are stored in bf16 before the softmax
 ///
 /// Usage:
 ///     attnref::visit_policy("bf16_fp32acc", [&]<class P>(std::type_identity<P>) { ... });
@@ -27,6 +30,7 @@
 #include <type_traits>
 
 #include "attnref/formats.hpp"
+#include "attnref/kernel_models.hpp"
 #include "attnref/multiprecision.hpp"
 #include "attnref/precision.hpp"
 
@@ -52,6 +56,9 @@ inline constexpr std::array policy_names = {
     policy_entry{"fp32_p_bf16", "fp32 storage and accumulation, P cast to bf16 before P·V"},
     policy_entry{"fp32_p_fp8e4m3", "fp32 storage and accumulation, P cast to FP8 E4M3 before P·V"},
     policy_entry{"fp32_p_fp8e5m2", "fp32 storage and accumulation, P cast to FP8 E5M2 before P·V"},
+    policy_entry{"fp32_p_fp8e4m3_s256", "fp32 storage and accumulation, P·256 cast to FP8 E4M3 before P·V, O/256"},
+    policy_entry{"fp32_p_fp8e5m2_s256", "fp32 storage and accumulation, P·256 cast to FP8 E5M2 before P·V, O/256"},
+    policy_entry{"bf16_materialised", "baseline bf16 attention: logits S and P stored in bf16, fp32 accumulation, bf16 output"},
 };
 
 /// Calls visitor(std::type_identity<Policy>{}) for the policy called `name`; returns false (and
@@ -76,6 +83,12 @@ bool visit_policy(std::string_view name, Visitor&& visitor) {
     if (name == "fp32_p_bf16") return call.template operator()<precision_policy<float, float, bfloat16, float>>();
     if (name == "fp32_p_fp8e4m3") return call.template operator()<precision_policy<float, float, float8_e4m3, float>>();
     if (name == "fp32_p_fp8e5m2") return call.template operator()<precision_policy<float, float, float8_e5m2, float>>();
+    if (name == "fp32_p_fp8e4m3_s256")
+        return call.template operator()<with_weights_scale<precision_policy<float, float, float8_e4m3, float>, 256.0>>();
+    if (name == "fp32_p_fp8e5m2_s256")
+        return call.template operator()<with_weights_scale<precision_policy<float, float, float8_e5m2, float>, 256.0>>();
+    if (name == "bf16_materialised")
+        return call.template operator()<with_logits_storage<precision_policy<bfloat16, float, bfloat16, bfloat16>, bfloat16>>();
     return false;
 }
 

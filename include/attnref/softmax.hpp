@@ -15,6 +15,8 @@
 ///   online(block b)   keys in blocks of b (FlashAttention's rescaling, Milakov & Gimelshein 2018):
 ///                     per block m' = max(m, block max);  S = S·exp(m − m') + Σ_block exp(x_j − m');
 ///                     at the end lse = m + log(S);  p_j = exp(x_j − m) / S.
+///                     block_order reverse visits the same blocks [0, b), [b, 2b), ... last to first
+///                     (keys within a block still ascending).
 ///
 /// The shift m is chosen by shift_order<T> (scalar.hpp): `>` for point types, upper ends for
 /// intervals; any m is exact in exact arithmetic (p_j = e^(x_j − m) / Σ e^(x_k − m), lse = m +
@@ -36,9 +38,13 @@ namespace attnref {
 
 enum class softmax_algorithm { naive, shifted_division, division_free, online };
 
+/// Order in which the online algorithm visits the key blocks [0, b), [b, 2b), ...
+enum class key_block_order { forward, reverse };
+
 struct softmax_options {
     softmax_algorithm algorithm = softmax_algorithm::shifted_division;
     std::size_t block_size = 64;  ///< online only: keys per block (FlashAttention's kBlockN)
+    key_block_order block_order = key_block_order::forward;  ///< online only: order of the key blocks
     empty_row_policy empty_rows = empty_row_policy::zero;
 };
 
@@ -192,7 +198,9 @@ constexpr T softmax_row(const softmax_options& options, std::span<const T> logit
         case softmax_algorithm::online: {
             online_softmax<T> state;
             const std::size_t block = options.block_size == 0 ? n : options.block_size;
-            for (std::size_t begin = 0; begin < n; begin += block) {
+            const std::size_t blocks = (n + block - 1) / block;
+            for (std::size_t t = 0; t < blocks; ++t) {
+                const std::size_t begin = (options.block_order == key_block_order::reverse ? blocks - 1 - t : t) * block;
                 const std::size_t end = begin + block < n ? begin + block : n;
                 state.absorb(logits_span, allowed_span, begin, end, weights_span);
             }
