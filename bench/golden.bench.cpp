@@ -1,20 +1,24 @@
 // Benchmark (not a test): certified golden data, fast path vs PyTorch float64 and vs the MPFI
 // path, for the seed example (B=2, S=10, d_model=512, H=8), (1, 512, 512, 8) and (1, 2048, 1024, 16).
-// Per shape it prints: PyTorch float64 multi_head_attention_forward time (bench/torch_mha.py, run
-// as a child process with posix_spawn, no shell; torch.set_num_threads(N), OPENBLAS/OMP threads N),
-// attnref's fast certified time (include/attnref/fast_certify.hpp: output, weights and lse, float64,
-// every element correctly rounded), their ratio, the elements escalated to MPFI, and today's MPFI
-// path (generate_case) time for the two smaller shapes, whose values it compares with the fast ones.
+// Per shape it prints, side by side in one run: PyTorch float64 multi_head_attention_forward wall
+// and CPU seconds (bench/torch_mha.py, a child process started with posix_spawn, no shell;
+// torch.set_num_threads(N), OPENBLAS/OMP threads N; best of several runs), attnref's fast certified
+// wall and CPU seconds (include/attnref/fast_certify.hpp: output, weights and lse, float64, every
+// element correctly rounded, the undecided ones through the MPFI ladder), the two ratios, the
+// elements the fast rung escalated, attnref's peak resident memory (the process's high-water mark so
+// far: shapes run smallest first), and the MPFI path's time (generate_case) for the shapes it
+// compares byte for byte with the fast path.
 // With --fast-rung-only the escalated elements are counted but not sent to MPFI (the time is then
 // the fast rung's alone, and those elements are NOT certified; the table says so).
-// Under each shape a breakdown line gives the fast path's phases (fast_stats): projection, attention
-// core (wall) with its thread-seconds for logits / softmax / P·V, output projection, MPFI escalation;
-// the process's CPU (user) seconds during the fast call, and the load average before it.
+// Under each shape a breakdown line gives the fast path's stages (a fast::stage_timer observer):
+// projections, attention core (wall) with its thread-seconds for logits / softmax / P·V, output
+// projection, escalation (and how many rows the shared K/V rung and the whole-batch ladder took),
+// and the load average before the shape.
 // With --bound-histogram, the distribution of log2(bound / ulp(value)) of every bounded output and
 // weight element (an element is certified only when the ratio is below ~1/4 and it is not too near
-// a rounding midpoint).
-// Usage: golden.bench [--threads N] [--skip-mpfi-large] [--skip-large] [--fast-rung-only] [--bound-histogram]
-//                     [--python PATH]
+// a rounding midpoint). --seed S sets the inputs' seed (default 1); --only-large runs the largest shape.
+// Usage: golden.bench [--threads N] [--skip-mpfi-large] [--skip-large] [--only-large] [--seed S]
+//                     [--fast-rung-only] [--bound-histogram] [--python PATH]
 
 #include <spawn.h>
 #include <sys/resource.h>
@@ -34,6 +38,7 @@
 
 #include "attnref/certify.hpp"
 #include "attnref/fast_certify.hpp"
+#include "attnref/certify/fast/profile.hpp"
 #include "attnref/multiprecision.hpp"
 #include "attnref/golden/generate.hpp"
 #include "attnref/golden/manifest.hpp"
@@ -51,13 +56,13 @@ struct shape {
     bool mpfi;
 };
 
-case_spec mha_case(const shape& s) {
+case_spec mha_case(const shape& s, unsigned long seed) {
     const std::string json = fmt::format(
         R"({{"schema": "attnref.suite", "schema_version": 1, "cases": [{{"name": "bench", "kind": "mha",
             "shapes": {{"batch": {0}, "heads": {3}, "query_length": {1}, "key_length": {1}, "head_dim_qk": {4},
                         "model_dim": {2}, "output_dim": {2}}}, "conventions": {{"projection_bias": true}},
-            "inputs": {{"seed": 1}}}}]}})",
-        s.batch, s.length, s.model_dim, s.heads, s.model_dim / s.heads);
+            "inputs": {{"seed": {5}}}}}]}})",
+        s.batch, s.length, s.model_dim, s.heads, s.model_dim / s.heads, seed);
     return parse_suite(json, "bench").front();
 }
 
@@ -128,7 +133,15 @@ double torch_seconds(const std::string& python, const shape& s, std::size_t thre
 double user_cpu_seconds() {
     rusage u{};
     getrusage(RUSAGE_SELF, &u);
-    return static_cast<double>(u.ru_utime.tv_sec) + static_cast<double>(u.ru_utime.tv_usec) * 1e-6;
+    return static_cast<double>(u.ru_utime.tv_sec) + static_cast<double>(u.ru_utime.tv_usec) * 1e-6 +
+           static_cast<double>(u.ru_stime.tv_sec) + static_cast<double>(u.ru_stime.tv_usec) * 1e-6;
+}
+
+/// The process's peak resident set so far, GiB.
+double peak_rss_gib() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_maxrss) / (1024.0 * 1024.0);  // ru_maxrss is in KiB on Linux
 }
 
 std::string load_average() {
@@ -165,12 +178,15 @@ struct histogram {
 
 int main(int argc, char** argv) {
     std::size_t threads = 2;
-    bool skip_mpfi_large = false, skip_large = false, fast_rung_only = false, bound_histogram = false;
+    bool skip_mpfi_large = false, skip_large = false, only_large = false, fast_rung_only = false, bound_histogram = false;
+    unsigned long seed = 1;
     std::string python = "/usr/bin/python3";
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::stoul(argv[++i]);
         else if (!std::strcmp(argv[i], "--skip-mpfi-large")) skip_mpfi_large = true;
         else if (!std::strcmp(argv[i], "--skip-large")) skip_large = true;
+        else if (!std::strcmp(argv[i], "--only-large")) only_large = true;
+        else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::stoul(argv[++i]);
         else if (!std::strcmp(argv[i], "--fast-rung-only")) fast_rung_only = true;
         else if (!std::strcmp(argv[i], "--bound-histogram")) bound_histogram = true;
         else if (!std::strcmp(argv[i], "--python") && i + 1 < argc) python = argv[++i];
@@ -179,17 +195,19 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
-    std::printf("%s\n", fmt::format("golden.bench: {} threads on both sides; certified: output, weights, lse in float64{}", threads,
-                                    fast_rung_only ? "; FAST RUNG ONLY: escalated elements are not certified" : "").c_str());
-    std::printf("%s\n", fmt::format("{:<22} {:>9} {:>12} {:>12} {:>8} {:>10} {:>11} {:>12}", "shape (B,S,E,H)", "G MACs",
-                                    "PyTorch f64", "fast cert.", "ratio", "elements", "escalated", "MPFI path").c_str());
+    std::printf("%s\n", fmt::format("golden.bench: {} threads on both sides; inputs seed {}; certified: output, weights, lse in float64{}",
+                                    threads, seed, fast_rung_only ? "; FAST RUNG ONLY: escalated elements are not certified" : "")
+                            .c_str());
+    std::printf("%s\n", fmt::format("{:<19} {:>7} {:>21} {:>21} {:>15} {:>10} {:>9} {:>8} {:>10}", "shape (B,S,E,H)", "G MACs",
+                                    "PyTorch f64 wall/CPU", "attnref wall/CPU", "ratio wall/CPU", "elements", "escalated",
+                                    "peak RSS", "MPFI path").c_str());
     const shape shapes[] = {{"seed (2,10,512,8)", 2, 10, 512, 8, true},
                             {"(1,512,512,8)", 1, 512, 512, 8, !skip_mpfi_large},
                             {"(1,2048,1024,16)", 1, 2048, 1024, 16, false}};
     int status = 0;
     for (const shape& s : shapes) {
-        if (skip_large && s.length > 512) continue;
-        const case_spec spec = mha_case(s);
+        if ((skip_large && s.length > 512) || (only_large && s.length <= 512)) continue;
+        const case_spec spec = mha_case(s, seed);
         const case_data data = generate_inputs(spec);
         const double macs = multiply_adds(spec);
         double torch_cpu = -1;
@@ -197,6 +215,8 @@ int main(int argc, char** argv) {
         certify::result fast;
         fast::fast_stats stats;
         fast::fast_options fo;
+        fast::stage_timer timer;
+        fo.observer = &timer;
         fo.fallback = !fast_rung_only;
         histogram hist[2];
         if (bound_histogram)
@@ -230,15 +250,21 @@ int main(int argc, char** argv) {
                 ++t;
             }
         }
-        std::printf("%s\n", fmt::format("{:<22} {:>9.3f} {:>10.4f} s {:>10.3f} s {:>7.1f}x {:>10} {:>11} {:>12}", s.label, macs / 1e9,
-                                        torch_s, fast_s, torch_s > 0 ? fast_s / torch_s : 0.0, elements, escalated, mpfi).c_str());
-        std::printf("%s\n", fmt::format("    fast path: projections {:.3f} s, attention {:.3f} s (thread-s: logits {:.2f}, softmax {:.2f}, "
-                                        "P.V {:.2f}), output projection {:.3f} s, MPFI escalation {:.3f} s ({} rows); "
-                                        "user CPU {:.2f} s (PyTorch's best run: {:.3f} s, CPU ratio {:.1f}x); load average before {}",
-                                        stats.projection_seconds, stats.attention_seconds, stats.logits_thread_seconds,
-                                        stats.softmax_thread_seconds, stats.pv_thread_seconds, stats.output_projection_seconds,
-                                        stats.escalation_seconds, stats.escalated_rows, fast_cpu, torch_cpu,
-                                        torch_cpu > 0 ? fast_cpu / torch_cpu : 0.0, load).c_str());
+        using fast::fast_stage;
+        auto pair = [](double wall, double cpu) { return fmt::format("{:.3f} / {:.3f} s", wall, cpu); };
+        std::printf("%s\n", fmt::format("{:<19} {:>7.3f} {:>21} {:>21} {:>15} {:>10} {:>9} {:>6.2f} G {:>10}", s.label, macs / 1e9,
+                                        pair(torch_s, torch_cpu), pair(fast_s, fast_cpu),
+                                        fmt::format("{:.1f}x / {:.1f}x", torch_s > 0 ? fast_s / torch_s : 0.0,
+                                                    torch_cpu > 0 ? fast_cpu / torch_cpu : 0.0),
+                                        elements, escalated, peak_rss_gib(), mpfi).c_str());
+        std::printf("%s\n", fmt::format("    stages: projections {:.3f} s, attention {:.3f} s (thread-s: logits {:.2f}, softmax {:.2f}, "
+                                        "P.V {:.2f}), output projection {:.3f} s, escalation {:.3f} s ({} rows: {} by the shared "
+                                        "K/V rung, {} by the whole-batch ladder); load average before {}",
+                                        timer.seconds(fast_stage::projections), timer.seconds(fast_stage::attention),
+                                        timer.seconds(fast_stage::logits), timer.seconds(fast_stage::softmax),
+                                        timer.seconds(fast_stage::values), timer.seconds(fast_stage::output_projection),
+                                        timer.seconds(fast_stage::escalation), stats.escalated_rows, stats.shared_kv_rows,
+                                        stats.ladder_rows, load).c_str());
         if (bound_histogram) {
             std::printf("%s\n", hist[0].line("output").c_str());
             std::printf("%s\n", hist[1].line("weights").c_str());

@@ -22,6 +22,7 @@
 #include "attnref/golden/safe_io.hpp"
 #include "attnref/golden/sha256.hpp"
 #include "attnref/golden/user_inputs.hpp"
+#include "attnref/parallel.hpp"
 #include "shard.hpp"
 #include "summary.hpp"
 
@@ -305,27 +306,8 @@ void run_generate(generate_args a) {
     std::vector<std::size_t> big, small;
     for (std::size_t i = 0; i < cases.size(); ++i) (case_cost(cases[i]) > 2e6 && threads > 1 ? big : small).push_back(i);
     for (std::size_t i : big) process(i, threads);
-    std::atomic<std::size_t> next{0};
-    std::exception_ptr failure;
-    std::mutex failure_mutex;
-    std::vector<std::thread> pool;
-    const std::size_t workers = std::min(threads, small.size());
-    for (std::size_t t = 0; workers > 1 && t < workers; ++t)
-        pool.emplace_back([&] {
-            for (std::size_t k = next++; k < small.size(); k = next++) {
-                try {
-                    process(small[k], 1);
-                } catch (...) {
-                    const std::lock_guard<std::mutex> lock(failure_mutex);
-                    if (!failure) failure = std::current_exception();
-                }
-            }
-            thread_cleanup<mpfr_interval<40>>::run();  // MPFR's per-thread constant caches
-        });
-    if (workers <= 1)
-        for (std::size_t k = next++; k < small.size(); k = next++) process(small[k], 1);
-    for (std::thread& t : pool) t.join();
-    if (failure) std::rethrow_exception(failure);
+    ::attnref::detail::parallel_for_dynamic(small.size(), threads, [&](std::size_t k) { process(small[k], 1); },
+                                 &thread_cleanup<mpfr_interval<40>>::run);  // MPFR's per-thread constant caches
 
     std::vector<summary_row> rows;
     for (std::size_t i = 0; i < cases.size(); ++i)

@@ -136,7 +136,7 @@ constexpr void logits_row(const logits_context<A>& ctx, std::size_t b, std::size
     const attention_options& opt = *ctx.options;
     const std::size_t dk = ctx.dims.head_dim_qk;
     const std::size_t sq = ctx.dims.query_length, sk = ctx.dims.key_length;
-    const A minus_1e9 = A(-1e9);
+    const A seed_factor = A(seed_mask_value);
     const A* q = q_row.data();
     for (std::size_t j = 0; j < sk; ++j) {
         allowed[j] = !structurally_masked(opt.mask, b, h, i, j, sq, sk);
@@ -151,13 +151,12 @@ constexpr void logits_row(const logits_context<A>& ctx, std::size_t b, std::size
             s = ctx.softcap * t;
         }
         if (!opt.alibi_slopes.empty()) {
-            const std::ptrdiff_t distance = diagonal(opt.mask, i, sq, sk) - static_cast<std::ptrdiff_t>(j);
-            const A bias = ctx.alibi_slope * A(static_cast<double>(distance < 0 ? -distance : distance));
+            const A bias = ctx.alibi_slope * A(alibi_distance(opt.mask, i, j, sq, sk));
             s = s - bias;
         }
         if (opt.mask.additive.present()) s = s + A(opt.mask.additive.at(b, h, i, j));
         if (opt.mask.seed.present()) {
-            const A offset = A(opt.mask.seed.at(b, h, i, j)) * minus_1e9;
+            const A offset = A(opt.mask.seed.at(b, h, i, j)) * seed_factor;
             s = s + offset;
         }
         logits[j] = s;

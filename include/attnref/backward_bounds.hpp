@@ -151,7 +151,7 @@ inline gradient_row gradient_row_terms(tensor_view<const double, 4> q, tensor_vi
     if (options.mask.seed.present())
         for (std::size_t j = 0; j < d.key_length && !any_unseeded; ++j)
             any_unseeded = !structurally_masked(options.mask, bb, h, i, j, d.query_length, d.key_length) &&
-                           options.mask.seed.at(bb, h, i, j) == 0 && rest_magnitude(j) <= 1e9 / 8;
+                           options.mask.seed.at(bb, h, i, j) == 0 && rest_magnitude(j) <= -seed_mask_value / 8;
     for (std::size_t j = 0; j < d.key_length; ++j) {
         double ov = 0;
         for (std::size_t x = 0; x < d.head_dim_v; ++x) ov += std::fabs(grad_output(bb, h, i, x) * v(bb, hk, j, x));
@@ -159,8 +159,8 @@ inline gradient_row gradient_row_terms(tensor_view<const double, 4> q, tensor_vi
         if (structurally_masked(options.mask, bb, h, i, j, d.query_length, d.key_length)) continue;
         r.empty = false;
         double m = rest_magnitude(j);
-        const double seed = options.mask.seed.present() ? 1e9 * std::fabs(options.mask.seed.at(bb, h, i, j)) : 0;
-        if (any_unseeded && seed >= 1e9 && 8 * m <= seed && (dk + 3) * u * (m + seed) <= seed / 8) {
+        const double seed = options.mask.seed.present() ? -seed_mask_value * std::fabs(options.mask.seed.at(bb, h, i, j)) : 0;
+        if (any_unseeded && seed >= -seed_mask_value && 8 * m <= seed && (dk + 3) * u * (m + seed) <= seed / 8) {
             r.d_abs += weights(bb, h, i, j) * dp_abs[j];
             continue;
         }

@@ -1,9 +1,13 @@
 #pragma once
 /// \file double_double.hpp
-/// Double-word ("double-double") arithmetic with stated error bounds, for the fast certified path
-/// (fast_certify.hpp). Owns: the error-free transformations TwoSum, Fast2Sum, TwoProd (explicit
-/// std::fma; implicit contraction stays off), the double-word operations, the per-operation
-/// relative error constant dd_eta, and `up` (an upward-safe evaluation of a nonnegative bound).
+/// Double-word ("double-double") arithmetic: the one double-word type of attnref, `double_word<T>`
+/// (hi + lo in any binary format T; `dd` = double_word<double>), and the generic error-free sums.
+/// math.hpp's constexpr kernels use the type and the sums with their own FMA-free products (any T);
+/// the fast certified path (certify/fast/) uses the double operations below with stated error
+/// bounds. Owns: the error-free transformations TwoSum, Fast2Sum (constexpr, any T), TwoProd for
+/// double (explicit std::fma; implicit contraction stays off), the double-word operations, the
+/// per-operation relative error constant dd_eta, and `up` (an upward-safe evaluation of a
+/// nonnegative bound). Standard library only.
 ///
 /// A double-word value x = hi + lo (exact sum of two doubles, |lo| ≤ ulp(hi)/2 after
 /// normalisation). Bounds, u = 2^-53, no underflow or overflow in any intermediate (the callers
@@ -28,24 +32,32 @@
 
 namespace attnref::dw {
 
-struct dd {
-    double hi = 0, lo = 0;
+/// x = hi + lo, the exact sum of two values of T.
+template <class T>
+struct double_word {
+    T hi = T(0);
+    T lo = T(0);
 };
+using dd = double_word<double>;
 
 /// Relative error bound of one add / mul (docs/fast-certify.md (2)).
 inline constexpr double dd_eta = 0x1p-100;
 inline constexpr double unit_roundoff = 0x1p-53;
 
-inline dd two_sum(double a, double b) {
-    const double s = a + b;
-    const double bb = s - a;
-    const double e = (a - (s - bb)) + (b - bb);
+/// Knuth's TwoSum: s + e == a + b exactly, s = RN(a + b).
+template <class T>
+constexpr double_word<T> two_sum(T a, T b) {
+    const T s = a + b;
+    const T bb = s - a;
+    const T e = (a - (s - bb)) + (b - bb);
     return {s, e};
 }
 
-inline dd fast_two_sum(double a, double b) {
-    const double s = a + b;
-    const double e = b - (s - a);
+/// Dekker's Fast2Sum: s + e == a + b exactly when a == 0 or exponent(a) ≥ exponent(b).
+template <class T>
+constexpr double_word<T> fast_two_sum(T a, T b) {
+    const T s = a + b;
+    const T e = b - (s - a);
     return {s, e};
 }
 

@@ -73,9 +73,12 @@ struct mask_options {
     mask_polarity polarity = mask_polarity::true_means_attend;
     /// Added to the logits; −inf entries mask the key. Applied after soft-capping.
     broadcast_mask<double> additive{};
-    /// The seed chapter's convention: logits += value · (−1e9) (value 1 = masked). Never empties a row.
+    /// The seed chapter's convention: logits += value · seed_mask_value (value 1 = masked). Never empties a row.
     broadcast_mask<double> seed{};
 };
+
+/// The seed chapter's seed-mask factor: a seed-mask entry m adds m · seed_mask_value to the logit.
+inline constexpr double seed_mask_value = -1e9;
 
 namespace detail {
 /// A signed integer wide enough for i + diagonal_offset + (Sk − Sq) ± window (each term below 2^64
@@ -96,6 +99,13 @@ constexpr std::ptrdiff_t diagonal(const mask_options& m, std::size_t i, std::siz
     constexpr detail::wide_int limit = detail::wide_int{1} << 62;
     const detail::wide_int d = detail::wide_diagonal(m, i, sq, sk);
     return static_cast<std::ptrdiff_t>(d > limit ? limit : d < -limit ? -limit : d);
+}
+
+/// ALiBi's distance of key j from the diagonal of query row i, |diagonal(i) − j|, as the double the
+/// logit's ALiBi term slope·distance multiplies.
+constexpr double alibi_distance(const mask_options& m, std::size_t i, std::size_t j, std::size_t sq, std::size_t sk) {
+    const std::ptrdiff_t distance = diagonal(m, i, sq, sk) - static_cast<std::ptrdiff_t>(j);
+    return static_cast<double>(distance < 0 ? -distance : distance);
 }
 
 /// True if key j is excluded for query (b, h, i) by a structural mask (everything except finite

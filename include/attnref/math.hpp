@@ -45,6 +45,7 @@
 #include <limits>
 
 #include "attnref/binary_format.hpp"
+#include "attnref/double_double.hpp"
 #include "attnref/scalar.hpp"
 
 namespace attnref::math {
@@ -192,26 +193,11 @@ constexpr decomposed<T> decompose(T x) {
 // Error-free transformations and double-length ("dd") arithmetic in T. Valid without FMA, with
 // round-to-nearest and no contraction; the products assume no overflow/underflow of partial terms.
 
+/// The double-word type and its error-free sums are double_double.hpp's (one type for attnref).
 template <class T>
-struct dd {
-    T hi;
-    T lo;
-};
-
-/// Knuth's TwoSum: s + e == a + b exactly, s = fl(a + b).
-template <class T>
-constexpr dd<T> two_sum(T a, T b) {
-    const T s = a + b;
-    const T bb = s - a;
-    const T e = (a - (s - bb)) + (b - bb);
-    return {s, e};
-}
-/// Dekker's Fast2Sum, requires |a| >= |b| (or a == 0).
-template <class T>
-constexpr dd<T> fast_two_sum(T a, T b) {
-    const T s = a + b;
-    return {s, b - (s - a)};
-}
+using dd = dw::double_word<T>;
+using dw::fast_two_sum;
+using dw::two_sum;
 /// Veltkamp split: a == hi + lo, hi has at most p - s significant bits.
 template <class T>
 constexpr dd<T> split(T a, int s) {

@@ -80,6 +80,7 @@
 #include "attnref/generator.hpp"
 #include "attnref/name_table.hpp"
 #include "attnref/multiprecision.hpp"
+#include "attnref/parallel.hpp"
 #include "attnref/policies.hpp"
 #include "attnref/precision.hpp"
 
@@ -525,35 +526,22 @@ inline std::vector<result> run(const std::vector<point>& points, std::size_t thr
     std::vector<result> results(points.size());
     if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
     threads = std::min(threads, std::max<std::size_t>(points.size(), 1));
-    std::atomic<std::size_t> next{0}, done{0};
+    std::atomic<std::size_t> done{0};
     std::mutex progress_mutex;
-    std::exception_ptr error;
-    auto worker = [&] {
-        for (;;) {
-            const std::size_t i = next.fetch_add(1);
-            if (i >= points.size()) return;
-            try {
-                results[i] = run_point(points[i]);
-            } catch (...) {
-                const std::lock_guard lock(progress_mutex);
-                if (!error) error = std::current_exception();
-            }
-            const std::size_t finished = done.fetch_add(1) + 1;
-            if (progress) {
-                const std::lock_guard lock(progress_mutex);
-                progress(finished);
-            }
+    ::attnref::detail::parallel_for_dynamic(points.size(), threads, [&](std::size_t i) {
+        std::exception_ptr failed;
+        try {
+            results[i] = run_point(points[i]);
+        } catch (...) {
+            failed = std::current_exception();
         }
-    };
-    std::vector<std::thread> pool;
-    for (std::size_t t = 1; t < threads; ++t)
-        pool.emplace_back([&worker] {
-            worker();
-            thread_cleanup<detail::reference_real>::run();  // MPFR's per-thread constant caches
-        });
-    worker();
-    for (std::thread& t : pool) t.join();
-    if (error) std::rethrow_exception(error);
+        const std::size_t finished = done.fetch_add(1) + 1;
+        if (progress) {
+            const std::lock_guard lock(progress_mutex);
+            progress(finished);
+        }
+        if (failed) std::rethrow_exception(failed);
+    }, &thread_cleanup<detail::reference_real>::run);  // MPFR's per-thread constant caches
     return results;
 }
 

@@ -153,7 +153,7 @@ std::vector<double> custom_sdpa(const case_spec& s, const case_data& d, order or
                     T acc = ordered_sum(std::move(terms), ord);
                     acc *= scale;
                     if (o.mask.additive.present() && ok[j]) acc += T(o.mask.additive.at(b, h, i, j));
-                    if (o.mask.seed.present()) acc += T(o.mask.seed.at(b, h, i, j)) * T(-1e9);
+                    if (o.mask.seed.present()) acc += T(o.mask.seed.at(b, h, i, j)) * T(seed_mask_value);
                     logit[j] = acc;
                     if (ok[j]) mx = std::max(mx, acc);
                 }

@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "attnref/fast_certify.hpp"
+#include "attnref/certify/fast/triple_dot.hpp"
 #include "attnref/formats.hpp"
 #include "attnref/multiprecision.hpp"
 #include "attnref/golden/generate.hpp"
@@ -392,4 +393,182 @@ BOOST_AUTO_TEST_CASE(dot_running_error_bound_encloses_and_vector_kernels_match_s
         if (!same_bits(t.hi, th[i]) || !same_bits(t.lo, tl[i])) ++exp_mismatches;
     }
     BOOST_TEST(exp_mismatches == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(triple_dot_bound_encloses_and_vector_kernel_matches_scalar) {
+    // (10): dot3_rows's bound encloses the exact Σ x·b (MPFR, exact at 2200 bits), is far below a
+    // 134-bit enclosure's n·2^-134·Σ|x b| on random data, a bound weakened by 2^-30 is caught, and
+    // the AVX2 kernel gives the bits of the scalar dot3_step on every column.
+    const std::size_t m = 37;
+    std::size_t checked = 0, violations = 0, weakened_caught = 0, bit_mismatches = 0, wider_than_rung = 0;
+    for (const std::size_t n : {std::size_t{7}, std::size_t{1024}, std::size_t{2048}})
+        for (int family = 0; family < 3; ++family) {
+            std::vector<double> x = noise(n, 500 + n + family), b = noise(n * m, 600 + n + family);
+            for (std::size_t c = 0; c < n; ++c) {
+                if (family == 2) x[c] = std::ldexp(x[c], static_cast<int>(c % 61) - 30);
+                for (std::size_t j = 0; j < m && family == 1 && c % 2 == 1; ++j)
+                    b[c * m + j] = -b[(c - 1) * m + j] * x[c - 1] / x[c] * (1 + 0x1p-40 * x[c]);
+            }
+            std::vector<double> hi(m), mid(m), low(m), err(m);
+            fast::detail::dot3_rows(x.data(), n, b.data(), m, m, hi.data(), mid.data(), low.data(), err.data());
+            mpfr_t exact, term;
+            mpfr_init2(exact, 2200), mpfr_init2(term, 2200);
+            for (std::size_t j = 0; j < m; ++j) {
+                double h = 0, md = 0, l = 0, run = 0;
+                for (std::size_t c = 0; c < n; ++c) fast::detail::dot3_step(x[c], b[c * m + j], h, md, l, run);
+                run = dw::up(dw::sum_up(run, 2 * n) * 0x1.0000000000001p-53);
+                if (!same_bits(h, hi[j]) || !same_bits(md, mid[j]) || !same_bits(l, low[j]) || !same_bits(run, err[j])) ++bit_mismatches;
+                mpfr_set_zero(exact, 1);
+                double abs_sum = 0;
+                for (std::size_t c = 0; c < n; ++c) {
+                    mpfr_set_d(term, x[c], MPFR_RNDN);
+                    mpfr_mul_d(term, term, b[c * m + j], MPFR_RNDN);
+                    mpfr_add(exact, exact, term, MPFR_RNDN);
+                    abs_sum += std::fabs(x[c] * b[c * m + j]);
+                }
+                mpfr_sub_d(exact, exact, hi[j], MPFR_RNDN);
+                mpfr_sub_d(exact, exact, mid[j], MPFR_RNDN);
+                mpfr_sub_d(exact, exact, low[j], MPFR_RNDN);
+                mpfr_abs(exact, exact, MPFR_RNDN);
+                ++checked;
+                if (mpfr_cmp_d(exact, err[j]) > 0) ++violations;
+                if (mpfr_cmp_d(exact, err[j] * 0x1p-30) > 0) ++weakened_caught;
+                if (family == 0 && !(err[j] < static_cast<double>(n) * 0x1p-134 * abs_sum)) ++wider_than_rung;
+            }
+            mpfr_clear(exact), mpfr_clear(term);
+        }
+    BOOST_TEST_MESSAGE(fmt::format("(10): {} triple-word dot products, {} violations, {} caught weakened by 2^-30, {} kernel/scalar "
+                                   "mismatches, {} random ones wider than a 134-bit dot product",
+                                   checked, violations, weakened_caught, bit_mismatches, wider_than_rung));
+    BOOST_TEST(checked == 9 * m);
+    BOOST_TEST(violations == 0u);
+    BOOST_TEST(weakened_caught > 0u);
+    BOOST_TEST(bit_mismatches == 0u);
+    BOOST_TEST(wider_than_rung == 0u);
+}
+
+namespace {
+
+/// A multi-head problem over generated data (biases, GQA, bottom-right causal, ALiBi).
+struct mha_data {
+    std::size_t B, S, E, H, Hkv, dk;
+    std::vector<double> xq, xk, xv, wq, wk, wv, wo, bq, bk, bv, bo, slopes;
+    fast::fast_problem problem() const {
+        fast::fast_problem p;
+        p.mha = true;
+        p.heads = H;
+        p.kv_heads = Hkv;
+        p.x_q = {xq.data(), {B, S, E}};
+        p.x_k = {xk.data(), {B, S, E}};
+        p.x_v = {xv.data(), {B, S, E}};
+        p.params.w_q = {wq.data(), {E, H * dk}};
+        p.params.w_k = {wk.data(), {E, Hkv * dk}};
+        p.params.w_v = {wv.data(), {E, Hkv * dk}};
+        p.params.w_o = {wo.data(), {H * dk, E}};
+        p.params.b_q = {bq.data(), {H * dk}};
+        p.params.b_k = {bk.data(), {Hkv * dk}};
+        p.params.b_v = {bv.data(), {Hkv * dk}};
+        p.params.b_o = {bo.data(), {E}};
+        p.options.mask.causal = true;
+        p.options.mask.alignment = causal_alignment::bottom_right;
+        p.options.alibi_slopes = slopes;
+        return p;
+    }
+};
+
+mha_data make_mha(std::size_t B, std::size_t S, std::size_t E, std::size_t H, std::size_t Hkv, std::uint64_t seed) {
+    const std::size_t dk = E / H;
+    const double w = 1 / std::sqrt(static_cast<double>(E));
+    mha_data d{B, S, E, H, Hkv, dk, noise(B * S * E, seed + 1), noise(B * S * E, seed + 2), noise(B * S * E, seed + 3),
+               noise(E * H * dk, seed + 4, w), noise(E * Hkv * dk, seed + 5, w), noise(E * Hkv * dk, seed + 6, w),
+               noise(H * dk * E, seed + 7, w), noise(H * dk, seed + 8, 0.1), noise(Hkv * dk, seed + 9, 0.1),
+               noise(Hkv * dk, seed + 10, 0.1), noise(E, seed + 11, 0.1), {}};
+    for (std::size_t h = 0; h < H; ++h) d.slopes.push_back(std::ldexp(1.0, -static_cast<int>(h + 1)));
+    return d;
+}
+
+bool same_values(const certify::result& a, const certify::result& b) {
+    if (a.values.size() != b.values.size()) return false;
+    for (std::size_t t = 0; t < a.values.size(); ++t)
+        for (std::size_t k = 0; k < a.values[t].size(); ++k)
+            for (std::size_t n = 0; n < a.values[t][k].size(); ++n)
+                if (!same_bits(a.values[t][k][n], b.values[t][k][n])) return false;
+    return true;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(shared_kv_rung_gives_the_bytes_of_the_whole_batch_ladder) {
+    // Bounds scaled by 2^40 leave most elements undecided: the shared K/V rung (triple-word key and
+    // value enclosures, the escalated rows through the forward templates in MPFI) certifies them,
+    // and every value equals the whole-batch MPFI ladder's and the fast rung's.
+    const mha_data d = make_mha(2, 24, 32, 4, 2, 700);
+    const fast::fast_problem p = d.problem();
+    const std::vector<certify::binary_format> targets{certify::float64_target, describe(binary_format::float32),
+                                                      describe(binary_format::bfloat16)};
+    fast::fast_options fo;
+    fo.threads = 2;
+    fast::fast_stats plain_stats, shared_stats, ladder_stats;
+    const certify::result plain = fast::certify_fast(p, true, true, targets, fo, &plain_stats);
+    fo.bound_scale = 0x1p40;
+    const certify::result shared = fast::certify_fast(p, true, true, targets, fo, &shared_stats);
+    fo.shared_kv = false;
+    const certify::result ladder = fast::certify_fast(p, true, true, targets, fo, &ladder_stats);
+    BOOST_TEST_MESSAGE(fmt::format("shared K/V rung: {} elements escalated, {} rows by the shared rung, {} by the ladder; "
+                                   "whole-batch ladder: {} rows",
+                                   shared_stats.escalated_elements, shared_stats.shared_kv_rows, shared_stats.ladder_rows,
+                                   ladder_stats.ladder_rows));
+    BOOST_TEST(shared_stats.escalated_elements > 1000u);
+    BOOST_TEST(shared_stats.shared_kv_rows > 0u);
+    BOOST_TEST(ladder_stats.shared_kv_rows == 0u);
+    BOOST_TEST(ladder_stats.ladder_rows > 0u);
+    BOOST_TEST(same_values(shared, ladder));
+    BOOST_TEST(same_values(plain, ladder));
+}
+
+BOOST_AUTO_TEST_CASE(larger_case_sampled_rows_match_the_mpfi_path) {
+    // A larger multi-head case: the fast path's values on a sample of query rows (output, weights,
+    // lse) equal the MPFI path's (the forward templates in mpfr_interval, whole-batch projections,
+    // Ziv's ladder) for those rows.
+#ifdef ATTNREF_SANITIZE_BUILD
+    const mha_data d = make_mha(1, 64, 64, 4, 4, 800);
+#else
+    const mha_data d = make_mha(1, 256, 128, 4, 4, 800);
+#endif
+    const fast::fast_problem p = d.problem();
+    const std::size_t S = d.S, H = d.H, E = d.E;
+    const std::vector<certify::binary_format> targets{certify::float64_target};
+    fast::fast_options fo;
+    fo.threads = 2;
+    const certify::result fast_r = fast::certify_fast(p, true, true, targets, fo);
+    // The MPFI path on the sampled rows: every element of those rows marked undecided, escalated
+    // through the whole-batch ladder alone.
+    const std::vector<std::size_t> sample{0, 1, S / 3, S / 2 + 1, S - 1};
+    std::vector<std::vector<std::uint8_t>> undecided{std::vector<std::uint8_t>(S * E, 0), std::vector<std::uint8_t>(H * S * S, 0),
+                                                     std::vector<std::uint8_t>(H * S, 0)};
+    for (std::size_t i : sample) {
+        for (std::size_t c = 0; c < E; ++c) undecided[0][i * E + c] = 1;
+        for (std::size_t h = 0; h < H; ++h) {
+            for (std::size_t j = 0; j < S; ++j) undecided[1][(h * S + i) * S + j] = 1;
+            undecided[2][h * S + i] = 1;
+        }
+    }
+    std::vector<std::vector<std::vector<double>>> values(3);
+    for (std::size_t t = 0; t < 3; ++t) values[t].assign(1, std::vector<double>(undecided[t].size(), 0.0));
+    fast::fast_stats stats;
+    std::vector<int> precisions;
+    fast::detail::mpfi_runner run{&p, 1, H, S, S, d.dk, E, true, true, {1, 1, 1}, 2, nullptr, &stats};
+    fast::detail::escalate({"output", "weights", "lse"}, targets, values, undecided, std::vector<std::uint8_t>(H * S, 0), run, H * S,
+                           stats, precisions, {{1, S, E}, {1, H, S, S}, {1, H, S}});
+    std::size_t compared = 0, differ = 0;
+    for (std::size_t t = 0; t < 3; ++t)
+        for (std::size_t n = 0; n < undecided[t].size(); ++n)
+            if (undecided[t][n]) {
+                ++compared;
+                if (!same_bits(values[t][0][n], fast_r.values[t][0][n])) ++differ;
+            }
+    BOOST_TEST_MESSAGE(fmt::format("(1, {}, {}, {}): {} sampled elements compared with the MPFI path, {} differ", S, E, H, compared, differ));
+    BOOST_TEST(compared == sample.size() * (E + H * S + H));
+    BOOST_TEST(differ == 0u);
+    BOOST_TEST(stats.ladder_rows == sample.size() * H);
 }
