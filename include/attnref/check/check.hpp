@@ -16,12 +16,15 @@
 #include <string>
 #include <vector>
 
+#include "attnref/check/api.hpp"
 #include "attnref/check/candidate.hpp"
 #include "attnref/check/forward.hpp"
 #include "attnref/check/gradients.hpp"
 #include "attnref/check/verdict.hpp"
 #include "attnref/golden/case.hpp"
 
+// Defined here in header-only use, and once in the compiled library (check/api.hpp).
+#if !defined(ATTNREF_GOLDEN_COMPILED) || defined(ATTNREF_GOLDEN_DEFINE)
 namespace attnref::golden {
 
 /// Checks a candidate in memory against a loaded case: the output against the reference under
@@ -32,7 +35,7 @@ namespace attnref::golden {
 ///     const auto lc = attnref::golden::load_case("golden/mha_seed_example");
 ///     const auto r = attnref::golden::check(lc, my_output, attnref::tolerance::candidate_format::float32);
 ///     BOOST_TEST(r.passed, attnref::golden::report_table(r, false));
-inline check_result check(const loaded_case& lc, const candidate& c, const check_options& opt = {}) {
+ATTNREF_GOLDEN_FN check_result check(const loaded_case& lc, const candidate& c, const check_options& opt) {
     const case_spec& spec = lc.m.spec;
     auto require_size = [&](const char* what, std::span<const double> v, const std::vector<std::size_t>& shape) {
         std::size_t n = 1;
@@ -61,8 +64,8 @@ inline check_result check(const loaded_case& lc, const candidate& c, const check
 }
 
 /// The same for an output alone.
-inline check_result check(const loaded_case& lc, std::span<const double> output, tolerance::candidate_format format,
-                          const check_options& opt = {}) {
+ATTNREF_GOLDEN_FN check_result check(const loaded_case& lc, std::span<const double> output, tolerance::candidate_format format,
+                                     const check_options& opt) {
     candidate c;
     c.output = output;
     c.format = format;
@@ -71,7 +74,7 @@ inline check_result check(const loaded_case& lc, std::span<const double> output,
 
 /// `attnref check`: loads the case and the candidate's .npy files (read_candidate: each in its own
 /// file's format, or rq.dtype), then check(). Throws data_error (exit 2) for unusable inputs.
-inline check_result run_check(const check_request& rq) {
+ATTNREF_GOLDEN_FN check_result run_check(const check_request& rq) {
     namespace tol = attnref::tolerance;
     const loaded_case lc = load_case(rq.golden);
     const case_spec& spec = lc.m.spec;
@@ -111,3 +114,4 @@ inline check_result run_check(const check_request& rq) {
 }
 
 }  // namespace attnref::golden
+#endif

@@ -14,8 +14,11 @@
 
 #include "attnref/backward.hpp"
 #include "attnref/tolerance.hpp"
+#include "attnref/check/api.hpp"
 #include "attnref/check/verdict.hpp"
 
+// Defined here in header-only use, and once in the compiled library (check/api.hpp).
+#if !defined(ATTNREF_GOLDEN_COMPILED) || defined(ATTNREF_GOLDEN_DEFINE)
 namespace attnref::golden {
 
 namespace check_detail {
@@ -30,7 +33,7 @@ inline std::string candidate_formats(const check_result& r) {
 }  // namespace check_detail
 
 /// The verdict as the table `attnref check` prints (`colour`: ANSI colours on the verdict column).
-inline std::string report_table(const check_result& r, bool colour) {
+ATTNREF_GOLDEN_FN std::string report_table(const check_result& r, bool colour) {
     std::string s = fmt::format("case {}  candidate {}  model {}{}\n", r.case_name, check_detail::candidate_formats(r), tol::model_name(r.model),
                                 r.declared_backward ? fmt::format("  backward {} (declared)", backward_algorithm_name(*r.declared_backward)) : "");
     s += fmt::format("{:<10} {:<8} {:>11} {:>11} {:>9} {:>11} {:>11} {:>10} {:>24} {:>14}  {}\n", "tensor", "dtype", "max abs", "max rel", "max ULP",
@@ -54,7 +57,7 @@ inline std::string report_table(const check_result& r, bool colour) {
 }
 
 /// The verdict as JSON (`--json`): the result's fields, and each tensor's and invariant's.
-inline std::string report_json(const check_result& r) {
+ATTNREF_GOLDEN_FN std::string report_json(const check_result& r) {
     nlohmann::ordered_json j;
     j["case"] = r.case_name;
     j["candidate_dtype"] = check_detail::candidate_formats(r);  // "mixed": see each tensor's dtype
@@ -97,7 +100,7 @@ inline std::string xml_escape(const std::string& s) {
 }
 }  // namespace check_detail
 /// The verdict as JUnit XML (`--junit`): one test case per tensor and invariant.
-inline std::string report_junit(const check_result& r) {
+ATTNREF_GOLDEN_FN std::string report_junit(const check_result& r) {
     std::size_t failures = 0;
     std::string cases;
     // A test case that is not a pass is a <failure>; its type says which verdict: FAIL, or
@@ -132,3 +135,4 @@ inline std::string report_junit(const check_result& r) {
 }
 
 }  // namespace attnref::golden
+#endif
