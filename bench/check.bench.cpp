@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
             const auto t2 = std::chrono::steady_clock::now();
             const double total = std::chrono::duration<double>(t2 - t0).count(), read = std::chrono::duration<double>(t1 - t0).count();
             times.push_back(total);
-            verdict = res.tensors.back().verdict;
+            verdict = verdict_text(res.tensors.back());
             std::printf("%s\n", fmt::format("  {:<8} {:8.1f} MB  read {:6.3f} s  compare+report {:6.3f} s  total {:6.3f} s  {:8.1f} MB/s  ({})",
                                             tol::format_name(f), mb, read, total - read, total, mb / total, verdict).c_str());
         }

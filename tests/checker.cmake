@@ -1,4 +1,4 @@
-# CTest registrations owned by the checker work (issue 9/10); included from tests/CMakeLists.txt.
+# CTest registrations of the checker (include/attnref/check/, `attnref check`); included from tests/CMakeLists.txt.
 if(TARGET attnref_verify)
   # The bug catalog (tests/runtime/bug_catalog.test.cpp) judges wrong implementations with the
   # checker's library code: one CTest test per candidate format, so that they run in parallel.
@@ -46,4 +46,21 @@ if(TARGET attnref_verify)
   add_test(NAME checker_cli_empty_row_lse COMMAND sh -c
     "/usr/bin/python3 -c \"import numpy as n;d='${_e}/';l=n.load(d+'lse.npy');n.save('${_t}/fa_lse.npy',n.where(n.isneginf(l),n.inf,l).astype(n.float32));n.save('${_t}/e_out.npy',n.load(d+'output.npy').astype(n.float32));n.save('${_t}/e_w.npy',n.load(d+'weights.npy').astype(n.float32));n.save('${_t}/e_lse.npy',l.astype(n.float32))\" && c='$<TARGET_FILE:attnref_cli> check --golden ${_e} --output ${_t}/e_out.npy --weights ${_t}/e_w.npy' && $c --lse ${_t}/fa_lse.npy --empty-row-lse +inf && $c --lse ${_t}/fa_lse.npy --empty-row-lse any && $c --lse ${_t}/e_lse.npy && { $c --lse ${_t}/fa_lse.npy; test $? -eq 1; } && { $c --lse ${_t}/e_lse.npy --empty-row-lse +inf; test $? -eq 1; }")
   set_tests_properties(checker_cli_empty_row_lse PROPERTIES FIXTURES_REQUIRED checker_cli)
+  # The declared convention holds for the lse alone (no --weights, so no P = exp(S - lse) invariant):
+  # attnref's -inf in the empty rows fails under +inf, FlashAttention's +inf under the default -inf.
+  add_test(NAME checker_cli_empty_row_lse_alone COMMAND sh -c
+    "/usr/bin/python3 -c \"import numpy as n;d='${_e}/';l=n.load(d+'lse.npy');n.save('${_t}/fa_lse1.npy',n.where(n.isneginf(l),n.inf,l).astype(n.float32));n.save('${_t}/e_out1.npy',n.load(d+'output.npy').astype(n.float32));n.save('${_t}/e_lse1.npy',l.astype(n.float32))\" && c='$<TARGET_FILE:attnref_cli> check --golden ${_e} --output ${_t}/e_out1.npy' && $c --lse ${_t}/fa_lse1.npy --empty-row-lse +inf && $c --lse ${_t}/e_lse1.npy && { $c --lse ${_t}/e_lse1.npy --empty-row-lse +inf > ${_t}/lse1.txt; test $? -eq 1; } && grep -q 'empty rows without the declared lse (+inf)' ${_t}/lse1.txt && { $c --lse ${_t}/fa_lse1.npy; test $? -eq 1; }")
+  set_tests_properties(checker_cli_empty_row_lse_alone PROPERTIES FIXTURES_REQUIRED checker_cli)
+  # Each file is judged in its own format: on sdpa_bwd_gqa a float64 output with one element x1.001
+  # fails alone, and still fails beside a correct float16 grad_query (which passes alone); the JSON
+  # gives each tensor's dtype and the header says "mixed".
+  set(_b ${PROJECT_SOURCE_DIR}/golden/sdpa_bwd_gqa)
+  add_test(NAME checker_cli_per_tensor_format COMMAND sh -c
+    "/usr/bin/python3 -c \"import numpy as n;d='${_b}/';o=n.load(d+'output.npy');o.flat[5]*=1.001;n.save('${_t}/gqa_out64.npy',o);n.save('${_t}/gqa_dq16.npy',n.load(d+'grad_query.npy').astype(n.float16))\" && c='$<TARGET_FILE:attnref_cli> check --golden ${_b}' && $c --grad-query ${_t}/gqa_dq16.npy && { $c --output ${_t}/gqa_out64.npy; test $? -eq 1; } && { $c --grad-query ${_t}/gqa_dq16.npy --output ${_t}/gqa_out64.npy --json ${_t}/gqa.json --force; test $? -eq 1; } && grep -q '\"dtype\": \"float16\"' ${_t}/gqa.json && grep -q '\"candidate_dtype\": \"mixed\"' ${_t}/gqa.json")
+  set_tests_properties(checker_cli_per_tensor_format PROPERTIES FIXTURES_REQUIRED checker_cli)
+  # Numeric options: --max-memory refuses NaN, negative, infinite, out-of-range and empty values
+  # (exit 2, naming the flag) instead of falling back to the default.
+  add_test(NAME checker_cli_numeric_options COMMAND sh -c
+    "for v in nan -1 inf -inf 1e400 0 ''; do $<TARGET_FILE:attnref_cli> check --golden ${_g} --output ${_t}/ok.npy --max-memory \"$v\" 2> ${_t}/mm.err; r=$?; test $r -eq 2 && grep -q -- '--max-memory' ${_t}/mm.err || { echo \"--max-memory '$v': exit $r\"; exit 1; }; done")
+  set_tests_properties(checker_cli_numeric_options PROPERTIES FIXTURES_REQUIRED checker_cli)
 endif()

@@ -3,8 +3,9 @@
 ///                 [--grad-query F] [--grad-key F] [--grad-value F] [--grad-w-q F … --grad-b-o F] (backward cases)
 ///                 [--dtype float64|float32|float16|bfloat16] [--tolerance data-aware|worst-case|assert-close|ulp|baseline]
 ///                 [--empty-row-lse -inf|+inf|any] [--backward-algorithm textbook|flash|unknown] [--json FILE] [--junit FILE]
-/// The candidate dtype defaults to the output .npy's descr ('<f8', '<f4', '<f2'; '<u2' = bfloat16 bit
-/// patterns). bfloat16 may also come as '<f4' values with --dtype bfloat16. Exit 0 PASS, 1 FAIL or
+/// Each file is judged in its own descr's format ('<f8', '<f4', '<f2'; '<u2' = bfloat16 bit
+/// patterns), or in --dtype for every file; bfloat16 may also come as '<f4' values with --dtype
+/// bfloat16. The report names each tensor's format. Exit 0 PASS, 1 FAIL or
 /// INCONCLUSIVE (a vacuous bound, an untrustworthy output), 2 usage or data error. Tolerance models: include/attnref/tolerance.hpp.
 /// --weights: invariants (rows sum to 1, masked weights 0, 0 ≤ P ≤ 1, with --lse consistency) and an
 /// element-by-element comparison with the golden weights (tolerance::weights_bound); --lse: compared
@@ -78,7 +79,7 @@ void register_check(CLI::App& app) {
     }
     c->add_option("--weights", a->weights, "candidate attention weights P .npy (invariants)");
     c->add_option("--lse", a->lse, "candidate log-sum-exp .npy (invariants)");
-    c->add_option("--dtype", a->dtype, "candidate precision (default: from the .npy; '<u2' = bfloat16 bits)")
+    c->add_option("--dtype", a->dtype, "candidate precision of every file (default: each file's own descr; '<u2' = bfloat16 bits)")
         ->check(CLI::IsMember({"float64", "float32", "float16", "bfloat16"}));
     c->add_option("--tolerance", a->tolerance, "tolerance model")
         ->check(CLI::IsMember({"data-aware", "worst-case", "assert-close", "ulp", "baseline"}))
@@ -97,14 +98,15 @@ void register_check(CLI::App& app) {
     c->add_option("--junit", a->junit, "also write the report as JUnit XML");
     c->add_flag("--force", a->force, "overwrite existing --json/--junit files (never an input)");
     c->add_option("--max-memory", a->max_memory, "refuse cases estimated to need more memory (bytes, K/M/G/T suffix; default 4G)");
-    c->callback([a] {
+    c->callback([a, c] {
         check_request rq;
         rq.golden = a->golden;
         rq.output = a->output;
         rq.weights = a->weights;
         rq.lse = a->lse;
         if (!a->dtype.empty()) rq.dtype = tol::format_from_name(a->dtype);
-        if (!a->max_memory.empty()) set_max_memory(parse_memory_size(a->max_memory, "--max-memory"));
+        // Given at all, it must be a byte count: an empty value is refused, not read as "unset".
+        if (c->count("--max-memory")) set_max_memory(parse_memory_size(a->max_memory, "--max-memory"));
         if (a->output.empty() && a->gradients.empty())
             throw data_error("command line: --output: required unless a gradient (--grad-query, --grad-key, --grad-value, …) is given");
         rq.gradients = a->gradients;

@@ -20,6 +20,7 @@
 #include "attnref/policies.hpp"
 #include "commands.hpp"
 #include "attnref/golden/case.hpp"
+#include "attnref/check/gradients.hpp"
 #include "attnref/golden/check.hpp"
 #include "attnref/golden/memory.hpp"
 #include "attnref/golden/safe_io.hpp"

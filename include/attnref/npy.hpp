@@ -535,6 +535,26 @@ inline void check_bool_bytes(std::span<const std::byte> data, std::string_view s
 
 }  // namespace detail
 
+/// Where a file's data block lies, as read() finds it: the header's descr and shape (data empty),
+/// the block's offset from the start of the file and its length in bytes.
+struct layout {
+    array meta;
+    std::size_t data_offset = 0;
+    std::size_t data_bytes = 0;
+};
+
+/// The most bytes the preamble and header can occupy: parse_layout needs this many (or the whole file).
+inline constexpr std::size_t max_prefix_bytes = 12 + detail::max_header_length;
+
+/// Parses the preamble and header in `prefix` (the first min(file_size, max_prefix_bytes) bytes of a
+/// file of `file_size` bytes) with read()'s checks — the data block's length against the file's,
+/// and `want` — for a reader that reads the data block itself. Throws npy::error as read() does.
+inline layout parse_layout(std::span<const std::byte> prefix, std::uint64_t file_size, std::string_view source, const expectation& want = {}) {
+    detail::header_info h = detail::parse_header(prefix, file_size, source);
+    detail::check_expectation(h, want, source);
+    return {std::move(h.meta), h.data_offset, h.data_bytes};
+}
+
 /// Parses the bytes of a complete .npy file. `source_name` (usually the path) prefixes every
 /// error message. The returned descr is canonical ('|u1' for '<u1', '=u1', ...).
 /// Throws npy::error on anything outside the contract in the file comment, or if the array does not

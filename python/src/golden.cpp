@@ -4,8 +4,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "attnref/golden/case.hpp"
 #include <algorithm>
+#include <map>
+
+#include "attnref/golden/case.hpp"
 
 #include "attnref/golden/check.hpp"
 #include "attnref/npy.hpp"
@@ -65,10 +67,12 @@ tolerance::candidate_format format_named(const std::string& name, const char* ar
 
 using f64 = py::array_t<double, py::array::c_style | py::array::forcecast>;
 
-/// (verdict, reason, text report, JSON report, JUnit report).
+/// (verdict, reason, text report, JSON report, JUnit report). Every tensor is judged in `dtype`
+/// unless `formats` names its own ({"output": "float32", "grad_query": "float16", …}).
 py::tuple check(const std::string& dir, const std::optional<f64>& output, const std::optional<f64>& weights, const std::optional<f64>& lse,
                 const std::string& dtype, const std::string& model, const std::string& empty_lse,
-                const std::vector<std::pair<std::string, f64>>& gradients, const std::string& backward) {
+                const std::vector<std::pair<std::string, f64>>& gradients, const std::string& backward,
+                const std::map<std::string, std::string>& formats) {
     golden::check_options opt;
     if (backward != "unknown") {
         opt.declared_backward = backward_algorithm_from_name(backward);
@@ -84,8 +88,21 @@ py::tuple check(const std::string& dir, const std::optional<f64>& output, const 
     else throw std::invalid_argument("empty_row_lse: expected '-inf', '+inf' or 'any', got '" + empty_lse + "'");
     golden::candidate c;
     c.format = format_named(dtype, "dtype");
+    auto format_of = [&](const std::string& tensor) -> std::optional<tolerance::candidate_format> {
+        const auto it = formats.find(tensor);
+        if (it == formats.end()) return std::nullopt;
+        return format_named(it->second, ("formats['" + tensor + "']").c_str());
+    };
+    for (const auto& [tensor, name] : formats) {
+        const bool known = tensor == "output" || tensor == "weights" || tensor == "lse" ||
+                           std::any_of(gradients.begin(), gradients.end(), [&](const auto& g) { return g.first == tensor; });
+        if (!known) throw std::invalid_argument("formats: '" + tensor + "' is not a tensor given to this check");
+    }
+    if (const auto f = format_of("output")) c.format = *f;
+    c.weights_format = format_of("weights");
+    c.lse_format = format_of("lse");
     if (output) c.output = {output->data(), static_cast<std::size_t>(output->size())};
-    for (const auto& [role, g] : gradients) c.gradients.push_back({role, {g.data(), static_cast<std::size_t>(g.size())}});
+    for (const auto& [role, g] : gradients) c.gradients.push_back({role, {g.data(), static_cast<std::size_t>(g.size())}, format_of(role)});
     if (weights) c.weights = {weights->data(), static_cast<std::size_t>(weights->size())};
     if (lse) c.lse = {lse->data(), static_cast<std::size_t>(lse->size())};
     golden::check_result r;
@@ -95,7 +112,7 @@ py::tuple check(const std::string& dir, const std::optional<f64>& output, const 
         const golden::loaded_case lc = golden::load_case(dir);
         auto require = [&](const char* name, const py::array& a, const std::vector<std::size_t>& shape) {
             std::vector<std::size_t> got(a.shape(), a.shape() + a.ndim());
-            if (got != shape) throw std::invalid_argument(std::string(name) + ": expected shape " + golden::check_detail::shape_text(shape) + ", got " + golden::check_detail::shape_text(got));
+            if (got != shape) throw std::invalid_argument(std::string(name) + ": expected shape " + golden::shape_text(shape) + ", got " + golden::shape_text(got));
         };
         {
             py::gil_scoped_acquire acquire;
@@ -131,5 +148,6 @@ void bind_golden(py::module_& m) {
     });
     m.def("_load_case", &load_case, py::arg("path"));
     m.def("_check", &check, py::arg("path"), py::arg("output"), py::arg("weights"), py::arg("lse"), py::arg("dtype"),
-          py::arg("tolerance"), py::arg("empty_row_lse"), py::arg("gradients"), py::arg("backward_algorithm"));
+          py::arg("tolerance"), py::arg("empty_row_lse"), py::arg("gradients"), py::arg("backward_algorithm"),
+          py::arg("formats") = std::map<std::string, std::string>{});
 }

@@ -1,11 +1,13 @@
 /// A candidate against a reference under tolerance.hpp's models: the per-element bounds, the
-/// comparison, the vacuity of the bounds, zero-trust and invariants.hpp's invariants all come from
-/// the library. The decoy rule is the checker's (verify/check.cpp passing_decoy, decoy_outputs);
-/// it is restated here until the checker's library API can be called from the module.
+/// comparison, the vacuity of the bounds, zero-trust and invariants.hpp's invariants come from the
+/// library; the decoy rule (decoy_outputs, passing_decoy) and the empty-row lse convention
+/// (check_empty_row_lse) are the checker's own (include/attnref/check/judgment.hpp), called on the
+/// call's problem (problem_of).
 #include <cmath>
 #include <functional>
 #include <limits>
 
+#include "attnref/check/judgment.hpp"
 #include "core.hpp"
 #include "run.hpp"
 
@@ -50,61 +52,21 @@ tensor<double, 4> logits_of(const call& c) {
     return mha_logits<pol>(e3(c.q), e3(c.k), params_of(c), mha_options_of(c, o));
 }
 
-struct decoy {
-    std::string name;
-    std::vector<double> output;
-};
-
-/// The checker's decoys (verify/check.hpp decoy_outputs): uniform weights — the mean of V over the
-/// attendable keys: every logit 0 (q = 0, or W_q = b_q = 0), ALiBi and finite additive masks
-/// dropped — and the softmax with the scale x2 and x1/2. Three forward passes in double.
-std::vector<decoy> decoy_outputs(const call& c) {
-    auto run = [](const call& m) { return run_call<uniform_precision<double>, double>(m, false, false).output; };
-    std::vector<decoy> r;
-    {
-        call u = c;
-        const array_ref& zeroed = c.kind == call_kind::sdpa ? c.q : c.w_q;
-        std::size_t n = 1;
-        for (std::size_t e : zeroed.shape) n *= e;
-        const std::vector<double> zeros(n, 0.0), zero_bias(c.b_q.given() ? c.b_q.shape[0] : 0, 0.0);
-        (c.kind == call_kind::sdpa ? u.q : u.w_q).data = zeros.data();
-        if (c.b_q.given()) u.b_q.data = zero_bias.data();
-        u.conv.alibi_slopes.clear();
-        for (double& x : u.conv.additive_mask)
-            if (std::isfinite(x)) x = 0;
-        r.push_back({"uniform weights: the mean of V", run(u)});
+/// The call as the checker's forward_problem (views into the call's arrays and conventions, which
+/// must outlive it): what the decoys are computed from.
+golden::forward_problem problem_of(const call& c) {
+    golden::forward_problem p;
+    p.sdpa = c.kind == call_kind::sdpa;
+    const attention_options o = c.conv.options();
+    if (p.sdpa) {
+        p.q = e4(c.q), p.k = e4(c.k), p.v = e4(c.v);
+        p.o = o;
+    } else {
+        p.x_q = e3(c.q), p.x_k = e3(c.k), p.x_v = e3(c.v);
+        p.w = params_of(c);
+        p.mo = mha_options_of(c, o);
     }
-    const std::size_t dk = c.kind == call_kind::sdpa ? c.q.shape[3] : c.w_q.shape[1] / c.heads;
-    const double scale = c.conv.scale ? *c.conv.scale : 1 / std::sqrt(static_cast<double>(dk));
-    for (const double f : {2.0, 0.5}) {
-        call s = c;
-        s.conv.scale = scale * f;
-        r.push_back({f == 2 ? "the softmax with the scale x2" : "the softmax with the scale x0.5", run(s)});
-    }
-    return r;
-}
-
-/// verify/check.hpp decoy_significance: a decoy off by this much of its row's scale is visibly wrong.
-constexpr double decoy_significance = 0x1p-7;
-
-/// The first decoy every element of which lies within its bound while it is visibly wrong somewhere.
-const decoy* passing_decoy(const std::vector<decoy>& decoys, std::span<const double> expected, tol::candidate_format f,
-                           const std::vector<double>& bounds, std::size_t row_length) {
-    const std::size_t n = expected.size(), row = row_length > 0 && n % row_length == 0 ? row_length : std::max<std::size_t>(n, 1);
-    for (const decoy& d : decoys) {
-        if (d.output.size() != n) continue;
-        if (!tol::compare(d.output, expected, f, [&](std::size_t e) { return bounds[e]; }, std::nullopt, 1).ok()) continue;
-        bool visible = false;
-        for (std::size_t begin = 0; begin < n && !visible; begin += row) {
-            double scale = 0;
-            for (std::size_t e = begin; e < begin + row; ++e)
-                if (std::isfinite(expected[e])) scale = std::max(scale, std::fabs(expected[e]));
-            for (std::size_t e = begin; e < begin + row && !visible; ++e)
-                visible = scale > 0 && std::isfinite(expected[e]) && std::fabs(d.output[e] - expected[e]) >= decoy_significance * scale;
-        }
-        if (visible) return &d;
-    }
-    return nullptr;
+    return p;
 }
 
 tensor_judgement judged(std::string name, std::span<const double> a, std::span<const double> e, tol::candidate_format f,
@@ -175,8 +137,8 @@ judgement judge(const call* c, const judge_request& rq) {
         tensor_judgement& t = out.tensors.back();
         // The decoys only matter where the verdict would otherwise be a pass.
         if (c && t.cmp.ok() && !t.vacuous.any()) {
-            const std::vector<decoy> decoys = decoy_outputs(*c);
-            if (const decoy* d = passing_decoy(decoys, e, f, b, rq.output_row)) t.decoy = d->name;
+            const std::vector<golden::decoy> decoys = golden::decoy_outputs(problem_of(*c));
+            if (const golden::decoy* d = golden::passing_decoy(decoys, e, f, b, rq.output_row)) t.decoy = d->name;
         }
     }
     if (auto why = tol::untrustworthy(rq.actual_output, rq.output_row, e)) out.tensors.front().untrustworthy = *why;
@@ -210,24 +172,15 @@ judgement judge(const call* c, const judge_request& rq) {
                                                        tol::weights_floor(f), u, u));
         }
         // Empty rows are pinned by the declared convention (empty_row_lse), not by the reference's −inf.
-        std::vector<double> cmp = rq.actual_lse;
-        std::size_t wrong_empty = 0;
-        for (std::size_t bb = 0; bb < B; ++bb)
-            for (std::size_t h = 0; h < H; ++h)
-                for (std::size_t i = 0; i < sq; ++i) {
-                    if (!attnref::detail::row_is_empty(ctx.mask, bb, h, i, sq, sk)) continue;
-                    const std::size_t at = (bb * H + h) * sq + i;
-                    if (empty_row_lse_ok(rq.empty_lse, cmp[at])) cmp[at] = rq.expected_lse[at];
-                    else ++wrong_empty;
-                }
+        const golden::empty_row_lse_check er = golden::check_empty_row_lse(rq.actual_lse, rq.expected_lse, ctx.mask, B, H, sq, sk, rq.empty_lse);
         auto at = tol::lse_bound_at(rq.expected_lse, f, f, *scales);
         std::vector<double> lb(rq.expected_lse.size());
         for (std::size_t n = 0; n < lb.size(); ++n) {
             lb[n] = at(n);
             if (ur > 0) lb[n] += tol::lse_bound(*scales, n, rq.expected_lse[n], ur, ur, ur);
         }
-        out.tensors.push_back(judged("lse", cmp, rq.expected_lse, f, lb, 1, tol::lse_vacuity_scale));
-        out.tensors.back().wrong_empty_lse = wrong_empty;
+        out.tensors.push_back(judged("lse", er.compared, rq.expected_lse, f, lb, 1, tol::lse_vacuity_scale));
+        out.tensors.back().wrong_empty_lse = er.wrong;  // each a violation (testing.py fails the lse)
     }
     return out;
 }

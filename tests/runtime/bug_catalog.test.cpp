@@ -350,15 +350,15 @@ void run_matrix(const std::vector<F>& formats) {
             // attnref's own correct candidate: never FAIL; PASS in float32 and float64 (the verdict
             // must not make the checker useless), INCONCLUSIVE allowed in bf16/fp16 (counted).
             const tensor_report own = judge_output(correct[0], g.expected, f, bounds, g.row, decoys);
-            BOOST_TEST(own.verdict != "FAIL", s.name << " " << tol::format_name(f) << ": " << own.note);
-            if (f == F::float64 || f == F::float32) BOOST_TEST(own.verdict == "pass", s.name << " " << tol::format_name(f) << ": " << own.note);
-            if (own.verdict == "pass") ++correct_pass;
+            BOOST_TEST((own.verdict != verdict::fail), s.name << " " << tol::format_name(f) << ": " << own.note);
+            if (f == F::float64 || f == F::float32) BOOST_TEST((own.verdict == verdict::pass), s.name << " " << tol::format_name(f) << ": " << own.note);
+            if (own.verdict == verdict::pass) ++correct_pass;
             else inconclusive_cases += " " + s.name;
             for (std::size_t k = 0; k < bugs.size(); ++k) {
                 const std::optional<std::vector<double>> w = bugs[k].apply(g, f);
                 if (!w) continue;
                 const tensor_report t = judge_output(*w, g.expected, f, bounds, g.row, decoys);
-                cell c = t.verdict == "FAIL" ? cell::fail : t.verdict == "pass" ? cell::pass : cell::inconclusive;
+                cell c = t.verdict == verdict::fail ? cell::fail : t.verdict == verdict::pass ? cell::pass : cell::inconclusive;
                 const double excess = excess_over_own_error(*w, g.expected, correct, f);
                 if (c == cell::pass && excess <= 1) {
                     c = cell::undetectable;

@@ -97,7 +97,7 @@ tol::comparison judge(const golden_case& g, const std::vector<double>& candidate
 
 /// The checker's verdict on an output (golden::judge_output: FAIL, INCONCLUSIVE, untrustworthy or pass).
 std::string verdict_of(const golden_case& g, const std::vector<double>& candidate, tol::candidate_format f) {
-    return judge_output(candidate, g.expected, f, tol::element_bounds(g.scales, f), output_shape(g.lc.m.spec).back()).verdict;
+    return verdict_text(judge_output(candidate, g.expected, f, tol::element_bounds(g.scales, f), output_shape(g.lc.m.spec).back()));
 }
 /// Not passed: FAIL, INCONCLUSIVE or untrustworthy.
 bool fails(const golden_case& g, const std::vector<double>& candidate, tol::candidate_format f) { return verdict_of(g, candidate, f) != "pass"; }
@@ -578,7 +578,7 @@ BOOST_AUTO_TEST_CASE(vacuous_bounds_are_inconclusive) {
     BOOST_TEST(vac({0.0, 0.0, 0.0, 0.0, 0.0, 0.0}) == 0u);                     // exact pins are not vacuous
     const tensor_report nan_bound = judge_output(std::vector<double>{1, 0.5}, std::vector<double>{1, 0.5}, F::float32,
                                                  std::vector<double>{NAN, 0.1}, 2);
-    BOOST_TEST(nan_bound.verdict == "INCONCLUSIVE");  // compare() counts no violation for a NaN bound
+    BOOST_TEST((nan_bound.verdict == verdict::inconclusive && !nan_bound.untrustworthy));  // compare() counts no violation for a NaN bound
 
     std::size_t seen = 0;
     for (const char* name : {"sdpa_adv_logit_offset_1000", "sdpa_adv_bf16_exp_overflow"}) {
@@ -737,4 +737,95 @@ BOOST_AUTO_TEST_CASE(empty_row_lse_conventions) {
     BOOST_TEST((run("fa_lse.npy", empty_row_lse::minus_inf) == verdict::fail));
     BOOST_TEST((run("attnref_lse.npy", empty_row_lse::plus_inf) == verdict::fail));
     fs::remove_all(work);
+}
+
+// Each tensor is judged in its own file's format. On sdpa_bwd_gqa a float64 output with one element
+// x1.001 fails under the float64 bound (checked alone first); a correct float16 dQ beside it (the
+// certified dQ rounded to float16) must not turn the output's judgement into float16's, and a float64
+// dK off by 0.1% after a float16 dQ must fail as the float64 dK alone does. The JSON names each
+// tensor's dtype and the header says "mixed".
+BOOST_AUTO_TEST_CASE(each_tensor_judged_in_its_own_format) {
+    const fs::path work = fs::temp_directory_path() / ("attnref-check-fmt-" + std::to_string(::getpid()));
+    fs::remove_all(work);
+    fs::create_directories(work);
+    const fs::path dir = golden_dir / "sdpa_bwd_gqa";
+    const loaded_case lc = load_case(dir);
+    const case_spec& spec = lc.m.spec;
+    auto golden_of = [&](const char* role) { return npy::to_double(npy::read(dir / (std::string(role) + ".npy"))); };
+    auto save64 = [&](const char* file, std::vector<double> v, const std::vector<std::size_t>& shape) {
+        npy::write(work / file, npy::make_array("<f8", shape, v));
+        return (work / file).string();
+    };
+    auto save16 = [&](const char* file, const std::vector<double>& v, const std::vector<std::size_t>& shape) {
+        std::vector<std::uint16_t> bits;
+        for (double x : v) bits.push_back(formats::float16(x).bits());
+        npy::array a = npy::make_array("<u2", shape, bits);
+        a.descr = "<f2";  // the same bytes, read as float16
+        npy::write(work / file, a);
+        return (work / file).string();
+    };
+    std::vector<double> out = golden_of("output"), dk = golden_of("grad_key");
+    out[5] *= 1.001;
+    for (double& x : dk) x *= 1.001;
+    const auto roles = gradient_roles(spec);
+    check_request rq;
+    rq.golden = dir.string();
+    rq.output = save64("out.npy", out, output_shape(spec));
+    BOOST_TEST_REQUIRE((run_check(rq).overall == verdict::fail));  // alone, in float64
+    const std::string dq16 = save16("dq16.npy", golden_of("grad_query"), roles[0].second);
+    {
+        check_request g = rq;
+        g.output.clear();
+        g.gradients = {{"grad_query", dq16}};
+        BOOST_TEST_REQUIRE((run_check(g).overall == verdict::pass));  // the float16 dQ alone is correct
+    }
+    rq.gradients = {{"grad_query", dq16}};
+    const check_result both = run_check(rq);
+    BOOST_TEST((both.overall == verdict::fail), report_table(both, false));
+    const std::string json = report_json(both);
+    BOOST_TEST(json.find("\"candidate_dtype\": \"mixed\"") != std::string::npos, json);
+    BOOST_TEST(json.find("\"dtype\": \"float16\"") != std::string::npos, json);
+    BOOST_TEST(json.find("\"dtype\": \"float64\"") != std::string::npos, json);
+    BOOST_TEST(report_junit(both).find("(judged as float16)") != std::string::npos);
+    // dK: float64, 0.1% off everywhere; alone it fails, and after a float16 dQ as well.
+    check_request k;
+    k.golden = dir.string();
+    k.gradients = {{"grad_key", save64("dk.npy", dk, roles[1].second)}};
+    BOOST_TEST_REQUIRE((run_check(k).overall == verdict::fail));
+    k.gradients.insert(k.gradients.begin(), {"grad_query", dq16});
+    BOOST_TEST((run_check(k).overall == verdict::fail));
+    // --dtype judges every file in the given format.
+    rq.dtype = tol::candidate_format::float16;
+    rq.gradients.clear();
+    BOOST_TEST((run_check(rq).overall == verdict::pass));  // x1.001 is within float16's bound
+    fs::remove_all(work);
+}
+
+// A declared empty-row lse convention is checked on the lse alone (no weights given, so no
+// P = exp(S − lse) invariant): attnref's −inf in the empty rows fails under +inf, FlashAttention's
+// +inf fails under −inf, and each passes under its own convention and under any.
+BOOST_AUTO_TEST_CASE(empty_row_lse_convention_without_weights) {
+    const golden_case g = load(golden_dir / "sdpa_empty_rows_zero");
+    const std::vector<double> lse = golden_tensor(g, "lse");
+    BOOST_REQUIRE(!lse.empty());
+    std::vector<double> fa = lse;
+    std::size_t empty = 0;
+    for (double& x : fa)
+        if (std::isinf(x) && x < 0) x = INFINITY, ++empty;
+    BOOST_REQUIRE(empty > 0u);
+    auto run = [&](const std::vector<double>& l, empty_row_lse c) {
+        candidate cand;
+        cand.output = g.expected;
+        cand.lse = l;
+        check_options o;
+        o.empty_lse = c;
+        const check_result r = check(g.lc, cand, o);
+        return r.overall;
+    };
+    BOOST_TEST((run(lse, empty_row_lse::minus_inf) == verdict::pass));
+    BOOST_TEST((run(fa, empty_row_lse::plus_inf) == verdict::pass));
+    BOOST_TEST((run(lse, empty_row_lse::any) == verdict::pass));
+    BOOST_TEST((run(fa, empty_row_lse::any) == verdict::pass));
+    BOOST_TEST((run(lse, empty_row_lse::plus_inf) == verdict::fail));
+    BOOST_TEST((run(fa, empty_row_lse::minus_inf) == verdict::fail));
 }

@@ -1,0 +1,363 @@
+#pragma once
+/// \file check/gradients.hpp
+/// Judging a candidate's gradients (backward cases): the roles and their shapes (gradient_roles),
+/// attnref's own gradients of a case under a precision policy (compute_case_gradients), the
+/// data-aware bounds of backward_bounds.hpp fed with a case (gradient_bounds_for), and the verdict
+/// rows and gradient invariants (check_gradients). Each gradient is judged in its own format.
+///
+///     gradient_reference_of(case) ─→ certified gradients, grad_output, P, lse
+///                                         │
+///     candidate gradient (format g) ─ compare(gradient_bounds_for(g)) ─→ FAIL / INCONCLUSIVE
+///                                         (vacuity, decoys: 0, 2×, scale dropped) / PASS
+///     dK, dV ─→ invariants (masked keys 0, Σ_j dK_j = 0, dV = Pᵀ dO)
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attnref/backward.hpp"
+#include "attnref/backward_bounds.hpp"
+#include "attnref/formats.hpp"
+#include "attnref/invariants.hpp"
+#include "attnref/tolerance.hpp"
+#include "attnref/check/candidate.hpp"
+#include "attnref/check/forward.hpp"
+#include "attnref/check/verdict.hpp"
+#include "attnref/golden/case.hpp"
+
+namespace attnref::golden {
+
+/// The gradient roles of a case and their shapes, in report order: sdpa grad_query (B, H, Sq, dk),
+/// grad_key (B, Hkv, Sk, dk), grad_value (B, Hkv, Sk, dv); mha grad_query/key/value w.r.t. x_q, x_k,
+/// x_v ((B, Sq, E), (B, Sk, E), (B, Sk, E)), grad_w_q … grad_w_o and, with biases, grad_b_q … grad_b_o.
+inline std::vector<std::pair<std::string, std::vector<std::size_t>>> gradient_roles(const case_spec& spec) {
+    const case_shapes& d = spec.shapes;
+    if (spec.kind == case_kind::sdpa)
+        return {{"grad_query", {d.batch, d.heads, d.query_length, d.head_dim_qk}},
+                {"grad_key", {d.batch, d.kv_heads, d.key_length, d.head_dim_qk}},
+                {"grad_value", {d.batch, d.kv_heads, d.key_length, d.head_dim_v}}};
+    std::vector<std::pair<std::string, std::vector<std::size_t>>> r{
+        {"grad_query", {d.batch, d.query_length, d.model_dim}},       {"grad_key", {d.batch, d.key_length, d.model_dim}},
+        {"grad_value", {d.batch, d.key_length, d.model_dim}},         {"grad_w_q", {d.model_dim, d.heads * d.head_dim_qk}},
+        {"grad_w_k", {d.model_dim, d.kv_heads * d.head_dim_qk}},      {"grad_w_v", {d.model_dim, d.kv_heads * d.head_dim_v}},
+        {"grad_w_o", {d.heads * d.head_dim_v, d.output_dim}}};
+    if (spec.conventions.projection_bias)
+        for (auto [role, n] : {std::pair<const char*, std::size_t>{"grad_b_q", d.heads * d.head_dim_qk}, {"grad_b_k", d.kv_heads * d.head_dim_qk},
+                               {"grad_b_v", d.kv_heads * d.head_dim_v}, {"grad_b_o", d.output_dim}})
+            r.push_back({role, {n}});
+    return r;
+}
+
+/// attnref's own gradients of a case under Policy (inputs and grad_output rounded to Input first), by role.
+template <PrecisionPolicy Policy, class Input = typename Policy::storage_type>
+std::vector<std::pair<std::string, std::vector<double>>> compute_case_gradients(const case_spec& spec, const case_data& data,
+                                                                                std::span<const double> grad_output,
+                                                                                backward_algorithm algorithm = backward_algorithm::textbook,
+                                                                                std::size_t threads = 0) {
+    const case_shapes& d = spec.shapes;
+    const attention_options o = options_for(spec, data, threads, softmax_algorithm::shifted_division, 64);
+    auto flat = [](const auto& t) {
+        std::vector<double> r(t.size());
+        for (std::size_t n = 0; n < t.size(); ++n) r[n] = static_cast<double>(t[n]);
+        return r;
+    };
+    const converted_inputs<Input> in(spec, data);
+    const std::vector<Input> g = converted_inputs<Input>::convert_all(grad_output);
+    if (spec.kind == case_kind::sdpa) {
+        const auto r = scaled_dot_product_attention_backward<Policy, Input, Input, Input, Input>(
+            in.sdpa_q(), in.sdpa_k(), in.sdpa_v(), {g.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}}, o, {algorithm});
+        return {{"grad_query", flat(r.grad_query)}, {"grad_key", flat(r.grad_key)}, {"grad_value", flat(r.grad_value)}};
+    }
+    const mha_options mo{d.heads, d.kv_heads, o};
+    const auto r = multi_head_attention_backward<Policy, Input, Input, Input>(in.x_q(), in.x_k(), in.x_v(), in.params(), mo,
+                                                                              {g.data(), {d.batch, d.query_length, d.output_dim}}, {algorithm});
+    std::vector<std::pair<std::string, std::vector<double>>> out{
+        {"grad_query", flat(r.grad_x_q)}, {"grad_key", flat(r.grad_x_k)}, {"grad_value", flat(r.grad_x_v)}, {"grad_w_q", flat(r.grad_w_q)},
+        {"grad_w_k", flat(r.grad_w_k)},   {"grad_w_v", flat(r.grad_w_v)}, {"grad_w_o", flat(r.grad_w_o)}};
+    if (spec.conventions.projection_bias) {
+        out.push_back({"grad_b_q", flat(r.grad_b_q)});
+        out.push_back({"grad_b_k", flat(r.grad_b_k)});
+        out.push_back({"grad_b_v", flat(r.grad_b_v)});
+        out.push_back({"grad_b_o", flat(r.grad_b_o)});
+    }
+    return out;
+}
+
+/// What judging gradients takes from a case: grad_output, the exact forward's weights and lse, and
+/// the certified float64 gradients by role.
+struct gradient_reference {
+    std::vector<double> grad_output, weights, lse;
+    std::vector<std::pair<std::string, std::vector<double>>> certified;
+    const std::vector<double>* find(const std::string& role) const {
+        for (const auto& [r, v] : certified)
+            if (r == role) return &v;
+        return nullptr;
+    }
+};
+
+namespace check_detail {
+/// attnref's own gradients in the candidate's format (the baseline rule's "naive" implementation):
+/// float64, float32, and bf16/fp16 storage with float32 accumulation.
+inline std::vector<std::pair<std::string, std::vector<double>>> naive_gradients(const case_spec& spec, const case_data& data,
+                                                                               std::span<const double> g, tol::candidate_format f) {
+    switch (f) {
+        case tol::candidate_format::float64: return compute_case_gradients<uniform_precision<double>>(spec, data, g);
+        case tol::candidate_format::float32: return compute_case_gradients<uniform_precision<float>>(spec, data, g);
+        case tol::candidate_format::bfloat16:
+            return compute_case_gradients<precision_policy<formats::bfloat16, float, formats::bfloat16, formats::bfloat16>>(spec, data, g);
+        case tol::candidate_format::float16:
+            return compute_case_gradients<precision_policy<formats::float16, float, formats::float16, formats::float16>>(spec, data, g);
+    }
+    return {};
+}
+/// Whether every input (and grad_output) of the case is a value of format f (else the candidate
+/// rounds them first, and the bound carries that rounding: u_inputs).
+inline bool inputs_representable(const case_data& data, std::span<const double> g, tol::candidate_format f) {
+    for (const std::vector<double>* v : {&data.query, &data.key, &data.value, &data.w_q, &data.w_k, &data.w_v, &data.w_o, &data.b_q,
+                                         &data.b_k, &data.b_v, &data.b_o})
+        for (double x : *v)
+            if (std::isfinite(x) && tol::round_to(f, x) != x) return false;
+    for (double x : g)
+        if (std::isfinite(x) && tol::round_to(f, x) != x) return false;
+    return true;
+}
+inline std::vector<double> flat_of(const auto& t) { return std::vector<double>(t.data(), t.data() + t.size()); }
+}  // namespace check_detail
+
+/// The data-aware bounds (backward_bounds.hpp) of every gradient role for a candidate in format f,
+/// plus the certified reference's own rounding (2^-53 relative).
+inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_for(const case_spec& spec, const case_data& data,
+                                                                                    const gradient_reference& ref, tol::candidate_format f,
+                                                                                    std::optional<backward_algorithm> declared = std::nullopt) {
+    namespace cd = check_detail;
+    const case_shapes& d = spec.shapes;
+    const double u = tol::accumulate_roundoff(f), u_fmt = tol::unit_roundoff(f);
+    const double us = u_fmt > u ? u_fmt : 0;  // bf16/fp16 storage with float32 accumulation: (B7)
+    const double u_in = cd::inputs_representable(data, ref.grad_output, f) ? 0 : u_fmt;
+    const case_views c = views_of(spec, data);
+    const tensor_view<const double, 4> w = c.weights(ref.weights);
+    const tensor_view<const double, 3> lse{ref.lse.data(), {d.batch, d.heads, d.query_length}};
+    std::vector<std::pair<std::string, std::vector<double>>> r;
+    if (c.sdpa()) {
+        const tensor_view<const double, 4> g{ref.grad_output.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}};
+        const sdpa_gradient_bounds b = sdpa_gradient_first_order_bounds_rounded_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, us, u_in, declared);
+        r = {{"grad_query", cd::flat_of(b.grad_query)}, {"grad_key", cd::flat_of(b.grad_key)}, {"grad_value", cd::flat_of(b.grad_value)}};
+    } else {
+        const tensor_view<const double, 3> g{ref.grad_output.data(), {d.batch, d.query_length, d.output_dim}};
+        const mha_gradient_bounds b = mha_gradient_first_order_bounds(c.x_q, c.x_k, c.x_v, c.w, c.mo, g, w, lse, u, us, us, u_in, declared);
+        r = {{"grad_query", cd::flat_of(b.grad_x_q)}, {"grad_key", cd::flat_of(b.grad_x_k)}, {"grad_value", cd::flat_of(b.grad_x_v)},
+             {"grad_w_q", cd::flat_of(b.grad_w_q)},   {"grad_w_k", cd::flat_of(b.grad_w_k)}, {"grad_w_v", cd::flat_of(b.grad_w_v)},
+             {"grad_w_o", cd::flat_of(b.grad_w_o)},   {"grad_b_q", cd::flat_of(b.grad_b_q)}, {"grad_b_k", cd::flat_of(b.grad_b_k)},
+             {"grad_b_v", cd::flat_of(b.grad_b_v)},   {"grad_b_o", cd::flat_of(b.grad_b_o)}};
+    }
+    for (auto& [role, bounds] : r)
+        if (const std::vector<double>* e = ref.find(role))
+            for (std::size_t n = 0; n < bounds.size() && n < e->size(); ++n) bounds[n] += 0x1p-53 * std::fabs((*e)[n]);  // the reference's rounding
+    return r;
+}
+
+/// Judges the candidate's gradients (tensor rows, one per role given, each in its own format:
+/// gradient_tensor::format, else f) and the gradient invariants into `res` under the data-aware
+/// model (default) or FlashAttention's baseline rule.
+inline void check_gradients(const case_spec& spec, const case_data& data, const gradient_reference& ref, std::span<const gradient_tensor> got,
+                            tol::candidate_format f, tol::tolerance_model model, check_result& res,
+                            std::optional<backward_algorithm> declared = std::nullopt) {
+    namespace cd = check_detail;
+    if (model != tol::tolerance_model::data_aware && model != tol::tolerance_model::baseline)
+        throw data_error(std::string("command line: --tolerance: ") + std::string(tol::model_name(model)) +
+                         " is not available for gradients (data-aware or baseline)");
+    const auto roles = gradient_roles(spec);
+    auto shape_of = [&](const std::string& role) -> const std::vector<std::size_t>* {
+        for (const auto& [r, s] : roles)
+            if (r == role) return &s;
+        return nullptr;
+    };
+    // Bounds and the baseline's naive gradients depend on the format a tensor is judged in: each
+    // tensor is judged in its own (gradient_tensor::format, else f); computed once per format.
+    using role_values = std::vector<std::pair<std::string, std::vector<double>>>;
+    std::map<tol::candidate_format, role_values> bounds_by_format, naive_by_format;
+    auto bounds_in = [&](tol::candidate_format g) -> const role_values& {
+        auto it = bounds_by_format.find(g);
+        if (it == bounds_by_format.end()) it = bounds_by_format.emplace(g, gradient_bounds_for(spec, data, ref, g, declared)).first;
+        return it->second;
+    };
+    std::map<std::string, tol::candidate_format> format_of;
+    auto find = [](const auto& list, const std::string& role) -> const std::vector<double>* {
+        for (const auto& [r, v] : list)
+            if (r == role) return &v;
+        return nullptr;
+    };
+    const double scale = spec.conventions.scale ? std::fabs(*spec.conventions.scale)
+                                                : 1 / std::sqrt(static_cast<double>(spec.shapes.head_dim_qk));
+    std::map<std::string, std::span<const double>> given;
+    for (const gradient_tensor& t : got) {
+        const std::vector<std::size_t>* shape = shape_of(t.role);
+        if (!shape) throw data_error("command line: --" + flag_of(t.role) + ": not a gradient of the " + std::string(spec.kind == case_kind::sdpa ? "sdpa" : "mha") + " case " + spec.name);
+        const std::vector<double>* expected = ref.find(t.role);
+        if (!expected) throw data_error("case " + spec.name + ": no certified gradient '" + t.role + "' in its manifest");
+        std::size_t n = 1;
+        for (std::size_t e : *shape) n *= e;
+        if (t.values.size() != n || expected->size() != n)
+            throw data_error("candidate " + t.role + ": " + std::to_string(t.values.size()) + " values, the case " + spec.name + " needs " +
+                             std::to_string(n) + " (shape " + shape_text(*shape) + ")");
+        given[t.role] = t.values;
+        const tol::candidate_format tf = t.format.value_or(f);
+        format_of[t.role] = tf;
+        std::vector<double> b;
+        if (model == tol::tolerance_model::data_aware) {
+            b = *find(bounds_in(tf), t.role);
+        } else {  // FlashAttention's rule, one number per tensor (tol::baseline_bound)
+            auto it = naive_by_format.find(tf);
+            if (it == naive_by_format.end()) it = naive_by_format.emplace(tf, cd::naive_gradients(spec, data, ref.grad_output, tf)).first;
+            b.assign(n, tol::baseline_bound(*expected, *find(it->second, t.role), tf));
+        }
+        const std::size_t row = shape->back();
+        // grad_b_k is exactly 0 (a key bias shifts a row's logits alike): its scale is grad_w_k's.
+        double fixed_scale = 0;
+        if (t.role == "grad_b_k")
+            if (const std::vector<double>* wk = ref.find("grad_w_k"))
+                for (double x : *wk) fixed_scale = std::max(fixed_scale, std::isfinite(x) ? std::fabs(x) : 0.0);
+        const tol::comparison cmp = tol::compare(t.values, *expected, tf, [&](std::size_t e) { return b[e]; });
+        const tol::vacuity vac = tol::find_vacuous(*expected, shape->size() == 1 ? n : row, [&](std::size_t e) { return b[e]; }, fixed_scale);
+        tensor_report tr = judged(t.role, cmp, vac, fixed_scale > 0 ? "max |grad_w_k|" : "row scale max|expected|", tf);
+        if (tr.verdict == verdict::pass) {
+            // Decoys: a grossly wrong gradient (0, twice the gradient, the gradient with the scale dropped).
+            std::vector<decoy> decoys;
+            decoys.push_back({"zero gradient", std::vector<double>(n, 0.0)});
+            std::vector<double> twice(*expected), unscaled(*expected);
+            for (double& x : twice) x *= 2;
+            for (double& x : unscaled) x /= scale;
+            decoys.push_back({"twice the gradient", twice});
+            if (scale != 1) decoys.push_back({"the gradient with the scale dropped", unscaled});
+            if (const decoy* p = passing_decoy(decoys, *expected, tf, b, shape->size() == 1 ? n : row)) {
+                tr.verdict = verdict::inconclusive;
+                tr.note = "the bound admits a trivially wrong gradient (" + p->name + "); a pass would prove nothing";
+            }
+        }
+        if (model == tol::tolerance_model::data_aware && t.role == "grad_query" && attnref::detail::textbook_bound_applies(declared, views_of(spec, data).o))
+            tr.note += std::string(tr.note.empty() ? "" : "; ") + "bound (B5t) of the declared textbook backward";
+        if (spec.shapes.heads != spec.shapes.kv_heads && (t.role == "grad_key" || t.role == "grad_value"))
+            tr.note += std::string(tr.note.empty() ? "" : "; ") + "GQA: the sum over the group is checked by this comparison with the certified values";
+        res.tensors.push_back(std::move(tr));
+    }
+    if (spec.kind != case_kind::sdpa) return;  // the invariants below are on SDPA's dK, dV
+    const case_shapes& d = spec.shapes;
+    const std::size_t group = d.heads / d.kv_heads, sq = d.query_length, sk = d.key_length, dk = d.head_dim_qk, dv = d.head_dim_v;
+    const case_views c = views_of(spec, data);
+    const empty_row_policy policy = spec.conventions.empty_rows;
+    auto masked_for_group = [&](std::size_t b, std::size_t hk, std::size_t j) {
+        for (std::size_t h = hk * group; h < (hk + 1) * group; ++h)
+            for (std::size_t i = 0; i < sq; ++i)
+                if (!structurally_masked(c.o.mask, b, h, i, j, sq, sk)) return false;
+        return true;
+    };
+    const auto dK = given.find("grad_key"), dV = given.find("grad_value");
+    if (policy == empty_row_policy::zero && (dK != given.end() || dV != given.end())) {
+        invariant_report r;
+        r.name = "dK, dV of fully masked keys exactly 0";
+        for (std::size_t b = 0; b < d.batch; ++b)
+            for (std::size_t hk = 0; hk < d.kv_heads; ++hk)
+                for (std::size_t j = 0; j < sk; ++j) {
+                    if (!masked_for_group(b, hk, j)) continue;
+                    double worst = 0;
+                    if (dK != given.end())
+                        for (std::size_t x = 0; x < dk; ++x) {
+                            const double y = dK->second[((b * d.kv_heads + hk) * sk + j) * dk + x];
+                            worst = std::isnan(y) ? std::numeric_limits<double>::infinity() : std::max(worst, std::fabs(y));
+                        }
+                    if (dV != given.end())
+                        for (std::size_t x = 0; x < dv; ++x) {
+                            const double y = dV->second[((b * d.kv_heads + hk) * sk + j) * dv + x];
+                            worst = std::isnan(y) ? std::numeric_limits<double>::infinity() : std::max(worst, std::fabs(y));
+                        }
+                    r.record(worst == 0, worst, 0, {b, hk, j, 0});
+                }
+        res.invariants.push_back(r);
+    }
+    const bool nan_rows = policy == empty_row_policy::nan && std::any_of(ref.weights.begin(), ref.weights.end(), [](double x) { return std::isnan(x); });
+    if (dK != given.end() && !spec.conventions.softcap && !nan_rows) {
+        // Σ_j dK_jc = s Σ_i (Σ_j dS_ij) q_ic = 0: within the sum of the elements' bounds (data-aware).
+        const std::vector<double>& bk = *find(bounds_in(format_of.at("grad_key")), "grad_key");
+        const std::vector<double>& ek = *ref.find("grad_key");  // the certified dK: the invariant's scale
+        invariant_report r;
+        r.name = "sum over keys of dK = 0";
+        for (std::size_t b = 0; b < d.batch; ++b)
+            for (std::size_t hk = 0; hk < d.kv_heads; ++hk)
+                for (std::size_t x = 0; x < dk; ++x) {
+                    double sum = 0, magnitude = 0, bound = 0, terms = 0;
+                    for (std::size_t j = 0; j < sk; ++j) {
+                        const std::size_t e = ((b * d.kv_heads + hk) * sk + j) * dk + x;
+                        sum += dK->second[e];
+                        magnitude += std::fabs(dK->second[e]);
+                        bound += bk[e];
+                        terms += std::fabs(ek[e]);
+                    }
+                    bound += static_cast<double>(sk + 1) * 0x1p-53 * magnitude;  // this double sum's own rounding
+                    // Vacuous when the bound reaches Σ_j |dK_jc| (the size of the terms summed): then any dK
+                    // column of that size would satisfy it.
+                    if (!(bound < terms) && terms > 0) r.vacuous = true;
+                    r.record(std::fabs(sum) <= bound, std::fabs(sum), bound, {b, hk, x, 0});
+                }
+        res.invariants.push_back(r);
+    }
+    if (dV != given.end() && !nan_rows) {
+        // dV_j = Σ_{h in group} Σ_i P_ij dO_i with the certified P, within dV's bound (plus this sum's rounding).
+        const std::vector<double>& bv = *find(bounds_in(format_of.at("grad_value")), "grad_value");
+        const std::vector<double>& ev = *ref.find("grad_value");
+        invariant_report r;
+        r.name = "dV = P^T dO (certified P)";
+        for (std::size_t b = 0; b < d.batch; ++b)
+            for (std::size_t hk = 0; hk < d.kv_heads; ++hk)
+                for (std::size_t j = 0; j < sk; ++j)
+                    for (std::size_t x = 0; x < dv; ++x) {
+                        double acc = 0, magnitude = 0;
+                        for (std::size_t h = hk * group; h < (hk + 1) * group; ++h)
+                            for (std::size_t i = 0; i < sq; ++i) {
+                                const double p = ref.weights[((b * d.heads + h) * sq + i) * sk + j];
+                                const double g = ref.grad_output[((b * d.heads + h) * sq + i) * dv + x];
+                                acc += p * g;
+                                magnitude += std::fabs(p * g);
+                            }
+                        const std::size_t e = ((b * d.kv_heads + hk) * sk + j) * dv + x;
+                        const double bound = bv[e] + static_cast<double>(group * sq + 3) * 0x1p-53 * magnitude;
+                        const double dev = std::isnan(dV->second[e]) ? std::numeric_limits<double>::infinity() : std::fabs(dV->second[e] - acc);
+                        // Vacuous where the bound reaches the row's scale max_c |dV_jc| (find_vacuous's rule).
+                        double row_scale = 0;
+                        for (std::size_t y = 0; y < dv; ++y)
+                            row_scale = std::max(row_scale, std::fabs(ev[((b * d.kv_heads + hk) * sk + j) * dv + y]));
+                        if (!(bound < row_scale) && row_scale > 0) r.vacuous = true;
+                        r.record(dev <= bound, dev, bound, {b, hk, j, x});
+                    }
+        res.invariants.push_back(r);
+    }
+}
+
+/// A loaded case's gradient_reference (grad_output, certified gradients, weights, lse); data_error
+/// when the case has no certified gradients.
+inline gradient_reference gradient_reference_of(const loaded_case& lc) {
+    const case_spec& spec = lc.m.spec;
+    gradient_reference r;
+    const tensor_entry* g = lc.entry("grad_output");
+    if (!g) throw data_error((lc.dir / "manifest.json").string() + ": field 'tensors': no tensor with role 'grad_output' (the case " + spec.name + " has no certified gradients)");
+    r.grad_output = lc.reference(*g);
+    for (const auto& [role, shape] : gradient_roles(spec))
+        if (const tensor_entry* t = lc.entry(role)) r.certified.push_back({role, lc.reference(*t)});
+    r.weights = reference_weights(lc);
+    if (const tensor_entry* t = lc.entry("lse")) r.lse = lc.reference(*t);
+    else {
+        case_spec s = spec;
+        s.outputs.weights = false;
+        s.outputs.lse = true;
+        const auto o = compute_case<uniform_precision<double>>(s, lc.data, 0);
+        r.lse.assign(o.lse.data(), o.lse.data() + o.lse.size());
+    }
+    return r;
+}
+
+}  // namespace attnref::golden
