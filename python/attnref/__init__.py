@@ -594,7 +594,8 @@ def check(case: Any, output: Any = None, *, weights: Any = None, lse: Any = None
     and ``lse`` (B, H, Sq)): arrays in the case's shapes. ``dtype``: the candidate's format
     ("float64", "float32", "bfloat16", "float16"); default: from the arrays' dtype, as
     ``attnref check`` reads it from the files (float64, float32, float16 arrays; bfloat16 torch
-    tensors); arrays of different formats, or of another dtype, need ``dtype=``. ``tolerance``: the model
+    tensors), each array judged in its own format; arrays of another dtype need ``dtype=``, which
+    then applies to all. ``tolerance``: the model
     (``attnref.testing`` lists them; default "data-aware"). ``empty_row_lse``: the lse your kernel
     writes for fully masked rows ("-inf", "+inf" as FlashAttention 2/3, or "any").
     Backward cases (``golden/*_bwd_*``): gradients by role as keywords — ``grad_query``, ``grad_key``,
@@ -632,21 +633,20 @@ def check(case: Any, output: Any = None, *, weights: Any = None, lse: Any = None
         else:
             a, implied = _candidate(x, n)
         arrays[n], formats[n] = a, implied
+    own: Dict[str, str] = {}
     if dtype is None:
-        implied = set(formats.values())
-        if None in implied:
+        # Each array is judged in its own format, as `attnref check` judges each file in its own.
+        if None in formats.values():
             unknown = next(n for n, f in formats.items() if f is None)
             raise TypeError(f"dtype: cannot tell the format of {unknown} from its dtype; pass dtype='float32' "
                             "(or float64, bfloat16, float16)")
-        if len(implied) > 1:
-            raise ValueError("dtype: the arrays hold different formats (" +
-                             ", ".join(f"{n} {f}" for n, f in formats.items()) + "); pass dtype= to name the one to judge in")
-        fmt = implied.pop()
+        fmt = formats[given[0][0]]
+        own = {n: f for n, f in formats.items() if f != fmt}
     else:
         fmt = _format(dtype, None)
     grads = [(role, arrays[role]) for role in gradients if role in arrays]
     result = _attnref._check(path, arrays.get("output"), arrays.get("weights"), arrays.get("lse"), fmt, tolerance,
-                             empty_row_lse, grads, "unknown" if backward_algorithm is None else backward_algorithm)
+                             empty_row_lse, grads, "unknown" if backward_algorithm is None else backward_algorithm, own)
     return Verdict(*result)
 
 

@@ -35,8 +35,17 @@ def test_check_takes_the_format_from_the_arrays():
     assert "float32" in v.text
     assert attnref.check(case, exact).verdict == "PASS"
     assert attnref.check(case, out32, dtype="float64").verdict == "FAIL"  # an explicit dtype still decides
-    with pytest.raises(ValueError, match="dtype: .*different formats"):
-        attnref.check(case, out32, lse=np.zeros((1, 1, 1)))
+    # Arrays of different formats: each judged in its own, as `attnref check` judges each file.
+    lse64 = np.load(os.path.join(case, "lse.npy"))
+    v = attnref.check(case, out32, lse=lse64)
+    assert v.verdict == "PASS", v.text
+    assert "float32" in v.text and "float64" in v.text
+    bwd = os.path.join(GOLDEN, "sdpa_bwd_gqa")
+    wrong = np.load(os.path.join(bwd, "output.npy")).copy()
+    wrong.flat[0] *= 1.001  # a float64 output 0.1% off in one element
+    dq16 = np.load(os.path.join(bwd, "grad_query.npy")).astype(np.float16)  # a correct float16 dQ
+    assert attnref.check(bwd, wrong).verdict == "FAIL"
+    assert attnref.check(bwd, wrong, grad_query=dq16).verdict == "FAIL"  # the float16 dQ must not widen the output's bound
     with pytest.raises(TypeError, match="dtype"):
         attnref.check(case, out32.astype(np.int32))
 
