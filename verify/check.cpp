@@ -97,7 +97,7 @@ void register_check(CLI::App& app) {
     c->add_option("--json", a->json, "also write the report as JSON");
     c->add_option("--junit", a->junit, "also write the report as JUnit XML");
     c->add_flag("--force", a->force, "overwrite existing --json/--junit files (never an input)");
-    c->add_option("--max-memory", a->max_memory, "refuse cases estimated to need more memory (bytes, K/M/G/T suffix; default 4G)");
+    c->add_option("--max-memory", a->max_memory, "refuse cases estimated to need more memory (bytes, K/M/G/T suffix; default: half the machine's memory, at least 4G)");
     c->callback([a, c] {
         check_request rq;
         rq.golden = a->golden;

@@ -362,7 +362,7 @@ void register_generate(CLI::App& app) {
                   "regenerate the one case in this directory from its own manifest (a 'files' case from its stored "
                   "inputs, sha256-checked) and compare (--verify) or write it there (or into --out/NAME)");
     g->add_option("--max-memory", a->max_memory,
-                  "refuse cases estimated to need more memory (bytes, K/M/G/T suffix; default 4G; the estimate is the chosen "
+                  "refuse cases estimated to need more memory (bytes, K/M/G/T suffix; default: half the machine's memory, at least 4G; the estimate is the chosen "
                   "--method's, docs/hostile.md)");
     auto* adhoc = "Ad-hoc case";
     g->add_option("--name", a->name, "ad-hoc case name ([a-z0-9_]); enables the flags below")->group(adhoc);

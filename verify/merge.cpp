@@ -275,7 +275,7 @@ void register_merge(CLI::App& app) {
     m->add_option("--threads", a->threads, "threads for re-certifying the cases (0 = all cores); results do not depend on it")
         ->check(unsigned_text())->capture_default_str();
     m->add_option("--max-memory", a->max_memory,
-                  "refuse cases whose re-certification is estimated to need more memory (bytes, K/M/G/T suffix; default 4G)");
+                  "refuse cases whose re-certification is estimated to need more memory (bytes, K/M/G/T suffix; default: half the machine's memory, at least 4G)");
     m->callback([a] { run_merge(*a); });
 }
 

@@ -152,7 +152,7 @@ void register_run(CLI::App& app) {
     r->add_option("--softmax", a->softmax, "naive, shifted_division, division_free or online")->capture_default_str();
     r->add_option("--block", a->block, "online softmax block size (keys per block)")->check(unsigned_text())->capture_default_str();
     r->add_option("--threads", a->threads, "threads (0 = all cores)")->check(unsigned_text())->capture_default_str();
-    r->add_option("--max-memory", a->max_memory, "refuse cases estimated to need more memory (bytes, K/M/G/T suffix; default 4G)");
+    r->add_option("--max-memory", a->max_memory, "refuse cases estimated to need more memory (bytes, K/M/G/T suffix; default: half the machine's memory, at least 4G)");
     r->add_option("--backward-algorithm", a->backward, "gradient cases: textbook (dS from the stored P) or flash (FlashAttention-2: D = rowsum(dO∘O), P recomputed)")
         ->capture_default_str();
     r->add_flag("--float64", a->float64, "write every tensor as float64 '<f8' instead");

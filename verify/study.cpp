@@ -476,7 +476,7 @@ void register_study(CLI::App& app) {
     s->add_flag("--positive-values", f->positive_values, "values uniform on [0, 1)");
     s->add_option("--threads", f->threads, "worker threads (0: all cores); results do not depend on it")->check(unsigned_text());
     s->add_option("--max-memory", f->max_memory,
-                  "refuse a study estimated to need more memory (bytes, K/M/G/T suffix; default 4G; the points running at once)");
+                  "refuse a study estimated to need more memory (bytes, K/M/G/T suffix; default: half the machine's memory, at least 4G; the points running at once)");
     s->add_option("--plot-script", f->plot_script, "plot script (default: share/attnref/tools/plot_study.py beside the attnref executable)");
     s->add_flag("--no-plot", f->no_plot, "do not draw plots");
     s->add_option("--reproduce", f->reproduce, "reproduce a published result: pcast-fp8 or flash-bf16 (docs/studies-reproduced.md)");

@@ -37,8 +37,29 @@ __all__ = ["sdpa", "mha", "Reference", "UncertifiedError", "MemoryLimitError", "
 
 #: The largest int an option (window sides, key lengths, heads, threads, offsets) accepts: 2**53.
 _MAX_INT = 2**53
-#: ``max_memory``'s default, bytes: 4 GiB, as the command line's ``--max-memory``.
-DEFAULT_MAX_MEMORY = 4 << 30
+
+
+def _default_max_memory() -> int:
+    """The command line's default ``--max-memory``: half the machine's physical memory, at least
+    4 GiB, never above the process's address-space limit (RLIMIT_AS) when one is set."""
+    limit = 4 << 30
+    try:
+        limit = max(limit, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2)
+    except (ValueError, OSError, AttributeError):
+        pass
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            limit = min(limit, soft)
+    except (ImportError, OSError, ValueError):
+        pass
+    return limit
+
+
+#: ``max_memory``'s default, bytes, as the command line's ``--max-memory``: half the machine's
+#: physical memory, at least 4 GiB (12 GiB on a 24 GiB machine), capped by RLIMIT_AS.
+DEFAULT_MAX_MEMORY = _default_max_memory()
 
 
 class MemoryLimitError(ValueError, MemoryError):
@@ -438,7 +459,7 @@ def sdpa(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale: Optional[float] = N
     Inputs must be exactly representable in float64 (float16/32/64, integers up to 2**53 in
     magnitude); a long double or int64 value that float64 would round is a ValueError naming the
     argument and index. The head dimension dk must be at least 1. ``max_memory`` (bytes, or a
-    string such as "8G"; default 4 GiB): a call whose estimated memory exceeds it raises
+    string such as "8G"; default half the machine's memory, at least 4 GiB): a call whose estimated memory exceeds it raises
     attnref.MemoryLimitError (a ValueError and MemoryError) with the estimate, before computing.
 
     ``grad_output`` (dO, the output's shape; arith="certified" only): also the certified gradients

@@ -168,9 +168,9 @@ def test_memory_is_estimated_and_refused_up_front():
             attnref.sdpa(q, q, q, arith=arith, max_memory="1G")
         one_line(e)
         assert isinstance(e.value, ValueError) and isinstance(e.value, MemoryError)
-    big = np.zeros((1, 1, 30000, 2))
+    big = np.zeros((1, 1, 300000, 2))
     with pytest.raises(attnref.MemoryLimitError, match="max_memory"):
-        attnref.sdpa(big, big, big)  # the default limit, 4 GiB: 9e8 weights at 9 bytes exceed it
+        attnref.sdpa(big, big, big)  # 9e10 weights at 9 bytes exceed any default limit (half the machine, at least 4 GiB)
     for bad in (0, -1, "4X", "", 1.5, True):
         with pytest.raises((TypeError, ValueError), match="max_memory"):
             attnref.sdpa(Q, K, V, max_memory=bad)

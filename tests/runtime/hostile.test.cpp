@@ -252,7 +252,7 @@ BOOST_AUTO_TEST_CASE(memory_estimate_names_the_field) {
     BOOST_TEST(contains(error_of([&] { v::check_case_memory(m.spec, "m.json"); }), "m.json: field 'shapes': the case would need about"));
     v::set_max_memory(std::uint64_t{128} << 30);
     BOOST_TEST(error_of([&] { v::check_case_memory(m.spec, "m.json"); }) == "(no error)");
-    v::set_max_memory(v::default_max_memory);
+    v::set_max_memory(v::default_max_memory());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -4,9 +4,8 @@
 /// `check` can use), from the shapes alone and before anything is allocated; `generate`'s is
 /// golden/generate.hpp's generate_memory_estimate (it needs MPFR's sizes). Each estimate counts
 /// what the command holds at its peak, saturates at 2^64 − 1, and adds command_program_bytes for
-/// the process itself. The limit they are compared with is max_memory() (safe_io.hpp: 4 GiB unless
-/// --max-memory says otherwise; a fixed default, so that a command's exit code does not depend on
-/// the machine it runs on).
+/// the process itself. The limit they are compared with is max_memory() (safe_io.hpp: half the
+/// machine's physical memory, at least 4 GiB, capped by RLIMIT_AS, unless --max-memory sets it).
 
 #include <algorithm>
 #include <cstdint>

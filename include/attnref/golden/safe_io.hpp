@@ -24,6 +24,7 @@
 #include <stdexcept>
 
 // Used by the definitions below.
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -32,6 +33,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
@@ -55,8 +57,13 @@ inline constexpr std::size_t max_json_bytes = std::size_t{16} << 20;
 /// Deepest nesting of JSON arrays and objects accepted (a manifest needs 5 levels): deeper input is
 /// refused by a non-recursive pre-pass before any recursive code (JSON DOM, error formatting) sees it.
 inline constexpr std::size_t max_json_depth = 64;
-/// Default limit on the memory one case may make a command spend: 4 GiB (--max-memory raises it).
-inline constexpr std::uint64_t default_max_memory = std::uint64_t{4} << 30;
+/// The floor of the default memory limit: 4 GiB.
+inline constexpr std::uint64_t min_default_max_memory = std::uint64_t{4} << 30;
+/// Default limit on the memory one case may make a command spend (--max-memory overrides it): half
+/// of the machine's physical memory, at least 4 GiB, and never above the process's address-space
+/// limit (RLIMIT_AS) when one is set — an estimate above that could not be allocated anyway. On a
+/// 24 GiB machine without an address-space limit: 12 GiB.
+inline std::uint64_t default_max_memory();
 
 /// The process-wide memory limit for a case (bytes), set from --max-memory.
 inline std::uint64_t max_memory();
@@ -117,7 +124,7 @@ inline bool same_file(const std::filesystem::path& a, const std::filesystem::pat
 
 
 namespace safe_io_detail {
-inline std::atomic<std::uint64_t> memory_limit{default_max_memory};
+inline std::atomic<std::uint64_t> memory_limit{0};  ///< 0: not set, default_max_memory() applies
 
 inline std::string gib(std::uint64_t bytes) {
     char buffer[64];
@@ -139,7 +146,18 @@ inline std::uint64_t sat_count(const std::vector<std::size_t>& shape) {
     return n;
 }
 }  // namespace safe_io_detail
-inline std::uint64_t max_memory() { return safe_io_detail::memory_limit.load(); }
+inline std::uint64_t default_max_memory() {
+    std::uint64_t limit = min_default_max_memory;
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && page > 0) limit = std::max(limit, safe_io_detail::sat_mul(std::uint64_t(pages), std::uint64_t(page)) / 2);
+    struct rlimit as {};
+    if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) limit = std::min(limit, std::uint64_t(as.rlim_cur));
+    return limit;
+}
+inline std::uint64_t max_memory() {
+    const std::uint64_t set = safe_io_detail::memory_limit.load();
+    return set ? set : default_max_memory();
+}
 inline void set_max_memory(std::uint64_t bytes) { safe_io_detail::memory_limit.store(bytes); }
 
 inline std::uint64_t parse_memory_size(const std::string& text, const std::string& flag) {
