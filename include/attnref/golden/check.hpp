@@ -48,6 +48,9 @@ struct check_options {
     /// normalised P) lets dQ's bound centre the keys ((B5t), docs/backward.md); flash or unknown keep
     /// (B5), valid for any algorithm. A false declaration can only make a correct kernel FAIL.
     std::optional<backward_algorithm> declared_backward;
+    /// A declared precision policy (attnref check --policy NAME): the data-aware bounds follow its
+    /// roundoffs instead of the candidate format's defaults. nullopt: the format's bound, valid for any kernel of it.
+    std::optional<tolerance::policy_roundoffs> policy;
 };
 
 /// A candidate in memory: its outputs as doubles in C order with the case's shapes (output_shape,
@@ -74,6 +77,7 @@ struct check_request {
     /// The lse the candidate writes for rows whose keys are all masked (FlashAttention 2/3: +inf).
     empty_row_lse empty_lse = empty_row_lse::minus_inf;
     std::optional<backward_algorithm> declared_backward;  ///< as check_options::declared_backward
+    std::optional<tolerance::policy_roundoffs> policy;    ///< as check_options::policy
 };
 
 /// The three verdicts. PASS: no element exceeds its bound, every bound is meaningful and the
@@ -198,12 +202,14 @@ struct gradient_reference {
 /// plus the certified reference's own rounding (2^-53 relative).
 inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_for(const case_spec& spec, const case_data& data,
                                                                                     const gradient_reference& ref, tolerance::candidate_format f,
-                                                                                    std::optional<backward_algorithm> declared = std::nullopt);
+                                                                                    std::optional<backward_algorithm> declared = std::nullopt,
+                                                                                    const std::optional<tolerance::policy_roundoffs>& policy = std::nullopt);
 /// Judges the candidate's gradients (tensor rows, one per role given) and the gradient invariants
 /// into `res` under the data-aware model (default) or FlashAttention's baseline rule.
 inline void check_gradients(const case_spec& spec, const case_data& data, const gradient_reference& ref,
                             std::span<const gradient_tensor> got, tolerance::candidate_format f, tolerance::tolerance_model model,
-                            check_result& res, std::optional<backward_algorithm> declared = std::nullopt);
+                            check_result& res, std::optional<backward_algorithm> declared = std::nullopt,
+                            const std::optional<tolerance::policy_roundoffs>& declared_policy = std::nullopt);
 /// A loaded case's gradient_reference (grad_output, certified gradients, weights, lse); data_error
 /// when the case has no certified gradients.
 inline gradient_reference gradient_reference_of(const loaded_case& lc);
@@ -430,10 +436,11 @@ inline void decide(check_result& r) {
     r.passed = r.overall == verdict::pass;
 }
 
-inline tol::data_aware_scales data_aware_scales_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights) {
+inline tol::data_aware_scales data_aware_scales_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights,
+                                                   bool inputs_exact = false) {
     const case_views c = views_of(spec, data);
-    return c.sdpa() ? tol::sdpa_scales(c.q, c.k, c.v, c.weights(weights), c.o)
-                    : tol::mha_scales(c.x_q, c.x_k, c.x_v, c.w, c.weights(weights), c.mo);
+    return c.sdpa() ? tol::sdpa_scales(c.q, c.k, c.v, c.weights(weights), c.o, inputs_exact)
+                    : tol::mha_scales(c.x_q, c.x_k, c.x_v, c.w, c.weights(weights), c.mo, inputs_exact);
 }
 
 inline tol::worst_case_scales worst_case_scales_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights) {
@@ -570,11 +577,13 @@ inline std::vector<double> flat_of(const auto& t) { return std::vector<double>(t
 
 inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_for(const case_spec& spec, const case_data& data,
                                                                                     const gradient_reference& ref, tol::candidate_format f,
-                                                                                    std::optional<backward_algorithm> declared) {
+                                                                                    std::optional<backward_algorithm> declared,
+                                                                                    const std::optional<tol::policy_roundoffs>& policy) {
     namespace cd = check_detail;
     const case_shapes& d = spec.shapes;
-    const double u = tol::accumulate_roundoff(f), u_fmt = tol::unit_roundoff(f);
+    const double u = policy ? policy->accumulate : tol::accumulate_roundoff(f), u_fmt = policy ? std::max(policy->storage, policy->output) : tol::unit_roundoff(f);
     const double us = u_fmt > u ? u_fmt : 0;  // bf16/fp16 storage with float32 accumulation: (B7)
+    const double uw = policy ? (policy->weights > u ? policy->weights : 0) : us;  // P stored before dV = Pᵀ·dO
     const double u_in = cd::inputs_representable(data, ref.grad_output, f) ? 0 : u_fmt;
     const case_views c = views_of(spec, data);
     const tensor_view<const double, 4> w = c.weights(ref.weights);
@@ -582,11 +591,11 @@ inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_
     std::vector<std::pair<std::string, std::vector<double>>> r;
     if (c.sdpa()) {
         const tensor_view<const double, 4> g{ref.grad_output.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}};
-        const sdpa_gradient_bounds b = sdpa_gradient_first_order_bounds_rounded_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, us, u_in, declared);
+        const sdpa_gradient_bounds b = sdpa_gradient_first_order_bounds_rounded_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, uw, u_in, declared);
         r = {{"grad_query", cd::flat_of(b.grad_query)}, {"grad_key", cd::flat_of(b.grad_key)}, {"grad_value", cd::flat_of(b.grad_value)}};
     } else {
         const tensor_view<const double, 3> g{ref.grad_output.data(), {d.batch, d.query_length, d.output_dim}};
-        const mha_gradient_bounds b = mha_gradient_first_order_bounds(c.x_q, c.x_k, c.x_v, c.w, c.mo, g, w, lse, u, us, us, u_in, declared);
+        const mha_gradient_bounds b = mha_gradient_first_order_bounds(c.x_q, c.x_k, c.x_v, c.w, c.mo, g, w, lse, u, us, uw, u_in, declared);
         r = {{"grad_query", cd::flat_of(b.grad_x_q)}, {"grad_key", cd::flat_of(b.grad_x_k)}, {"grad_value", cd::flat_of(b.grad_x_v)},
              {"grad_w_q", cd::flat_of(b.grad_w_q)},   {"grad_w_k", cd::flat_of(b.grad_w_k)}, {"grad_w_v", cd::flat_of(b.grad_w_v)},
              {"grad_w_o", cd::flat_of(b.grad_w_o)},   {"grad_b_q", cd::flat_of(b.grad_b_q)}, {"grad_b_k", cd::flat_of(b.grad_b_k)},
@@ -600,7 +609,7 @@ inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_
 
 inline void check_gradients(const case_spec& spec, const case_data& data, const gradient_reference& ref, std::span<const gradient_tensor> got,
                             tol::candidate_format f, tol::tolerance_model model, check_result& res,
-                            std::optional<backward_algorithm> declared) {
+                            std::optional<backward_algorithm> declared, const std::optional<tol::policy_roundoffs>& declared_policy) {
     namespace cd = check_detail;
     if (model != tol::tolerance_model::data_aware && model != tol::tolerance_model::baseline)
         throw data_error(std::string("command line: --tolerance: ") + std::string(tol::model_name(model)) +
@@ -633,7 +642,7 @@ inline void check_gradients(const case_spec& spec, const case_data& data, const 
         given[t.role] = t.values;
         std::vector<double> b;
         if (model == tol::tolerance_model::data_aware) {
-            if (!bounds) bounds = gradient_bounds_for(spec, data, ref, f, declared);
+            if (!bounds) bounds = gradient_bounds_for(spec, data, ref, f, declared, declared_policy);
             b = *find(*bounds, t.role);
         } else {  // FlashAttention's rule, one number per tensor (tol::baseline_bound)
             if (!naive) naive = cd::naive_gradients(spec, data, ref.grad_output, f);
@@ -705,7 +714,7 @@ inline void check_gradients(const case_spec& spec, const case_data& data, const 
     const bool nan_rows = policy == empty_row_policy::nan && std::any_of(ref.weights.begin(), ref.weights.end(), [](double x) { return std::isnan(x); });
     if (dK != given.end() && !spec.conventions.softcap && !nan_rows) {
         // Σ_j dK_jc = s Σ_i (Σ_j dS_ij) q_ic = 0: within the sum of the elements' bounds (data-aware).
-        if (!bounds) bounds = gradient_bounds_for(spec, data, ref, f, declared);
+        if (!bounds) bounds = gradient_bounds_for(spec, data, ref, f, declared, declared_policy);
         const std::vector<double>& bk = *find(*bounds, "grad_key");
         const std::vector<double>& ek = *ref.find("grad_key");  // the certified dK: the invariant's scale
         invariant_report r;
@@ -731,7 +740,7 @@ inline void check_gradients(const case_spec& spec, const case_data& data, const 
     }
     if (dV != given.end() && !nan_rows) {
         // dV_j = Σ_{h in group} Σ_i P_ij dO_i with the certified P, within dV's bound (plus this sum's rounding).
-        if (!bounds) bounds = gradient_bounds_for(spec, data, ref, f);
+        if (!bounds) bounds = gradient_bounds_for(spec, data, ref, f, std::nullopt, declared_policy);
         const std::vector<double>& bv = *find(*bounds, "grad_value");
         const std::vector<double>& ev = *ref.find("grad_value");
         invariant_report r;
@@ -798,6 +807,13 @@ inline check_result check(const loaded_case& lc, const candidate& c, const check
     };
     if (c.output.empty() && c.gradients.empty())
         throw data_error("candidate: nothing to check (give the output, or at least one gradient)");
+    // A declared policy is about the candidate's own results: they must be in its output format, and
+    // only the data-aware bounds follow it.
+    if (opt.policy && tol::unit_roundoff(format) != opt.policy->output)
+        throw data_error(fmt::format("command line: --policy: the policy writes results with unit roundoff {:g}, the candidate's are {} (unit roundoff {:g})",
+                                     opt.policy->output, tol::format_name(format), tol::unit_roundoff(format)));
+    if (opt.policy && opt.model != tol::tolerance_model::data_aware)
+        throw data_error("command line: --policy: only with --tolerance data-aware");
     if (!c.output.empty()) require_size("output", c.output, output_shape(spec));
     if (!c.weights.empty()) require_size("weights", c.weights, weights_shape(spec));
     if (!c.lse.empty()) require_size("lse", c.lse, lse_shape(spec));
@@ -818,7 +834,9 @@ inline check_result check(const loaded_case& lc, const candidate& c, const check
     // here from the golden case (whose files load_case checked against the manifest's sha256).
     std::optional<tol::data_aware_scales> scales;
     auto case_scales = [&]() -> const tol::data_aware_scales& {
-        if (!scales) scales = data_aware_scales_for(spec, lc.data, golden_weights());
+        // Inputs exact in the candidate's format (e.g. a reference certified for the rounded inputs,
+        // golden/rounded_inputs.hpp): reading them rounds nothing, and the bound drops that term.
+        if (!scales) scales = data_aware_scales_for(spec, lc.data, golden_weights(), cd::inputs_representable(lc.data, {}, format));
         return *scales;
     };
 
@@ -831,7 +849,8 @@ inline check_result check(const loaded_case& lc, const candidate& c, const check
     const std::size_t row = oshape.back();
     if (opt.model == tol::tolerance_model::data_aware || opt.model == tol::tolerance_model::worst_case) {
         const std::vector<double> bounds = opt.model == tol::tolerance_model::data_aware
-                                               ? tol::element_bounds(case_scales(), format)
+                                               ? (opt.policy ? tol::element_bounds(case_scales(), opt.policy->widest_storage(), opt.policy->accumulate)
+                                                             : tol::element_bounds(case_scales(), format))
                                                : tol::element_bounds(worst_case_scales_for(spec, lc.data, golden_weights()), format);
         res.tensors.push_back(cd::judge_with_decoys(candidate, expected, format, bounds, row, spec, lc.data));
     } else if (opt.model == tol::tolerance_model::ulp) {
@@ -849,7 +868,8 @@ inline check_result check(const loaded_case& lc, const candidate& c, const check
     }
 
     }
-    if (!c.gradients.empty()) check_gradients(spec, lc.data, gradient_reference_of(lc), c.gradients, format, opt.model, res, opt.declared_backward);
+    if (!c.gradients.empty())
+        check_gradients(spec, lc.data, gradient_reference_of(lc), c.gradients, format, opt.model, res, opt.declared_backward, opt.policy);
 
     // Invariants on the weights and lse the candidate returned.
     invariant_context ctx{views.o.mask, spec.conventions.empty_rows, opt.empty_lse};
@@ -953,7 +973,7 @@ inline check_result run_check(const check_request& rq) {
     c.weights_format = wf;
     c.lse_format = lf;
     c.gradients = gradients;
-    return check(lc, c, check_options{rq.model, rq.empty_lse, rq.declared_backward});
+    return check(lc, c, check_options{rq.model, rq.empty_lse, rq.declared_backward, rq.policy});
 }
 
 
