@@ -61,7 +61,7 @@ void check_report_paths(const std::string& golden, const std::vector<std::string
 }
 
 /// The inputs a verdict is about (--input-format; golden/rounded_inputs.hpp): with a format F the
-/// case's inputs are not exact in (auto: the candidate's format), the golden inputs rounded to nearest
+/// case's inputs are not exact in (auto: the candidate's format when it is 16-bit), the golden inputs rounded to nearest
 /// even to F and their certified reference, in a temporary case that rq.golden then names. Returns the
 /// report's line saying which inputs the verdict is about.
 std::string judged_inputs(check_request& rq, const std::string& choice, std::optional<rounded_case_dir>& rounded) {
@@ -81,15 +81,25 @@ std::string judged_inputs(check_request& rq, const std::string& choice, std::opt
                     if (file.empty() && r == role) file = path, shape = s;
         if (!file.empty()) (void)read_candidate(file, shape, f);
     }
+    // auto rounds for 16-bit candidates (and declared policies) only: for float32 and float64 the inputs'
+    // rounding is far inside the bound (the verdicts are the same), and certifying the rounded inputs'
+    // gradients costs seconds.
+    // A declared policy's bounds count every storage rounding with its widest roundoff: the inputs are
+    // rounded for it too, so that their rounding is not counted at that roundoff.
+    if (choice == "auto" && f && !rq.policy && tol::unit_roundoff(*f) <= tol::unit_roundoff(tol::candidate_format::float32))
+        return "the golden inputs, " + own + " (--input-format auto: rounded only for 16-bit candidates and declared policies)";
     if (!f || inputs_exact_in(lc.data, *f))
         return "the golden inputs, " + own + (f ? std::string(", exact in ") + std::string(format_name(*f)) : std::string());
     if (!inputs_finite_in(lc.data, *f))
         return "the golden inputs, " + own + " (rounding them to " + std::string(format_name(*f)) + " would overflow)";
     try {
         rounded.emplace(lc, *f, 0, !rq.gradients.empty());
-    } catch (const data_error& e) {  // e.g. an exact zero of the rounded inputs' gradients no interval can certify
+    } catch (const check_failure& e) {  // e.g. an exact zero or a tie of the rounded inputs' gradients no interval can certify
         return "the golden inputs, " + own + " (the reference for them rounded to " + std::string(format_name(*f)) +
                " could not be certified: " + e.what() + ")";
+    } catch (const data_error& e) {
+        return "the golden inputs, " + own + " (the reference for them rounded to " + std::string(format_name(*f)) +
+               " could not be made: " + e.what() + ")";
     }
     rq.golden = rounded->dir().string();
     return "the golden inputs rounded to nearest even to " + std::string(format_name(*f)) + " (--input-format " + choice +
@@ -145,7 +155,8 @@ void register_check(CLI::App& app) {
         ->capture_default_str();
     c->add_option("--input-format", a->input_format,
                   "the format the candidate's inputs were in: the reference is certified for the golden inputs rounded to nearest "
-                  "even to it (auto: the candidate's format when the case's inputs are not exact in it; case: the case's own inputs)")
+                  "even to it (auto: the candidate's format when it is bfloat16 or float16, or a --policy is declared, and the case's inputs are not exact in it; "
+                  "case: the case's own inputs)")
         ->check(CLI::IsMember({"auto", "case", "float64", "float32", "bfloat16", "float16"}))
         ->capture_default_str();
     std::string policy_help = "a declared precision policy (the names of run --arith): the bounds follow where it rounds:";

@@ -163,7 +163,8 @@ inline check_result check(const loaded_case& lc, std::span<const double> output,
 inline check_result run_check(const check_request& rq);
 
 /// Per-element data-aware magnitudes of a loaded case from its weights P (B, H, Sq, Sk).
-inline tolerance::data_aware_scales data_aware_scales_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights);
+inline tolerance::data_aware_scales data_aware_scales_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights,
+                                                          bool inputs_exact = false);
 /// Per-element worst-case magnitudes (the worst-case model) of a loaded case.
 inline tolerance::worst_case_scales worst_case_scales_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights);
 /// The golden weights of the case (computed in double when the case does not store them).
@@ -437,7 +438,7 @@ inline void decide(check_result& r) {
 }
 
 inline tol::data_aware_scales data_aware_scales_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights,
-                                                   bool inputs_exact = false) {
+                                                   bool inputs_exact) {
     const case_views c = views_of(spec, data);
     return c.sdpa() ? tol::sdpa_scales(c.q, c.k, c.v, c.weights(weights), c.o, inputs_exact)
                     : tol::mha_scales(c.x_q, c.x_k, c.x_v, c.w, c.weights(weights), c.mo, inputs_exact);
