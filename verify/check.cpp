@@ -78,8 +78,13 @@ std::string judged_inputs(check_request& rq, const std::string& choice, std::opt
         if (file.empty())
             for (const auto& [role, path] : rq.gradients)
                 for (const auto& [r, s] : roles)
-                    if (file.empty() && r == role) file = path, shape = s;
-        if (!file.empty()) (void)read_candidate(file, shape, f);
+                    if (file.empty() && r == role && lc.entry(role)) file = path, shape = s;
+        // A file that cannot be read leaves the inputs alone: run_check then reports it as it always does.
+        try {
+            if (!file.empty()) (void)read_candidate(file, shape, f);
+        } catch (const data_error&) {
+            f.reset();
+        }
     }
     // auto rounds for 16-bit candidates (and declared policies) only: for float32 and float64 the inputs'
     // rounding is far inside the bound (the verdicts are the same), and certifying the rounded inputs'
