@@ -3,6 +3,7 @@
 ///                 [--grad-query F] [--grad-key F] [--grad-value F] [--grad-w-q F … --grad-b-o F] (backward cases)
 ///                 [--dtype float64|float32|float16|bfloat16] [--tolerance data-aware|worst-case|assert-close|ulp|baseline]
 ///                 [--empty-row-lse -inf|+inf|any] [--backward-algorithm textbook|flash|unknown] [--json FILE] [--junit FILE]
+///                 [--input-format auto|case|float64|float32|bfloat16|float16] [--policy NAME]
 /// Each file is judged in its own descr's format ('<f8', '<f4', '<f2'; '<u2' = bfloat16 bit
 /// patterns), or in --dtype for every file; bfloat16 may also come as '<f4' values with --dtype
 /// bfloat16. The report names each tensor's format. Exit 0 PASS, 1 FAIL or
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +25,8 @@
 #include <fmt/format.h>
 
 #include "attnref/golden/check.hpp"
+#include "attnref/golden/rounded_inputs.hpp"
+#include "attnref/policies.hpp"
 #include "commands.hpp"
 
 namespace attnref::verify {
@@ -56,10 +60,71 @@ void check_report_paths(const std::string& golden, const std::vector<std::string
             throw data_error("command line: " + std::string(flag) + ": '" + path + "' exists; not overwritten (use --force)");
     }
 }
+
+/// The inputs a verdict is about (--input-format; golden/rounded_inputs.hpp): with a format F the
+/// case's inputs are not exact in (auto: the candidate's format when it is 16-bit), the golden inputs rounded to nearest
+/// even to F and their certified reference, in a temporary case that rq.golden then names. Returns the
+/// report's line saying which inputs the verdict is about.
+std::string judged_inputs(check_request& rq, const std::string& choice, std::optional<rounded_case_dir>& rounded) {
+    const loaded_case lc = load_case(rq.golden);
+    const std::string own = lc.m.spec.inputs.from_files ? "the case's own" : std::string("the case's own (") +
+                                                                                 std::string(format_name(lc.m.spec.inputs.format)) + ")";
+    if (choice == "case") return "the golden inputs, " + own + " (--input-format case)";
+    std::optional<tol::candidate_format> f = rq.dtype;
+    if (choice != "auto") f = tol::format_from_name(choice);
+    if (!f) {  // auto: the candidate's format, from its first file's dtype
+        const auto roles = gradient_roles(lc.m.spec);
+        std::string file = rq.output;
+        std::vector<std::size_t> shape = output_shape(lc.m.spec);
+        if (file.empty())
+            for (const auto& [role, path] : rq.gradients)
+                for (const auto& [r, s] : roles)
+                    if (file.empty() && r == role && lc.entry(role)) file = path, shape = s;
+        // A file that cannot be read leaves the inputs alone: run_check then reports it as it always does.
+        try {
+            if (!file.empty()) (void)read_candidate(file, shape, f);
+        } catch (const data_error&) {
+            f.reset();
+        }
+    }
+    // auto rounds for 16-bit candidates (and declared policies) only: for float32 and float64 the inputs'
+    // rounding is far inside the bound (the verdicts are the same), and certifying the rounded inputs'
+    // gradients costs seconds.
+    // A declared policy's bounds count every storage rounding with its widest roundoff: the inputs are
+    // rounded for it too, so that their rounding is not counted at that roundoff.
+    if (choice == "auto" && f && !rq.policy && tol::unit_roundoff(*f) <= tol::unit_roundoff(tol::candidate_format::float32))
+        return "the golden inputs, " + own + " (--input-format auto: rounded only for 16-bit candidates and declared policies)";
+    if (!f || inputs_exact_in(lc.data, *f))
+        return "the golden inputs, " + own + (f ? std::string(", exact in ") + std::string(format_name(*f)) : std::string());
+    if (!inputs_finite_in(lc.data, *f))
+        return "the golden inputs, " + own + " (rounding them to " + std::string(format_name(*f)) + " would overflow)";
+    try {
+        rounded.emplace(lc, *f, 0, !rq.gradients.empty());
+    } catch (const check_failure& e) {  // e.g. an exact zero or a tie of the rounded inputs' gradients no interval can certify
+        return "the golden inputs, " + own + " (the reference for them rounded to " + std::string(format_name(*f)) +
+               " could not be certified: " + e.what() + ")";
+    } catch (const data_error& e) {
+        return "the golden inputs, " + own + " (the reference for them rounded to " + std::string(format_name(*f)) +
+               " could not be made: " + e.what() + ")";
+    }
+    rq.golden = rounded->dir().string();
+    return "the golden inputs rounded to nearest even to " + std::string(format_name(*f)) + " (--input-format " + choice +
+           "; reference certified for them: case " + rounded->loaded().m.spec.name + ")";
+}
+
+/// The JSON report with the "inputs" line (and the declared policy) added.
+std::string with_inputs(const std::string& json, const std::string& inputs, const std::string& policy) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(json);
+    j["inputs"] = inputs;
+    if (!policy.empty()) j["policy"] = policy;
+    return j.dump(2) + "\n";
+}
 }  // namespace
 void register_check(CLI::App& app) {
     struct args {
         std::string golden, output, weights, lse, dtype, tolerance = "data-aware", json, junit, empty_lse = "-inf", backward = "unknown";
+        std::string input_format = "auto";  // which inputs the verdict is about (golden/rounded_inputs.hpp)
+        std::string policy;                 // a declared precision policy (run --arith's names; policies.hpp)
         std::vector<std::pair<std::string, std::string>> gradients;  // (role, file)
         bool force = false;
         std::string max_memory;
@@ -94,6 +159,15 @@ void register_check(CLI::App& app) {
                   "flash (P recomputed from lse) or unknown")
         ->check(CLI::IsMember({"textbook", "flash", "unknown"}))
         ->capture_default_str();
+    c->add_option("--input-format", a->input_format,
+                  "the format the candidate's inputs were in: the reference is certified for the golden inputs rounded to nearest "
+                  "even to it (auto: the candidate's format when it is bfloat16 or float16, or a --policy is declared, and the case's inputs are not exact in it; "
+                  "case: the case's own inputs)")
+        ->check(CLI::IsMember({"auto", "case", "float64", "float32", "bfloat16", "float16"}))
+        ->capture_default_str();
+    std::string policy_help = "a declared precision policy (the names of run --arith): the bounds follow where it rounds:";
+    for (const policy_entry& p : policy_names) policy_help += " " + std::string(p.name);
+    c->add_option("--policy", a->policy, policy_help);
     c->add_option("--json", a->json, "also write the report as JSON");
     c->add_option("--junit", a->junit, "also write the report as JUnit XML");
     c->add_flag("--force", a->force, "overwrite existing --json/--junit files (never an input)");
@@ -115,14 +189,23 @@ void register_check(CLI::App& app) {
         check_report_paths(a->golden, inputs, a->json, a->junit, a->force);
         rq.model = *tol::model_from_name(a->tolerance);
         rq.declared_backward = backward_algorithm_from_name(a->backward);  // nullopt for unknown
+        if (!a->policy.empty()) {
+            rq.policy = roundoffs_of_policy(a->policy);
+            if (!rq.policy) throw data_error("command line: --policy: no policy '" + printable(a->policy) + "' (see attnref run --help)");
+        }
         rq.empty_lse = a->empty_lse == "+inf" ? empty_row_lse::plus_inf : a->empty_lse == "any" ? empty_row_lse::any : empty_row_lse::minus_inf;
+        // --input-format: judge against the certified result of the inputs the candidate computed on.
+        std::optional<rounded_case_dir> rounded;
+        const std::string judged = judged_inputs(rq, a->input_format, rounded);
         const check_result r = run_check(rq);
+        std::printf("inputs: %s\n", judged.c_str());
+        if (!a->policy.empty()) std::printf("policy: %s (declared)\n", a->policy.c_str());
         std::fputs(report_table(r, ::isatty(fileno(stdout)) != 0).c_str(), stdout);
         std::fflush(stdout);
         // The verdict survives a failure to write a report: each failure is reported on its own line
         // and the exit code stays 1 for a failed check (2 only when the check passed).
         std::string report_error;
-        for (const auto& [path, text] : {std::pair<const std::string&, std::string>{a->json, a->json.empty() ? "" : report_json(r)},
+        for (const auto& [path, text] : {std::pair<const std::string&, std::string>{a->json, a->json.empty() ? "" : with_inputs(report_json(r), judged, a->policy)},
                                          {a->junit, a->junit.empty() ? "" : report_junit(r)}}) {
             if (path.empty()) continue;
             try {

@@ -19,6 +19,7 @@
 #include "commands.hpp"
 #include "attnref/golden/generate.hpp"
 #include "attnref/golden/manifest.hpp"
+#include "attnref/golden/rounded_inputs.hpp"
 #include "attnref/golden/safe_io.hpp"
 #include "attnref/golden/sha256.hpp"
 #include "attnref/golden/user_inputs.hpp"
@@ -198,12 +199,25 @@ void run_generate(generate_args a) {
         // load_case checks the manifest and every file's sha256: a "files" case's stored inputs are
         // used as they are; other cases' inputs come from the generator again.
         loaded_case lc = load_case(a.golden);
+        if (a.given.count("--input-format")) {
+            // The derived case a kernel of that format computes on (golden/rounded_inputs.hpp): the inputs
+            // rounded to nearest even, their certified reference, named <case>_inputs_<format>; needs --out.
+            if (a.out.empty()) throw data_error("command line: --input-format with --golden: needs --out (the derived case's parent directory)");
+            const binary_format f = *format_from_name(a.input_format);
+            if (!inputs_finite_in(lc.data, f))
+                throw data_error("command line: --input-format " + a.input_format + ": rounding the inputs of " + lc.m.spec.name + " overflows");
+            inputs = round_inputs(lc.data, f);
+            cases.push_back(rounded_spec(lc.m.spec, *inputs, f));
+            case_dir = fs::path(a.out) / cases.back().name;
+            out = a.out;
+        } else {
         if (lc.m.spec.inputs.from_files) inputs = std::move(lc.data);
         if (lc.m.reference.method == reference_method_mpfi && a.method == "fast") a.method = "mpfi";
         cases.push_back(lc.m.spec);
         case_dir = a.out.empty() ? fs::path(a.golden) : fs::path(a.out) / lc.m.spec.name;
         if (out.empty()) out = fs::path(a.golden).parent_path();
         if (out.empty()) out = ".";
+        }
     } else if (!a.inputs_from.empty()) {
         if (a.name.empty()) throw data_error("command line: --inputs-from: needs --name (the case's name)");
         if (!a.cases.empty() || a.shard_given) throw data_error("command line: --inputs-from: makes one ad-hoc case; not with --case or --shard");
@@ -404,7 +418,9 @@ void register_generate(CLI::App& app) {
     g->add_option("--softcap", a->softcap, "soft-capping constant")->group(adhoc);
     g->add_option("--alibi-slopes", a->alibi_slopes, "ALiBi slopes, one per head")->delimiter(',')->group(adhoc);
     g->add_option("--input-format", a->input_format,
-                  "float64, float32, bfloat16 or float16 (with --inputs-from: default the narrowest holding every value exactly)")
+                  "float64, float32, bfloat16 or float16 (with --inputs-from: default the narrowest holding every value exactly; with "
+                  "--golden: write the derived case <case>_inputs_<format> under --out, the inputs rounded to nearest even to it "
+                  "and their certified reference)")
         ->check(CLI::IsMember({"float64", "float32", "bfloat16", "float16"}))->group(adhoc);
     g->add_option("--seed", a->seed, "generator seed")->check(unsigned_text())->group(adhoc);
     g->add_option("--targets", a->targets, "extra correctly rounded copies: float32, bfloat16, float16")->delimiter(',')->group(adhoc);

@@ -100,6 +100,7 @@
 
 #include "attnref/attention.hpp"
 #include "attnref/backward.hpp"
+#include "attnref/error_bounds.hpp"
 #include "attnref/mask.hpp"
 #include "attnref/multi_head_attention.hpp"
 #include "attnref/tensor.hpp"
@@ -125,7 +126,30 @@ inline double bound_terms(const attention_dims& d) {
 struct gradient_row {
     bool empty = true;
     double logit_magnitude = 0, d_abs = 0, e_p = 0;
+    double dp_sum = 0;  ///< Σ_j |dP|_ij over the attendable keys ((B14): D's share of the weights' underflow)
 };
+
+/// (B14) storage underflow: every rounding into a format's subnormal range has an absolute error up
+/// to η = error_bounds::underflow_eta(u) beyond its relative one (|fl(x) − x| ≤ u|x| + η). η_a: the
+/// arithmetic's (each product), η_s: the gradients' and dS's storage format's, η_w: the weights'.
+/// A weight P̂_ij carries η_p = η_w + 4η_a absolutely (exp, the division or exp(S − lse), storage);
+/// dS_ij = P_ij(dP_ij − D_i) carries η_ds = 3η_s + (Sk + 2dv + 6)η_a (dP's dv products and storage,
+/// D's Sk + dv products and storage, dS's products and storage) plus η_p(|dP|_ij + D̄_i + Σ_l |dP|_il)
+/// (the weights' through dP − D and through D); a stored gradient η_out (η_s, or η_a unstored).
+struct underflow_terms {
+    double eta_a = 0, eta_s = 0, eta_w = 0, eta_out = 0, eta_p = 0, eta_ds = 0, scale_factor = 1;
+};
+inline underflow_terms underflow_of(double u, double u_storage, double u_weights, const attention_dims& d, double s) {
+    underflow_terms t;
+    t.eta_a = error_bounds::underflow_eta(u);
+    t.eta_s = error_bounds::underflow_eta(u_storage);
+    t.eta_w = error_bounds::underflow_eta(u_weights);
+    t.eta_out = u_storage > 0 ? t.eta_s : t.eta_a;
+    t.eta_p = t.eta_w + 4 * t.eta_a;
+    t.eta_ds = 3 * t.eta_s + static_cast<double>(d.key_length + 2 * d.head_dim_v + 6) * t.eta_a;
+    t.scale_factor = std::max(1.0, s);  // an η_a before or after the scale's multiplication
+    return t;
+}
 inline gradient_row gradient_row_terms(tensor_view<const double, 4> q, tensor_view<const double, 4> k, tensor_view<const double, 4> v,
                                        tensor_view<const double, 4> grad_output, tensor_view<const double, 4> weights,
                                        tensor_view<const double, 3> lse, const attention_options& options, const attention_dims& d,
@@ -162,15 +186,18 @@ inline gradient_row gradient_row_terms(tensor_view<const double, 4> q, tensor_vi
         const double seed = options.mask.seed.present() ? -seed_mask_value * std::fabs(options.mask.seed.at(bb, h, i, j)) : 0;
         if (any_unseeded && seed >= -seed_mask_value && 8 * m <= seed && (dk + 3) * u * (m + seed) <= seed / 8) {
             r.d_abs += weights(bb, h, i, j) * dp_abs[j];
+            r.dp_sum += dp_abs[j];
             continue;
         }
         m += seed;
         r.logit_magnitude = std::max(r.logit_magnitude, m);
         r.d_abs += weights(bb, h, i, j) * dp_abs[j];
+        r.dp_sum += dp_abs[j];
     }
     if (!r.empty) {
+        // (B14): the logits' dk + 4 products and scalings may each underflow by η_a (relative to P: 2×).
         r.e_p = u * (2 * (dk + 4) * r.logit_magnitude + 2 * std::fabs(lse(bb, h, i)) + 2 * static_cast<double>(d.key_length) + 10) +
-                u_weights;  // (B2), (B7)
+                u_weights + 2 * (dk + 4) * error_bounds::underflow_eta(u) * std::max(1.0, s);  // (B2), (B7), (B14)
     }
     return r;
 }
@@ -192,8 +219,9 @@ inline tensor<double, 4> textbook_grad_query_bounds(tensor_view<const double, 4>
     const double s = bound_logit_scale(options, dk), gamma = bound_terms(d) * u;
     const double Sk = static_cast<double>(sk), Dk = static_cast<double>(dk), Dv = static_cast<double>(dv);
     const bool errors = !eq.empty();
+    const underflow_terms uf = underflow_of(u, u_storage, u_weights, d, s);
     tensor<double, 4> out({d.batch, d.heads, sq, dk}, 0.0);
-    std::vector<double> dp_abs(sk), dp(sk), g(sk), z(sk), C(sk), T(sk), dS(sk), w(sk);
+    std::vector<double> dp_abs(sk), dp(sk), g(sk), z(sk), C(sk), T(sk), dS(sk), w(sk), eta(sk);
     std::vector<std::pair<double, double>> kw;  // (k_jc, weight) for the weighted median
     kw.reserve(sk);
     for (std::size_t b = 0; b < d.batch; ++b)
@@ -236,10 +264,12 @@ inline tensor<double, 4> textbook_grad_query_bounds(tensor_view<const double, 4>
                 const double psi = (Sk + 2 * Dv + 4) * u * r.d_abs + u_storage * abs_d;
                 for (std::size_t j = 0; j < sk; ++j) {
                     if (!attendable(j)) {
-                        C[j] = T[j] = dS[j] = w[j] = 0;
+                        C[j] = T[j] = dS[j] = w[j] = eta[j] = 0;
                         continue;
                     }
                     const double p = weights(b, h, i, j);
+                    // (B14): dS's underflow (uncentred: it need not keep the row sum) and the scaling's η_a
+                    eta[j] = uf.eta_ds + uf.eta_p * (dp_abs[j] + r.d_abs + r.dp_sum) + uf.eta_a;
                     C[j] = p * ((2 * E + lambda) * g[j] + 2 * E * A + z[j] + z_bar);
                     T[j] = p * ((beta + 3 * u + u_storage) * g[j] + lambda * abs_d + beta * r.d_abs + psi);
                     dS[j] = p * g[j];
@@ -260,12 +290,13 @@ inline tensor<double, 4> textbook_grad_query_bounds(tensor_view<const double, 4>
                         }
                     double bound = 0;
                     for (std::size_t j = 0; j < sk; ++j) {
-                        if (!(dS[j] > 0 || C[j] > 0 || T[j] > 0)) continue;
+                        if (!(dS[j] > 0 || C[j] > 0 || T[j] > 0 || eta[j] > 0)) continue;
                         const double kk = k(b, hk, j, c);
-                        bound += w[j] * std::fabs(kk - m) + (T[j] + (Sk + 4) * u * dS[j]) * std::fabs(kk);
+                        bound += w[j] * std::fabs(kk - m) + (T[j] + (Sk + 4) * u * dS[j] + eta[j]) * std::fabs(kk);
                         if (errors) bound += dS[j] * ek(b, hk, j, c);
                     }
-                    out(b, h, i, c) = s * bound;
+                    // (B14): the Sk products' and the scale's η_a, and the stored result's η_out
+                    out(b, h, i, c) = s * bound + (Sk + 2) * uf.eta_a * uf.scale_factor + uf.eta_out;
                 }
             }
     return out;
@@ -296,6 +327,7 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
                            tensor<double, 4>({d.batch, d.kv_heads, d.key_length, d.head_dim_v}, 0.0),
                            tensor<double, 4>({d.batch, d.heads, d.query_length, 1}, 0.0)};
     const bool centred = detail::textbook_bound_applies(declared, options);  // (B5t) gives dQ below
+    const detail::underflow_terms uf = detail::underflow_of(u, u_storage, u_weights, d, s);
     std::vector<double> dp_abs(d.key_length);
     for (std::size_t bb = 0; bb < d.batch; ++bb)
         for (std::size_t h = 0; h < d.heads; ++h)
@@ -317,15 +349,26 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
                     if (structurally_masked(options.mask, bb, h, i, j, d.query_length, d.key_length)) continue;
                     const double p = weights(bb, h, i, j);
                     const double m = p * (dp_abs[j] + d_abs);  // M_ij (B4)
-                    b.logits_row_sum(bb, h, i, 0) += rho * m;
+                    // (B14): dS_ij's underflow, and the η_a of scaling it
+                    const double eta_ds = uf.eta_ds + uf.eta_p * (dp_abs[j] + d_abs + r.dp_sum);
+                    b.logits_row_sum(bb, h, i, 0) += rho * m + eta_ds;
+                    const double to_qk = s * (rho_stored * m + eta_ds + uf.eta_a);
                     for (std::size_t x = 0; x < d.head_dim_qk; ++x) {
-                        if (!centred) b.grad_query(bb, h, i, x) += s * rho_stored * m * std::fabs(k(bb, hk, j, x));
-                        b.grad_key(bb, hk, j, x) += s * rho_stored * m * std::fabs(q(bb, h, i, x));
+                        if (!centred) b.grad_query(bb, h, i, x) += to_qk * std::fabs(k(bb, hk, j, x));
+                        b.grad_key(bb, hk, j, x) += to_qk * std::fabs(q(bb, h, i, x));
                     }
                     for (std::size_t x = 0; x < d.head_dim_v; ++x)
-                        b.grad_value(bb, hk, j, x) += (gamma + e_p + u_storage) * p * std::fabs(grad_output(bb, h, i, x));
+                        b.grad_value(bb, hk, j, x) += ((gamma + e_p + u_storage) * p + uf.eta_p) * std::fabs(grad_output(bb, h, i, x));
                 }
             }
+    // (B14): each element's sum of products (η_a per product, before or after the scale) and its storage
+    {
+        const double sk = static_cast<double>(d.key_length), rows = static_cast<double>(group * d.query_length);
+        if (!centred)
+            for (double& x : b.grad_query.storage()) x += (sk + 2) * uf.eta_a * uf.scale_factor + uf.eta_out;
+        for (double& x : b.grad_key.storage()) x += (rows + 2) * uf.eta_a * uf.scale_factor + uf.eta_out;
+        for (double& x : b.grad_value.storage()) x += (rows + 1) * uf.eta_a + uf.eta_out;
+    }
     if (centred)  // (B5t)
         b.grad_query = detail::textbook_grad_query_bounds(q, k, v, grad_output, {}, {}, {}, {}, weights, lse, options, u, u_storage, u_weights);
     constexpr double inflation = 1 + 0x1p-20;  // second-order terms and the bound's own rounding
@@ -362,6 +405,9 @@ inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> 
     tensor<double, 4> a_dq = sb.grad_query, a_dk = sb.grad_key, a_dv = sb.grad_value;  // (B10) errors of the head gradients
     tensor<double, 4> m_dq(a_dq.extents(), 0.0), m_dk(a_dk.extents(), 0.0), m_dv(a_dv.extents(), 0.0);  // their magnitudes
     tensor<double, 4> a_o({d.batch, d.heads, sq, dv}, 0.0), m_o({d.batch, d.heads, sq, dv}, 0.0);        // (B11)
+    const underflow_terms uf = underflow_of(u, us, u_weights, d, s);
+    // (B14): a head output's Sk products and its storage
+    for (double& x : a_o.storage()) x += (static_cast<double>(sk) + 1) * uf.eta_a + uf.eta_out;
     std::vector<double> dp_abs(sk), sigma(sk), pi(sk);
     for (std::size_t b = 0; b < d.batch; ++b)
         for (std::size_t h = 0; h < d.heads; ++h)
@@ -391,7 +437,7 @@ inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> 
                         const double vo = std::fabs(V.value(b, hk, j, c)), go = std::fabs(dO.value(b, h, i, c));
                         a_dv(b, hk, j, c) += pw * (2 * dl * go + dO.error(b, h, i, c));
                         m_dv(b, hk, j, c) += pw * go;
-                        a_o(b, h, i, c) += pw * ((r.e_p + 2 * dl + gamma + us) * vo + V.error(b, hk, j, c));
+                        a_o(b, h, i, c) += pw * ((r.e_p + 2 * dl + gamma + us) * vo + V.error(b, hk, j, c)) + uf.eta_p * vo;
                         m_o(b, h, i, c) += pw * vo;
                     }
                     if (masked) continue;
@@ -424,9 +470,10 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds_rounded_inputs(
     tensor_view<const double, 4> weights, tensor_view<const double, 3> lse, const attention_options& options, double u, double u_storage,
     double u_weights, double u_inputs, std::optional<backward_algorithm> declared = std::nullopt) {
     if (!(u_inputs > 0)) return sdpa_gradient_first_order_bounds(q, k, v, grad_output, weights, lse, options, u, u_storage, u_weights, declared);
+    const double eta_in = error_bounds::underflow_eta(u_inputs);  // (B14): a nonzero input rounded into the subnormal range
     auto error = [&](tensor_view<const double, 4> x) {
         tensor<double, 4> e(x.extents, 0.0);
-        for (std::size_t n = 0; n < e.size(); ++n) e[n] = u_inputs * std::fabs(x[n]);
+        for (std::size_t n = 0; n < e.size(); ++n) e[n] = u_inputs * std::fabs(x[n]) + (x[n] != 0 ? eta_in : 0.0);
         return e;
     };
     const tensor<double, 4> eq = error(q), ek = error(k), ev = error(v), eg = error(grad_output);
@@ -469,6 +516,9 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
     require_extent("grad_output axis 2 (output features)", grad_output.extents[2], md.output_dim);
     require_extent("weights axis 3 (key length)", weights.extents[3], md.key_length);
     const double us = u_storage;
+    // (B14): η_a per product, η_in per rounded input, η_mat for a materialised (stored) intermediate.
+    const double eta_a = error_bounds::underflow_eta(u), eta_in = error_bounds::underflow_eta(u_inputs),
+                 eta_mat = us > 0 ? error_bounds::underflow_eta(us) : eta_a;
     // (B8): a projection y = x·W + b in double (values and magnitudes), split into heads.
     struct projected {
         tensor<double, 4> value, error;  // (B, heads, S, d)
@@ -481,11 +531,12 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
         for (std::size_t b = 0; b < B; ++b)
             for (std::size_t i = 0; i < S; ++i)
                 for (std::size_t c = 0; c < N; ++c) {
-                    double v = 0, m = 0;
-                    for (std::size_t e = 0; e < E; ++e) v += x(b, i, e) * w(e, c), m += std::fabs(x(b, i, e) * w(e, c));
-                    if (!bias.empty()) v += bias[c], m += std::fabs(bias[c]);
+                    double v = 0, m = 0, in = 0;
+                    for (std::size_t e = 0; e < E; ++e)
+                        v += x(b, i, e) * w(e, c), m += std::fabs(x(b, i, e) * w(e, c)), in += std::fabs(x(b, i, e)) + std::fabs(w(e, c));
+                    if (!bias.empty()) v += bias[c], m += std::fabs(bias[c]), in += 1;
                     r.value(b, c / hd, i, c % hd) = v;
-                    r.error(b, c / hd, i, c % hd) = rel * m;
+                    r.error(b, c / hd, i, c % hd) = rel * m + eta_in * in + (static_cast<double>(E) + 1) * eta_a + eta_mat;  // (B8), (B14)
                 }
         return r;
     };
@@ -498,11 +549,13 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
     for (std::size_t b = 0; b < md.batch; ++b)
         for (std::size_t i = 0; i < md.query_length; ++i)
             for (std::size_t m = 0; m < md.heads * dv; ++m) {
-                double v = 0, mag = 0;
+                double v = 0, mag = 0, in = 0;
                 for (std::size_t n = 0; n < Eo; ++n)
-                    v += grad_output(b, i, n) * p.w_o(m, n), mag += std::fabs(grad_output(b, i, n) * p.w_o(m, n));
+                    v += grad_output(b, i, n) * p.w_o(m, n), mag += std::fabs(grad_output(b, i, n) * p.w_o(m, n)),
+                        in += std::fabs(grad_output(b, i, n)) + std::fabs(p.w_o(m, n));
                 dO.value(b, m / dv, i, m % dv) = v;
-                dO.error(b, m / dv, i, m % dv) = ((static_cast<double>(Eo) + 1) * u + us + 2 * u_inputs) * mag;
+                dO.error(b, m / dv, i, m % dv) = ((static_cast<double>(Eo) + 1) * u + us + 2 * u_inputs) * mag + eta_in * in +
+                                                 (static_cast<double>(Eo) + 1) * eta_a + eta_mat;  // (B14)
             }
     const attention_options& ao = o.attention;
     detail::perturbed_head_bounds hb = detail::perturbed_sdpa_bounds(Q.value.view(), K.value.view(), V.value.view(), dO.value.view(),
@@ -520,16 +573,18 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
                       tensor<double, 3>& gx, tensor<double, 2>& gw, tensor<double, 1>& gb) {
         const std::size_t B = x.extents[0], S = x.extents[1], E = x.extents[2], N = w.extents[1], R = B * S;
         const double rel_x = (static_cast<double>(N) + 1) * u + us + u_inputs, rel_r = (static_cast<double>(R) + 1) * u + us + u_inputs;
-        gx = tensor<double, 3>({B, S, E}, 0.0);
-        gw = tensor<double, 2>({E, N}, 0.0);
-        gb = tensor<double, 1>({N}, 0.0);
+        // (B14): N (or R) products' η_a and the result's storage; the rounded W's (x's) η_in times |dH|.
+        gx = tensor<double, 3>({B, S, E}, (static_cast<double>(N) + 1) * eta_a + eta_mat);
+        gw = tensor<double, 2>({E, N}, (static_cast<double>(R) + 1) * eta_a + eta_mat);
+        gb = tensor<double, 1>({N}, (static_cast<double>(R) + 1) * eta_a + eta_mat);
         for (std::size_t rr = 0; rr < R; ++rr)
             for (std::size_t c = 0; c < N; ++c) {
                 const double to_x = a[rr * N + c] + rel_x * m[rr * N + c], to_w = a[rr * N + c] + rel_r * m[rr * N + c];
+                const double under = eta_in * m[rr * N + c];
                 gb[c] += to_w;
                 for (std::size_t e = 0; e < E; ++e) {
-                    gx[rr * E + e] += to_x * std::fabs(w(e, c));
-                    gw(e, c) += std::fabs(x[rr * E + e]) * to_w;
+                    gx[rr * E + e] += to_x * std::fabs(w(e, c)) + under;
+                    gw(e, c) += std::fabs(x[rr * E + e]) * to_w + under;
                 }
             }
     };
@@ -539,13 +594,14 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
     {
         const std::size_t R = md.batch * md.query_length, Mo = md.heads * dv;
         const double rel_r = (static_cast<double>(R) + 1) * u + us + u_inputs;
-        r.grad_w_o = tensor<double, 2>({Mo, Eo}, 0.0);
-        r.grad_b_o = tensor<double, 1>({Eo}, 0.0);
+        r.grad_w_o = tensor<double, 2>({Mo, Eo}, (static_cast<double>(R) + 1) * eta_a + eta_mat);  // (B14)
+        r.grad_b_o = tensor<double, 1>({Eo}, (static_cast<double>(R) + 1) * eta_a + eta_mat);
         for (std::size_t rr = 0; rr < R; ++rr)
             for (std::size_t n = 0; n < Eo; ++n) {
                 const double g = std::fabs(grad_output[rr * Eo + n]);
-                r.grad_b_o[n] += rel_r * g;
-                for (std::size_t m = 0; m < Mo; ++m) r.grad_w_o(m, n) += (A_o[rr * Mo + m] + rel_r * M_o[rr * Mo + m]) * g;
+                r.grad_b_o[n] += rel_r * g + (g != 0 ? eta_in : 0.0);
+                for (std::size_t m = 0; m < Mo; ++m)
+                    r.grad_w_o(m, n) += (A_o[rr * Mo + m] + rel_r * M_o[rr * Mo + m]) * g + eta_in * (M_o[rr * Mo + m] + g);
             }
     }
     constexpr double inflation = 1 + 0x1p-20;  // second-order terms and the bound's own rounding

@@ -9,6 +9,8 @@
 ///   sdpa_first_order_factor(…)   2δ + (n + 3)u + γ_n(u) + extra: an SDPA output's
 ///                                first-order error per unit of σ_l = Σ_j p_j|v_jl|     (eq. 7)
 ///   online_rescale_roundings(…)  4⌈n/b⌉: an online softmax's extra relative roundings  (eq. 9)
+///   underflow_eta(u)             η: the absolute error of rounding into the subnormal
+///                                range of the format of unit roundoff u                (eq. 26)
 /// Used by tolerance (the worst-case and data-aware models), study (its per-point bound),
 /// invariants and the tests. Plain double arithmetic, constexpr where <cmath> allows; no
 /// dependency on the rest of the library.
@@ -59,6 +61,24 @@ constexpr double sdpa_first_order_factor(double logit_error_bound, std::size_t n
 constexpr std::size_t online_rescale_roundings(std::size_t n_keys, std::size_t block) {
     const std::size_t b = block == 0 ? 1 : block;
     return 4 * ((n_keys + b - 1) / b);
+}
+
+/// η, half the smallest subnormal of the format whose unit roundoff is u: rounding x to nearest in that
+/// format gives |fl(x) − x| ≤ max(u·|x|, η) ≤ u·|x| + η, the relative bound failing only in the
+/// subnormal range (Higham §2.1). (eq. 26) Known formats: float16 (u = 2⁻¹¹, smallest subnormal 2⁻²⁴),
+/// bfloat16 (2⁻⁸, 2⁻¹³³), float32 (2⁻²⁴, 2⁻¹⁴⁹), OCP FP8 E4M3 (2⁻⁴, 2⁻⁹) and E5M2 (2⁻³, 2⁻¹⁶); formats
+/// of 53 bits or more (float64, long double, binary128, wide software floats) have η ≤ 2⁻¹⁰⁷⁴, the
+/// smallest positive double. 0 for u = 0 (exact). Any other u: u·2⁻⁶, the largest η/u of the formats
+/// above (E4M3's), so a bound built for an unlisted format stays an upper bound for all of them.
+constexpr double underflow_eta(double u) {
+    if (!(u > 0)) return 0;
+    if (u <= 0x1p-53) return 0x1p-1074;
+    if (u == 0x1p-24) return 0x1p-150;  // float32
+    if (u == 0x1p-11) return 0x1p-25;   // float16
+    if (u == 0x1p-8) return 0x1p-134;   // bfloat16
+    if (u == 0x1p-4) return 0x1p-10;    // FP8 E4M3
+    if (u == 0x1p-3) return 0x1p-17;    // FP8 E5M2
+    return u * 0x1p-6;
 }
 
 }  // namespace error_bounds

@@ -24,7 +24,8 @@
 ///   the absolute error of a weight that underflows in the producer's formats (e.g. float32's
 ///   smallest normal 2^-126 for a float32 candidate, not float64's).
 /// - head outputs in the range of V: o = Σ p_j v_j is a convex combination; rounding can leave the
-///   range by at most (2n + 4)u·max_j |v_j| (γ_n for the sum plus (n + 3)u for the weights).
+///   range by at most (2n + 4)u·max_j |v_j| (γ_n for the sum plus (n + 3)u for the weights) plus
+///   (n + 5)·η·max(1, max_j |v_j|), η the arithmetic's underflow error (error_bounds::underflow_eta).
 
 #include <array>
 #include <cstddef>
@@ -271,7 +272,9 @@ constexpr invariant_report head_outputs_in_value_range(tensor_view<const O, 4> h
                         any = true;
                     }
                     const double o = detail::to_double(head_outputs(b, h, i, c));
-                    const double slack = static_cast<double>(2 * sk + 4) * u * largest;
+                    // + the storage underflow (docs/error-bounds.md eq. 26): Sk products, the weights' and o's roundings
+                    const double slack = static_cast<double>(2 * sk + 4) * u * largest +
+                                         static_cast<double>(sk + 5) * error_bounds::underflow_eta(u) * (largest > 1 ? largest : 1);
                     const bool pass = any ? (o >= lo - slack && o <= hi + slack) : o == 0;
                     const double deviation = o < lo ? lo - o : (o > hi ? o - hi : 0);
                     r.record(pass, pass ? deviation : (any ? deviation : detail::abs_value(o)), slack, {b, h, i, c});

@@ -25,7 +25,11 @@
 /// Usage:
 ///     attnref::visit_policy("bf16_fp32acc", [&]<class P>(std::type_identity<P>) { ... });
 
+#include <algorithm>
 #include <array>
+#include <cmath>
+#include <limits>
+#include <optional>
 #include <string_view>
 #include <type_traits>
 
@@ -33,6 +37,7 @@
 #include "attnref/kernel_models.hpp"
 #include "attnref/multiprecision.hpp"
 #include "attnref/precision.hpp"
+#include "attnref/tolerance/names.hpp"
 
 namespace attnref {
 
@@ -90,6 +95,18 @@ bool visit_policy(std::string_view name, Visitor&& visitor) {
     if (name == "bf16_materialised")
         return call.template operator()<with_logits_storage<precision_policy<bfloat16, float, bfloat16, bfloat16>, bfloat16>>();
     return false;
+}
+
+/// The roundoffs of the policy called `name` (nullopt for an unknown name).
+/// (tolerance::policy_roundoffs: a candidate declaring the policy, `attnref check --policy NAME`.)
+inline std::optional<tolerance::policy_roundoffs> roundoffs_of_policy(std::string_view name) {
+    std::optional<tolerance::policy_roundoffs> r;
+    visit_policy(name, [&]<class P>(std::type_identity<P>) {
+        auto u = []<class T>(std::type_identity<T>) { return std::ldexp(1.0, -std::numeric_limits<T>::digits); };
+        r = tolerance::policy_roundoffs{u(std::type_identity<typename P::storage_type>{}), u(std::type_identity<typename P::accumulate_type>{}),
+                             u(std::type_identity<typename P::weights_type>{}), u(std::type_identity<typename P::output_type>{})};
+    });
+    return r;
 }
 
 }  // namespace attnref

@@ -5,9 +5,10 @@ Usage: torch_bug_catalog.py ATTNREF GOLDEN_DIR OUT_DIR [--loose CASE,…] [CASE 
 A hand-written textbook backward (no autograd: dP = dO·Vᵀ, D = rowsum(P∘dP), dS = P∘(dP − D), dQ = s·dS·K,
 dK = s·dSᵀ·Q, dV = Pᵀ·dO, GQA summed over the group; MHA around it: dW_o = mergedᵀ·dOut, dH = dOut·W_oᵀ,
 then dX = dH·Wᵀ, dW = xᵀ·dH, db = Σ dH), with the forward's masks and offsets from
-torch_check_client.masks, run in two formats: float32, and bf16 storage with float32 accumulation (inputs,
-projections and gradients rounded to bfloat16, arithmetic in float32; files '<f4' holding bf16 values,
-checked with --dtype bfloat16). Each of five bugs is injected in turn:
+torch_check_client.masks, run in three formats: float32, and bf16 or fp16 storage with float32 accumulation
+(inputs, projections and gradients rounded to bfloat16 or float16, arithmetic in float32; files '<f4' holding
+the 16-bit values, checked with --dtype bfloat16 or float16, so against the certified result of the inputs
+rounded to that format). Each of five bugs is injected in turn:
   no_scale         dS not multiplied by the scale s in dQ and dK
   wrong_transpose  dQ = s·dSᵀ·K (only where Sq = Sk, else it does not type-check: not applicable)
   dropped_d_term   dS = P∘dP
@@ -15,13 +16,12 @@ checked with --dtype bfloat16). Each of five bugs is injected in turn:
   masked_key_leak  P recomputed without the structural masks (keys masked by causality, window, padding,
                    boolean mask, −inf additive entries get weight and gradient)
 A bug is visible on a case when its float64 gradients differ from the correct float64 gradients (by more
-than 1e-9 of the largest |gradient|); there it must FAIL `attnref check` (exit 1, verdict FAIL) in float32, and in bf16 on SDPA cases; on
-multi-head cases in bf16 it must FAIL or be INCONCLUSIVE (the first-order bound (B8)–(B13) is vacuous for
+than 1e-9 of the largest |gradient|); there it must FAIL `attnref check` (exit 1, verdict FAIL) in float32, and in bf16 and fp16 on SDPA cases; on
+multi-head cases in bf16 and fp16 it must FAIL or be INCONCLUSIVE (the first-order bound (B8)–(B13) is vacuous for
 bf16 projections on some tensors; measured and listed in docs/backward.md), never PASS. The correct
-implementation must PASS in float32 and never FAIL in bf16 (PASS or INCONCLUSIVE: counted and printed;
-float64 inputs rounded to bf16 move the gradients by about as much as they are). On the cases named by
+implementation must PASS in float32 and never FAIL in bf16 or fp16 (PASS or INCONCLUSIVE: counted and printed). On the cases named by
 --loose (adversarial ones where the first-order bound is measured too loose to decide), the correct
-float32 kernel may be INCONCLUSIVE and a bf16 bug may be INCONCLUSIVE; nothing wrong may ever PASS. Prints a table; exit 0 when all that holds.
+float32 kernel may be INCONCLUSIVE and a 16-bit bug may be INCONCLUSIVE; nothing wrong may ever PASS. Prints a table; exit 0 when all that holds.
 """
 import json
 import pathlib
@@ -35,6 +35,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from torch_check_client import backward_cases, masks  # noqa: E402
 
 BUGS = ("no_scale", "wrong_transpose", "dropped_d_term", "gqa_not_summed", "masked_key_leak")
+# (name, the storage format the kernel rounds to or None, check's flags): 16-bit files are '<f4' holding
+# values of the format, declared with --dtype; check then judges them against the certified result of
+# the golden inputs rounded to that format (--input-format auto), the inputs this kernel computed on.
+FORMATS = (("float32", None, []), ("bf16", torch.bfloat16, ["--dtype", "bfloat16"]), ("fp16", torch.float16, ["--dtype", "float16"]))
 
 
 def sdpa_backward(q, k, v, dO, m, d, bug, store):
@@ -80,8 +84,8 @@ def sdpa_backward(q, k, v, dO, m, d, bug, store):
     return store(dQ), store(dK), store(dV), p_dv @ v_rep
 
 
-def gradients(d, m, bug, dtype, bf16):
-    store = (lambda t: t.to(torch.bfloat16).to(dtype)) if bf16 else (lambda t: t)
+def gradients(d, m, bug, dtype, low):
+    store = (lambda t: t.to(low).to(dtype)) if low is not None else (lambda t: t)
     load = lambda role: store(torch.from_numpy(np.load(d / f"{role}.npy")).to(dtype))
     sh, cv = m["shapes"], m["conventions"]
     B, H, Hkv, Sq, Sk, dk, dv = (sh[x] for x in ("batch", "heads", "kv_heads", "query_length", "key_length", "head_dim_qk", "head_dim_v"))
@@ -139,26 +143,26 @@ def main() -> int:
         d = golden / name
         m = json.loads((d / "manifest.json").read_text())
         sh = m["shapes"]
-        ref = gradients(d, m, "none", torch.float64, False)
+        ref = gradients(d, m, "none", torch.float64, None)
         for bug in ("none",) + BUGS:
             if bug == "wrong_transpose" and sh["query_length"] != sh["key_length"]:
                 invisible.append(f"{name}/{bug} (Sq != Sk: not applicable)")
                 continue
             if bug != "none":
-                g64 = gradients(d, m, bug, torch.float64, False)
+                g64 = gradients(d, m, bug, torch.float64, None)
                 diff = max(float(torch.nan_to_num((g64[r] - ref[r]).abs(), nan=0.0).max()) for r in ref)
                 scale = max(float(torch.nan_to_num(ref[r].abs(), nan=0.0).max()) for r in ref)
                 if not diff > 1e-9 * scale:
                     invisible.append(f"{name}/{bug}")
                     continue
-            for fmt, bf16, extra in (("float32", False, []), ("bf16", True, ["--dtype", "bfloat16"])):
-                verdict, r = check(attnref, d, gradients(d, m, bug, torch.float32, bf16), out / fmt / name / bug, extra)
+            for fmt, low, extra in FORMATS:
+                verdict, r = check(attnref, d, gradients(d, m, bug, torch.float32, low), out / fmt / name / bug, extra)
                 counts[(bug, fmt, verdict)] = counts.get((bug, fmt, verdict), 0) + 1
-                if bug == "none":  # never FAIL; PASS in float32 (bf16: the bound may be too loose to decide)
+                if bug == "none":  # never FAIL; PASS in float32 (bf16, fp16: the bound may be too loose to decide)
                     ok = verdict == "PASS" if fmt == "float32" and name not in loose else verdict in ("PASS", "INCONCLUSIVE")
                 elif fmt == "float32" or (m["kind"] == "sdpa" and name not in loose):
                     ok = verdict == "FAIL"
-                else:  # bf16 multi-head: FAIL, or INCONCLUSIVE where (B8)-(B13) is vacuous for bf16 projections; never PASS
+                else:  # 16-bit multi-head: FAIL, or INCONCLUSIVE where (B8)-(B13) is vacuous for 16-bit projections; never PASS
                     ok = verdict in ("FAIL", "INCONCLUSIVE")
                 print(f"{name:45s} {bug:16s} {fmt:8s} {verdict}")
                 if not ok:

@@ -515,6 +515,65 @@ BOOST_AUTO_TEST_CASE(textbook_grad_query_within_centred_bound) {
                                                                            << tightening);
 }
 
+// (B14) storage underflow: the fp16 policy (fp16 storage, P and gradients, float accumulation) on
+// inputs whose gradients are subnormal in fp16 (values and upstream gradients ~2⁻¹², so dV ~ 2⁻¹³ ...
+// 2⁻²⁴ and dQ, dK far below fp16's smallest normal 2⁻¹⁴), on every convention case and the two
+// adversarial ones, both algorithms, inputs exact in fp16 (u = 2⁻²⁴, u_s = u_w = 2⁻¹¹, as the checker
+// sets them). Without the underflow terms the rounding of such gradients into fp16's subnormal range
+// (absolute error up to 2⁻²⁵) exceeds every relative bound; the ≤ 1 assertions catch a bound that
+// drops them. The invariant dV = Pᵀ·dO (exact P) is held to dV's bound as the checker does.
+BOOST_AUTO_TEST_CASE(float16_policy_subnormal_gradients_within_bound) {
+    using policy = precision_policy<float16, float, float16, float16>;
+    std::vector<std::unique_ptr<sdpa_case>> cases = all_cases();
+    add_adversarial_cases(cases);
+    double worst = 0, worst_dv = 0;
+    for (auto& c : cases) {
+        for (tensor<double, 4>* t : {&c->q, &c->k, &c->v, &c->grad_output})
+            for (double& x : t->storage()) x = static_cast<double>(float16(x));
+        for (tensor<double, 4>* t : {&c->v, &c->grad_output})
+            for (double& x : t->storage()) x = static_cast<double>(float16(x * 0x1p-12));  // normal in fp16, products subnormal
+        const auto fwd = scaled_dot_product_attention(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v), c->options);
+        const tensor<double, 4> weights = cast<double>(fwd.weights);
+        const tensor<double, 3> lse = cast<double>(fwd.lse);
+        const auto exact = scaled_dot_product_attention_backward(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v), to<mp>(c->grad_output), c->options);
+        const auto q = to<float16>(c->q), k = to<float16>(c->k), v = to<float16>(c->v), g = to<float16>(c->grad_output);
+        for (backward_algorithm algorithm : {backward_algorithm::textbook, backward_algorithm::flash}) {
+            const sdpa_gradient_bounds b = sdpa_gradient_first_order_bounds(c->q.view(), c->k.view(), c->v.view(), c->grad_output.view(),
+                                                                            weights.view(), lse.view(), c->options, 0x1p-24, 0x1p-11,
+                                                                            0x1p-11, algorithm);
+            const auto d = scaled_dot_product_attention_backward<policy, float16, float16, float16, float16>(q.view(), k.view(), v.view(),
+                                                                                                          g.view(), c->options, {algorithm});
+            const tensor<double, 4> dq = to_tensor<double>(d.grad_query.view()), dk = to_tensor<double>(d.grad_key.view()),
+                                    dv = to_tensor<double>(d.grad_value.view());
+            const double w = std::max({worst_ratio(dq, exact.grad_query, b.grad_query), worst_ratio(dk, exact.grad_key, b.grad_key),
+                                       worst_ratio(dv, exact.grad_value, b.grad_value)});
+            BOOST_TEST_INFO(c->name << (algorithm == backward_algorithm::flash ? " flash" : " textbook"));
+            BOOST_TEST(w <= 1.0);
+            worst = std::max(worst, w);
+            // dV = Σ_{h in group} Σ_i P_ij dO_i with the exact P: within dV's bound.
+            const std::size_t group = c->heads / c->kv_heads;
+            for (std::size_t bb = 0; bb < c->batch; ++bb)
+                for (std::size_t hk = 0; hk < c->kv_heads; ++hk)
+                    for (std::size_t j = 0; j < c->sk; ++j)
+                        for (std::size_t x = 0; x < c->dv; ++x) {
+                            double acc = 0, magnitude = 0;
+                            for (std::size_t h = hk * group; h < (hk + 1) * group; ++h)
+                                for (std::size_t i = 0; i < c->sq; ++i)
+                                    if (std::isfinite(weights(bb, h, i, j))) {
+                                        acc += weights(bb, h, i, j) * c->grad_output(bb, h, i, x);
+                                        magnitude += std::fabs(weights(bb, h, i, j) * c->grad_output(bb, h, i, x));
+                                    }
+                            if (!std::isfinite(dv(bb, hk, j, x))) continue;
+                            const double own = static_cast<double>(group * c->sq + 3) * 0x1p-53 * magnitude;  // this sum's rounding
+                            const double r = std::fabs(dv(bb, hk, j, x) - acc) / (b.grad_value(bb, hk, j, x) + own);
+                            BOOST_TEST(r <= 1.0);
+                            worst_dv = std::max(worst_dv, r);
+                        }
+        }
+    }
+    BOOST_TEST_MESSAGE("fp16 policy, subnormal gradients: worst |error| / bound = " << worst << ", dV = P^T dO: " << worst_dv);
+}
+
 // (c) dV = Pᵀ·dO: the textbook algorithm reuses the forward's P, so in float64 it equals the sum
 // Σ_h Σ_i P_ij dO_i formed here in the documented order, bit for bit.
 BOOST_AUTO_TEST_CASE(grad_value_is_weights_transposed_times_grad_output) {

@@ -267,3 +267,49 @@ BOOST_AUTO_TEST_CASE(small_and_empty_inputs) {
     BOOST_TEST(run(empty, 3).rms == 0);
     BOOST_TEST(run(empty, 3).ok());
 }
+
+// Storage underflow in the forward bounds (docs/error-bounds.md eq. 26): attnref's fp16 kernel
+// (fp16 storage, P and output, float accumulation) on values ~2⁻¹⁹, so the outputs are subnormal in
+// fp16 (smallest normal 2⁻¹⁴) and their rounding has an absolute error up to 2⁻²⁵, well above any
+// relative bound. The data-aware bound (with its worst-case cap) holds element by element against
+// the same attention in double (error ~1e-16, far below η = 2⁻²⁵); the same bound with the underflow
+// term removed is exceeded (a weakened bound is caught). Plain, causal with a soft-cap, and 64 keys.
+#include "attnref/attention.hpp"
+#include "attnref/formats.hpp"
+#include "test_support.hpp"
+
+BOOST_AUTO_TEST_CASE(forward_bound_covers_fp16_subnormal_outputs) {
+    using namespace attnref;
+    using policy = precision_policy<float16, float, float16, float16>;
+    double worst = 0, worst_without = 0;
+    for (int variant = 0; variant < 3; ++variant) {
+        const std::size_t sk = variant == 2 ? 64 : 8;
+        auto q = test::random_tensor<double, 4>({1, 2, 6, 8}, 501 + static_cast<std::uint64_t>(variant));
+        auto k = test::random_tensor<double, 4>({1, 2, sk, 8}, 601 + static_cast<std::uint64_t>(variant));
+        auto v = test::random_tensor<double, 4>({1, 2, sk, 4}, 701 + static_cast<std::uint64_t>(variant));
+        for (double& x : q.storage()) x = static_cast<double>(float16(x));
+        for (double& x : k.storage()) x = static_cast<double>(float16(x));
+        for (double& x : v.storage()) x = static_cast<double>(float16(x * 0x1p-19));
+        attention_options o;
+        o.threads = 1;
+        if (variant == 1) o.mask.causal = true, o.softcap = 2.0;
+        const tensor<double, 4> qc = q, kc = k, vc = v;
+        const auto exact = scaled_dot_product_attention<uniform_precision<double>>(qc.view(), kc.view(), vc.view(), o);
+        const auto q16 = test::cast<float16>(q), k16 = test::cast<float16>(k), v16 = test::cast<float16>(v);
+        const auto got = scaled_dot_product_attention<policy>(q16.view(), k16.view(), v16.view(), o);
+        const tensor<double, 4> p = exact.weights;
+        tol::data_aware_scales s = tol::sdpa_scales(qc.view(), kc.view(), vc.view(), p.view(), o, true);
+        tol::data_aware_scales weakened = s;
+        weakened.worst_case.underflow.clear();
+        for (std::size_t e = 0; e < s.size(); ++e) {
+            const double err = std::fabs(static_cast<double>(got.output[e]) - exact.output[e]);
+            const double r = err / s.bound(e, 0x1p-11, 0x1p-24);
+            BOOST_TEST(r <= 1.0);
+            worst = std::max(worst, r);
+            worst_without = std::max(worst_without, err / weakened.bound(e, 0x1p-11, 0x1p-24));
+        }
+    }
+    BOOST_TEST(worst_without > 1.0);  // without eq. 26 the bound fails on these outputs
+    BOOST_TEST_MESSAGE("fp16 kernel, subnormal outputs: worst |error| / bound = " << worst << " (without the underflow term: "
+                                                                                 << worst_without << ")");
+}

@@ -37,6 +37,9 @@ struct check_options {
     /// normalised P) lets dQ's bound centre the keys ((B5t), docs/backward.md); flash or unknown keep
     /// (B5), valid for any algorithm. A false declaration can only make a correct kernel FAIL.
     std::optional<backward_algorithm> declared_backward;
+    /// A declared precision policy (attnref check --policy NAME): the data-aware bounds follow its
+    /// roundoffs instead of the candidate format's defaults. nullopt: the format's bound, valid for any kernel of it.
+    std::optional<tolerance::policy_roundoffs> policy;
 };
 
 /// One gradient of a candidate, by role, as doubles in C order with the role's shape (gradient_roles).
@@ -67,6 +70,7 @@ struct check_request {
     /// The lse the candidate writes for rows whose keys are all masked (FlashAttention 2/3: +inf).
     empty_row_lse empty_lse = empty_row_lse::minus_inf;
     std::optional<backward_algorithm> declared_backward;  ///< as check_options::declared_backward
+    std::optional<tolerance::policy_roundoffs> policy;    ///< as check_options::policy
 };
 
 /// A shape as Python writes it: (2, 3), (4,).

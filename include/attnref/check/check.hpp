@@ -46,6 +46,14 @@ ATTNREF_GOLDEN_FN check_result check(const loaded_case& lc, const candidate& c, 
     };
     if (c.output.empty() && c.gradients.empty())
         throw data_error("candidate: nothing to check (give the output, or at least one gradient)");
+    // A declared policy is about the candidate's own results: they must be in its output format, and
+    // only the data-aware bounds follow it.
+    namespace tol = attnref::tolerance;
+    if (opt.policy && tol::unit_roundoff(c.format) != opt.policy->output)
+        throw data_error(fmt::format("command line: --policy: the policy writes results with unit roundoff {:g}, the candidate's are {} (unit roundoff {:g})",
+                                     opt.policy->output, tol::format_name(c.format), tol::unit_roundoff(c.format)));
+    if (opt.policy && opt.model != tol::tolerance_model::data_aware)
+        throw data_error("command line: --policy: only with --tolerance data-aware");
     if (!c.output.empty()) require_size("output", c.output, output_shape(spec));
     if (!c.weights.empty()) require_size("weights", c.weights, weights_shape(spec));
     if (!c.lse.empty()) require_size("lse", c.lse, lse_shape(spec));
@@ -54,10 +62,12 @@ ATTNREF_GOLDEN_FN check_result check(const loaded_case& lc, const candidate& c, 
     res.format = c.format;
     res.model = opt.model;
     res.declared_backward = opt.declared_backward;
-    forward_reference ref(lc);
-    if (!c.output.empty()) res.tensors.push_back(judge_case_output(ref, c.output, c.format, opt.model));
+    // Inputs exact in the candidate's format (e.g. a reference certified for the rounded inputs,
+    // golden/rounded_inputs.hpp): reading them rounds nothing, and the bound drops that term.
+    forward_reference ref(lc, check_detail::inputs_representable(lc.data, {}, c.format));
+    if (!c.output.empty()) res.tensors.push_back(judge_case_output(ref, c.output, c.format, opt.model, opt.policy));
     if (!c.gradients.empty())
-        check_gradients(spec, lc.data, gradient_reference_of(lc), c.gradients, c.format, opt.model, res, opt.declared_backward);
+        check_gradients(spec, lc.data, gradient_reference_of(lc), c.gradients, c.format, opt.model, res, opt.declared_backward, opt.policy);
     judge_weights_lse(ref, c, opt, res);
     decide(res);
     return res;
@@ -110,7 +120,7 @@ ATTNREF_GOLDEN_FN check_result run_check(const check_request& rq) {
     c.weights_format = wf;
     c.lse_format = lf;
     for (std::size_t n = 0; n < rq.gradients.size(); ++n) c.gradients.push_back({rq.gradients[n].first, gradient_values[n], gradient_formats[n]});
-    return check(lc, c, check_options{rq.model, rq.empty_lse, rq.declared_backward});
+    return check(lc, c, check_options{rq.model, rq.empty_lse, rq.declared_backward, rq.policy});
 }
 
 }  // namespace attnref::golden

@@ -53,10 +53,12 @@ inline std::vector<double> naive_output(const case_spec& spec, const case_data& 
 }
 
 /// Per-element data-aware magnitudes of a loaded case from its weights P (B, H, Sq, Sk).
-inline tolerance::data_aware_scales data_aware_scales_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights) {
+/// inputs_exact: the candidate's inputs are the case's exactly (no input-rounding term).
+inline tolerance::data_aware_scales data_aware_scales_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights,
+                                                          bool inputs_exact = false) {
     const case_views c = views_of(spec, data);
-    return c.sdpa() ? tolerance::sdpa_scales(c.q, c.k, c.v, c.weights(weights), c.o)
-                    : tolerance::mha_scales(c.x_q, c.x_k, c.x_v, c.w, c.weights(weights), c.mo);
+    return c.sdpa() ? tolerance::sdpa_scales(c.q, c.k, c.v, c.weights(weights), c.o, inputs_exact)
+                    : tolerance::mha_scales(c.x_q, c.x_k, c.x_v, c.w, c.weights(weights), c.mo, inputs_exact);
 }
 
 /// Per-element worst-case magnitudes (the worst-case model) of a loaded case.
@@ -82,7 +84,10 @@ inline std::vector<double> reference_weights(const loaded_case& lc) {
 /// (whose files load_case checked against the manifest's sha256).
 class forward_reference {
 public:
-    explicit forward_reference(const loaded_case& lc) : lc_(lc), views_(views_of(lc.m.spec, lc.data)) {}
+    /// inputs_exact: the case's inputs are exactly representable in the candidate's format (its
+    /// reading them rounds nothing), so the data-aware scales drop the input-rounding term.
+    explicit forward_reference(const loaded_case& lc, bool inputs_exact = false)
+        : lc_(lc), views_(views_of(lc.m.spec, lc.data)), inputs_exact_(inputs_exact) {}
     const loaded_case& lc() const { return lc_; }
     const case_views& views() const { return views_; }
     const std::vector<double>& weights() {
@@ -90,13 +95,14 @@ public:
         return *weights_;
     }
     const tolerance::data_aware_scales& scales() {
-        if (!scales_) scales_ = data_aware_scales_for(lc_.m.spec, lc_.data, weights());
+        if (!scales_) scales_ = data_aware_scales_for(lc_.m.spec, lc_.data, weights(), inputs_exact_);
         return *scales_;
     }
 
 private:
     const loaded_case& lc_;
     case_views views_;
+    bool inputs_exact_ = false;
     std::optional<std::vector<double>> weights_;
     std::optional<tolerance::data_aware_scales> scales_;
 };
@@ -104,7 +110,8 @@ private:
 /// Judges a candidate output (values of `format`, the case's output shape) against the case under
 /// `model`, with the vacuity, decoy and zero-trust rules.
 inline tensor_report judge_case_output(forward_reference& ref, std::span<const double> candidate, tolerance::candidate_format format,
-                                       tolerance::tolerance_model model) {
+                                       tolerance::tolerance_model model,
+                                       const std::optional<tolerance::policy_roundoffs>& policy = std::nullopt) {
     namespace tol = attnref::tolerance;
     const loaded_case& lc = ref.lc();
     const case_spec& spec = lc.m.spec;
@@ -116,7 +123,8 @@ inline tensor_report judge_case_output(forward_reference& ref, std::span<const d
         return judged_output(tol::compare_ulp(candidate, expected, format), {}, format, candidate, expected, row);
     std::vector<double> bounds;
     if (model == tol::tolerance_model::data_aware) {
-        bounds = tol::element_bounds(ref.scales(), format);
+        bounds = policy ? tol::element_bounds(ref.scales(), policy->widest_storage(), policy->accumulate)  // a declared policy's roundoffs
+                        : tol::element_bounds(ref.scales(), format);
     } else if (model == tol::tolerance_model::worst_case) {
         bounds = tol::element_bounds(worst_case_scales_for(spec, lc.data, ref.weights()), format);
     } else if (model == tol::tolerance_model::assert_close) {

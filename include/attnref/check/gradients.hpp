@@ -134,11 +134,15 @@ inline std::vector<double> flat_of(const auto& t) { return std::vector<double>(t
 /// plus the certified reference's own rounding (2^-53 relative).
 inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_for(const case_spec& spec, const case_data& data,
                                                                                     const gradient_reference& ref, tol::candidate_format f,
-                                                                                    std::optional<backward_algorithm> declared = std::nullopt) {
+                                                                                    std::optional<backward_algorithm> declared = std::nullopt,
+                                                                                    const std::optional<tol::policy_roundoffs>& policy = std::nullopt) {
     namespace cd = check_detail;
     const case_shapes& d = spec.shapes;
-    const double u = tol::accumulate_roundoff(f), u_fmt = tol::unit_roundoff(f);
+    // A declared policy's roundoffs, else the format's defaults (valid for any kernel of the format).
+    const double u = policy ? policy->accumulate : tol::accumulate_roundoff(f),
+                 u_fmt = policy ? std::max(policy->storage, policy->output) : tol::unit_roundoff(f);
     const double us = u_fmt > u ? u_fmt : 0;  // bf16/fp16 storage with float32 accumulation: (B7)
+    const double uw = policy ? (policy->weights > u ? policy->weights : 0) : us;  // P stored before dV = Pᵀ·dO
     const double u_in = cd::inputs_representable(data, ref.grad_output, f) ? 0 : u_fmt;
     const case_views c = views_of(spec, data);
     const tensor_view<const double, 4> w = c.weights(ref.weights);
@@ -146,11 +150,11 @@ inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_
     std::vector<std::pair<std::string, std::vector<double>>> r;
     if (c.sdpa()) {
         const tensor_view<const double, 4> g{ref.grad_output.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}};
-        const sdpa_gradient_bounds b = sdpa_gradient_first_order_bounds_rounded_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, us, u_in, declared);
+        const sdpa_gradient_bounds b = sdpa_gradient_first_order_bounds_rounded_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, uw, u_in, declared);
         r = {{"grad_query", cd::flat_of(b.grad_query)}, {"grad_key", cd::flat_of(b.grad_key)}, {"grad_value", cd::flat_of(b.grad_value)}};
     } else {
         const tensor_view<const double, 3> g{ref.grad_output.data(), {d.batch, d.query_length, d.output_dim}};
-        const mha_gradient_bounds b = mha_gradient_first_order_bounds(c.x_q, c.x_k, c.x_v, c.w, c.mo, g, w, lse, u, us, us, u_in, declared);
+        const mha_gradient_bounds b = mha_gradient_first_order_bounds(c.x_q, c.x_k, c.x_v, c.w, c.mo, g, w, lse, u, us, uw, u_in, declared);
         r = {{"grad_query", cd::flat_of(b.grad_x_q)}, {"grad_key", cd::flat_of(b.grad_x_k)}, {"grad_value", cd::flat_of(b.grad_x_v)},
              {"grad_w_q", cd::flat_of(b.grad_w_q)},   {"grad_w_k", cd::flat_of(b.grad_w_k)}, {"grad_w_v", cd::flat_of(b.grad_w_v)},
              {"grad_w_o", cd::flat_of(b.grad_w_o)},   {"grad_b_q", cd::flat_of(b.grad_b_q)}, {"grad_b_k", cd::flat_of(b.grad_b_k)},
@@ -167,7 +171,8 @@ inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_
 /// model (default) or FlashAttention's baseline rule.
 inline void check_gradients(const case_spec& spec, const case_data& data, const gradient_reference& ref, std::span<const gradient_tensor> got,
                             tol::candidate_format f, tol::tolerance_model model, check_result& res,
-                            std::optional<backward_algorithm> declared = std::nullopt) {
+                            std::optional<backward_algorithm> declared = std::nullopt,
+                            const std::optional<tol::policy_roundoffs>& declared_policy = std::nullopt) {
     namespace cd = check_detail;
     if (model != tol::tolerance_model::data_aware && model != tol::tolerance_model::baseline)
         throw data_error(std::string("command line: --tolerance: ") + std::string(tol::model_name(model)) +
@@ -184,7 +189,7 @@ inline void check_gradients(const case_spec& spec, const case_data& data, const 
     std::map<tol::candidate_format, role_values> bounds_by_format, naive_by_format;
     auto bounds_in = [&](tol::candidate_format g) -> const role_values& {
         auto it = bounds_by_format.find(g);
-        if (it == bounds_by_format.end()) it = bounds_by_format.emplace(g, gradient_bounds_for(spec, data, ref, g, declared)).first;
+        if (it == bounds_by_format.end()) it = bounds_by_format.emplace(g, gradient_bounds_for(spec, data, ref, g, declared, declared_policy)).first;
         return it->second;
     };
     std::map<std::string, tol::candidate_format> format_of;

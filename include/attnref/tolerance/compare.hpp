@@ -207,6 +207,13 @@ std::vector<double> element_bounds(const Scales& s, candidate_format f) {
     for (std::size_t n = 0; n < b.size(); ++n) b[n] = s.bound(n, u, ua);
     return b;
 }
+/// The same for explicit unit roundoffs (a declared policy: u its widest storage, u_acc its accumulation).
+template <class Scales>
+std::vector<double> element_bounds(const Scales& s, double u, double ua) {
+    std::vector<double> b(s.size());
+    for (std::size_t n = 0; n < b.size(); ++n) b[n] = s.bound(n, u, ua);
+    return b;
+}
 /// Compares under a data_aware_scales or worst_case_scales bound.
 template <class Scales>
 comparison compare_data_aware(std::span<const double> a, std::span<const double> e, candidate_format f, const Scales& s) {

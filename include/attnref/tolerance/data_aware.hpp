@@ -78,7 +78,9 @@ struct data_aware_scales {
         const auto times = [](double a, double x) { return x == 0 ? 0.0 : a * x; };
         const double var = times(g * g, coupled[e].acc * ua2 + coupled[e].store * us2) + independent[e].acc * ua2 +
                            independent[e].store * us2;
-        const double b = (lambda * std::sqrt(var) + times(g, linear[e].acc * u_acc + linear[e].store * u)) * (1 + 0x1p-40);
+        // Storage underflow (eq. 26), a worst-case term: the worst-case scales carry its coefficients.
+        const double under = worst_case.underflow.size() == size() ? times(g, worst_case.underflow[e].at(u, u_acc)) : 0.0;
+        const double b = (lambda * std::sqrt(var) + times(g, linear[e].acc * u_acc + linear[e].store * u) + under) * (1 + 0x1p-40);
         if (worst_case.size() != size()) return b;  // (1 + 2⁻⁴⁰): this evaluation's own rounding
         // Both are upper bounds (the worst-case one rigorous to every order, see worst_case_scales::
         // bound), so the smaller is one too; a NaN b stays NaN (reported as vacuous, never a pass).
@@ -202,16 +204,18 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
 }  // namespace detail
 
 /// Data-aware terms for scaled dot-product attention. q, k, v are the golden inputs, p the golden
-/// (certified) weights (B, H, Sq, Sk); options as the case uses them.
+/// (certified) weights (B, H, Sq, Sk); options as the case uses them. inputs_exact: the inputs are
+/// values of the candidate's format (a reference certified for the inputs the candidate reads,
+/// golden/rounded_inputs.hpp), so reading them rounds nothing and their storage term is dropped.
 inline data_aware_scales sdpa_scales(tensor_view<const double, 4> q, tensor_view<const double, 4> k,
                                      tensor_view<const double, 4> v, tensor_view<const double, 4> p,
-                                     const attention_options& options) {
+                                     const attention_options& options, bool inputs_exact = false) {
     const tensor<double, 4> logits = attention_logits<uniform_precision<double>>(q, k, options);
     // Rounding the inputs to the candidate's format: one rounding per element, each used by one q_i,
     // k_j, v_j; and one more in u_acc where the scale multiplies q or k (on_query, split_sqrt).
-    auto input_var = [](tensor_view<const double, 4> x) {
+    auto input_var = [&](tensor_view<const double, 4> x) {
         std::vector<two_part> r(x.size());
-        for (std::size_t n = 0; n < x.size(); ++n) r[n] = {x.data[n] * x.data[n], x.data[n] * x.data[n]};
+        for (std::size_t n = 0; n < x.size(); ++n) r[n] = {x.data[n] * x.data[n], inputs_exact ? 0.0 : x.data[n] * x.data[n]};
         return r;
     };
     const std::vector<two_part> vq = input_var(q), vk = input_var(k), vv = input_var(v);
@@ -237,7 +241,8 @@ namespace detail {
 /// (B, F/d, S, d): products and additions in u_acc (partial sums ≤ |x|·|W| + |b|), rounding x (used
 /// by the row's `uses_x` outputs), W and b (used by `uses_w` rows) and the result to storage.
 inline void projection_terms(tensor_view<const double, 3> x, tensor_view<const double, 2> W, tensor_view<const double, 1> bias,
-                             std::size_t heads, double uses_x, double uses_w, tensor<double, 4>& y, std::vector<two_part>& var) {
+                             std::size_t heads, double uses_x, double uses_w, tensor<double, 4>& y, std::vector<two_part>& var,
+                             bool inputs_exact = false) {
     const std::size_t batch = x.extents[0], len = x.extents[1], in = x.extents[2], out = W.extents[1], d = out / heads;
     y = tensor<double, 4>({batch, heads, len, d});
     var.assign(y.size(), {});
@@ -262,16 +267,17 @@ inline void projection_terms(tensor_view<const double, 3> x, tensor_view<const d
                 y.data()[at] = yf;
                 // (+ y² in u_acc: the scale's multiplication where it is applied to q or k)
                 var[at] = {sq[f] + bf * bf + static_cast<double>(in + 1) * m * m + yf * yf,
-                           (uses_x + uses_w) * sq[f] + uses_w * bf * bf + yf * yf};
+                           (inputs_exact ? 0.0 : (uses_x + uses_w) * sq[f] + uses_w * bf * bf) + yf * yf};
             }
         }
 }
 }  // namespace detail
 
-/// Data-aware terms for multi-head attention (see multi_head_attention.hpp for the layout).
+/// Data-aware terms for multi-head attention (see multi_head_attention.hpp for the layout);
+/// inputs_exact as for sdpa_scales (x, W, b values of the candidate's format: no rounding to read them).
 inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_view<const double, 3> x_k,
                                     tensor_view<const double, 3> x_v, const mha_parameters<double>& w,
-                                    tensor_view<const double, 4> p, const mha_options& o) {
+                                    tensor_view<const double, 4> p, const mha_options& o, bool inputs_exact = false) {
     const mha_dims d = mha_dims_of(x_q, x_k, x_v, w, o);
     const std::size_t H = d.heads, Hkv = d.kv_heads, sq = d.query_length, sk = d.key_length, dv = d.head_dim_v,
                       eo = d.output_dim, group = H / Hkv;
@@ -281,9 +287,9 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
     // (self-attention: Q, K and V alike), so every projection counts all H·dk + Hkv·(dk + dv) of
     // them; a rounding of W_k[e, f] or W_v[e, f] reaches all Sk keys, one of W_q[e, f] one query.
     const double uses_x = static_cast<double>(H * d.head_dim_qk + Hkv * (d.head_dim_qk + dv));
-    detail::projection_terms(x_q, w.w_q, w.b_q, H, uses_x, 1, qh, vq);
-    detail::projection_terms(x_k, w.w_k, w.b_k, Hkv, uses_x, static_cast<double>(sk), kh, vk);
-    detail::projection_terms(x_v, w.w_v, w.b_v, Hkv, uses_x, static_cast<double>(sk), vh, vv);
+    detail::projection_terms(x_q, w.w_q, w.b_q, H, uses_x, 1, qh, vq, inputs_exact);
+    detail::projection_terms(x_k, w.w_k, w.b_k, Hkv, uses_x, static_cast<double>(sk), kh, vk, inputs_exact);
+    detail::projection_terms(x_v, w.w_v, w.b_v, Hkv, uses_x, static_cast<double>(sk), vh, vv, inputs_exact);
     const tensor<double, 4> logits = attention_logits<uniform_precision<double>>(tensor_view<const double, 4>(qh.view()),
                                                                                  tensor_view<const double, 4>(kh.view()), o.attention);
     const double scale = ::attnref::detail::logit_scale<double>(o.attention, d.head_dim_qk);
@@ -333,7 +339,7 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
                 const double bl = w.b_o.empty() ? 0.0 : w.b_o[l], yl = y[l] + bl;
                 const double m = detail::partial_sum_bound(ypos[l] + (bl > 0 ? bl : 0.0), yneg[l] + (bl < 0 ? -bl : 0.0));
                 // W_o's products and H·dv additions (+ bias) in u_acc; rounding W_o, b_o and y to storage.
-                r.independent[out_row + l] += two_part{y2[l] + (hd + 1) * m * m, y2[l] + bl * bl + yl * yl};
+                r.independent[out_row + l] += two_part{y2[l] + (hd + 1) * m * m, (inputs_exact ? 0.0 : y2[l] + bl * bl) + yl * yl};
                 r.logit_var[out_row + l] = eps_var;
                 r.logit_linear[out_row + l] = eps_lin;
             }

@@ -41,6 +41,20 @@ constexpr double accumulate_roundoff(candidate_format f) {
                                                                              : unit_roundoff(f);
 }
 
+/// A declared precision policy (`attnref check --policy NAME`, policies.hpp's roundoffs_of_policy):
+/// the unit roundoffs of the formats the candidate stores in (inputs, Q/K/V, head outputs), accumulates
+/// in, stores P in before P·V, and writes its results in. The bounds then follow where it rounds
+/// instead of assuming the format's default (accumulate_roundoff).
+struct policy_roundoffs {
+    double storage = 0, accumulate = 0, weights = 0, output = 0;
+    /// The largest storage-side roundoff: the `u` of the forward bounds, which count every storage
+    /// rounding (inputs, Q/K/V, P, head outputs, output) with one unit roundoff.
+    constexpr double widest_storage() const {
+        const double a = storage > weights ? storage : weights;
+        return a > output ? a : output;
+    }
+};
+
 struct rtol_atol {
     double rtol, atol;
 };

@@ -21,6 +21,17 @@
 
 namespace attnref::tolerance {
 
+/// Coefficients of the storage underflow term (eq. 26): an element's absolute error gains
+/// acc·η(u_acc) + store·η(u), η = error_bounds::underflow_eta the absolute error of a rounding into
+/// the subnormal range, counted over every rounding the output depends on.
+struct underflow_coefficients {
+    double acc = 0, store = 0;
+    double at(double u, double u_acc) const {
+        const double a = acc == 0 ? 0.0 : acc * error_bounds::underflow_eta(u_acc), s = store == 0 ? 0.0 : store * error_bounds::underflow_eta(u);
+        return a + s;
+    }
+};
+
 /// Per-element magnitudes of the worst-case bound and the counts that pick the γ's; bound()
 /// evaluates eq. 12 of docs/error-bounds.md.
 struct worst_case_scales {
@@ -35,6 +46,8 @@ struct worst_case_scales {
     /// shifted and naive softmax (the model the checker applies), error_bounds::
     /// online_rescale_roundings(n, block) for an online softmax of that block size (eq. 9).
     std::size_t rescale_roundings = 0;
+    /// Per element: the storage underflow term (eq. 26); empty: none (callers that build t0, t1 alone).
+    std::vector<underflow_coefficients> underflow;
 
     /// u: the candidate format's unit roundoff (storage: inputs, Q/K/V, P, head outputs, output);
     /// u_acc: that of its accumulation (see accumulate_roundoff). Vacuous (+inf) when n·u ≥ 1.
@@ -54,7 +67,8 @@ struct worst_case_scales {
         const double g = error_bounds::second_order_factor(2 * gd * l_max);
         const double weights = t1[e] == 0 ? 0.0 : (1 + a) * g * 2 * gd * t1[e];  // (0·inf would be NaN)
         const double rest = t0[e] == 0 ? 0.0 : a * t0[e];
-        return (weights + rest) * (1 + 0x1p-40);  // (1 + 2⁻⁴⁰): this evaluation's own rounding, upward
+        const double under = underflow.size() == t0.size() ? (1 + a) * g * underflow[e].at(u, u_acc) : 0.0;  // (eq. 26)
+        return (weights + rest + under) * (1 + 0x1p-40);  // (1 + 2⁻⁴⁰): this evaluation's own rounding, upward
     }
     double bound(std::size_t e, double u) const { return bound(e, u, u); }
     std::size_t size() const { return t0.size(); }
@@ -63,29 +77,72 @@ struct worst_case_scales {
 namespace detail {
 /// Per (b, h, i) L and per (b, h, i, l) σ of one attention: q̃ (B,H,Sq,dk) and k̃ (B,Hkv,Sk,dk) are
 /// nonnegative magnitudes, ṽ (B,Hkv,Sk,dv) too; logits S and weights P (B,H,Sq,Sk) from the reference.
+/// Absolute underflow errors already in the head inputs q, k, v (per element, in η units; empty:
+/// the inputs are rounded to the candidate's storage once, {0, 1} per element).
+struct input_underflow {
+    std::span<const underflow_coefficients> q, k, v;
+};
 inline void head_scales(tensor_view<const double, 4> q_abs, tensor_view<const double, 4> k_abs,
                         tensor_view<const double, 4> v_abs, tensor_view<const double, 4> logits,
-                        tensor_view<const double, 4> p, double scale, std::vector<double>& L, std::vector<double>& sigma) {
+                        tensor_view<const double, 4> p, double scale, std::vector<double>& L, std::vector<double>& sigma,
+                        std::vector<underflow_coefficients>* underflow = nullptr, input_underflow in = {}) {
     const auto [batch, heads, sq, dk] = q_abs.extents;
     const std::size_t kv = k_abs.extents[1], sk = k_abs.extents[2], dv = v_abs.extents[3], group = heads / kv;
     L.assign(batch * heads * sq, 0.0);
     sigma.assign(batch * heads * sq * dv, 0.0);
+    if (underflow) underflow->assign(sigma.size(), {});
+    const underflow_coefficients stored{0, 1};
+    auto err = [&](std::span<const underflow_coefficients> e, std::size_t n) { return e.empty() ? stored : e[n]; };
+    std::vector<double> pj_all(sk), le_acc(sk), le_store(sk);
+    const double s_abs = abs_d(scale), s_factor = std::max(1.0, s_abs);
     for (std::size_t b = 0; b < batch; ++b)
         for (std::size_t h = 0; h < heads; ++h)
             for (std::size_t i = 0; i < sq; ++i) {
                 double& l_row = L[(b * heads + h) * sq + i];
                 double* s_row = &sigma[((b * heads + h) * sq + i) * dv];
+                const std::size_t g = h / group;
                 for (std::size_t j = 0; j < sk; ++j) {
                     const double pj = p(b, h, i, j);
+                    pj_all[j] = pj;
                     if (!(pj != 0)) continue;  // masked or underflowed keys (and NaN rows) add nothing
                     double dot = 0;
-                    for (std::size_t c = 0; c < dk; ++c) dot += q_abs(b, h, i, c) * k_abs(b, h / group, j, c);
+                    for (std::size_t c = 0; c < dk; ++c) dot += q_abs(b, h, i, c) * k_abs(b, g, j, c);
                     const double s = logits(b, h, i, j);
-                    const double m = abs_d(scale) * dot * (1 + 0x1p-50) + (std::isfinite(s) ? abs_d(s) : 0.0);
+                    const double m = s_abs * dot * (1 + 0x1p-50) + (std::isfinite(s) ? abs_d(s) : 0.0);
                     if (m > l_row) l_row = m;
-                    for (std::size_t c = 0; c < dv; ++c) s_row[c] += abs_d(pj) * v_abs(b, h / group, j, c);
+                    for (std::size_t c = 0; c < dv; ++c) s_row[c] += abs_d(pj) * v_abs(b, g, j, c);
+                    if (underflow) {
+                        // (eq. 26) the logit's absolute underflow: q's and k's through s·qᵀk, and the dot
+                        // product's dk products and the scale's multiplications (η_acc each).
+                        double la = static_cast<double>(dk + 4) * s_factor, ls = 0;
+                        for (std::size_t c = 0; c < dk; ++c) {
+                            const std::size_t nq = ((b * heads + h) * sq + i) * dk + c, nk = ((b * kv + g) * sk + j) * dk + c;
+                            const underflow_coefficients eq = err(in.q, nq), ek = err(in.k, nk);
+                            la += s_abs * (eq.acc * k_abs(b, g, j, c) + q_abs(b, h, i, c) * ek.acc);
+                            ls += s_abs * (eq.store * k_abs(b, g, j, c) + q_abs(b, h, i, c) * ek.store);
+                        }
+                        le_acc[j] = la, le_store[j] = ls;
+                    }
                 }
                 for (std::size_t c = 0; c < dv; ++c) s_row[c] *= 1 + 0x1p-48;  // this sum's own rounding, upward
+                if (!underflow) continue;
+                // (eq. 26) Δo_c = Σ_j p_j (v_jc − o_c) ΔS_j + Σ_j p_j Δv_jc + Σ_j ΔP_j v_jc + P·V's products
+                // + o's storage, with |v_jc − o_c| ≤ |v_jc| + σ_c and ΔP_j ≤ η(storage) + 4η_acc (exp, division).
+                underflow_coefficients* u_row = &(*underflow)[((b * heads + h) * sq + i) * dv];
+                double live = 0;
+                for (std::size_t j = 0; j < sk; ++j) live += pj_all[j] != 0 ? 1 : 0;
+                for (std::size_t c = 0; c < dv; ++c) {
+                    underflow_coefficients t{live + 1, 1};
+                    for (std::size_t j = 0; j < sk; ++j) {
+                        const double pj = pj_all[j];
+                        if (!(pj != 0)) continue;
+                        const double va = v_abs(b, g, j, c), w = abs_d(pj) * (va + s_row[c]);
+                        const underflow_coefficients ev = err(in.v, ((b * kv + g) * sk + j) * dv + c);
+                        t.acc += w * le_acc[j] + abs_d(pj) * ev.acc + 4 * va;
+                        t.store += w * le_store[j] + abs_d(pj) * ev.store + va;
+                    }
+                    u_row[c] = {t.acc * (1 + 0x1p-40), t.store * (1 + 0x1p-40)};
+                }
             }
 }
 
@@ -106,8 +163,8 @@ inline worst_case_scales sdpa_worst_case_scales(tensor_view<const double, 4> q, 
                               va = detail::abs_of({v.data, v.size()});
     const double scale = ::attnref::detail::logit_scale<double>(options, q.extents[3]);
     std::vector<double> L, sigma;
-    detail::head_scales({qa.data(), q.extents}, {ka.data(), k.extents}, {va.data(), v.extents}, logits, p, scale, L, sigma);
     worst_case_scales r;
+    detail::head_scales({qa.data(), q.extents}, {ka.data(), k.extents}, {va.data(), v.extents}, logits, p, scale, L, sigma, &r.underflow);
     r.n_keys = k.extents[2];
     r.n_dot = q.extents[3] + 4;
     r.n_extra = 0;
@@ -147,14 +204,41 @@ inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q,
     };
     const tensor<double, 4> qah = project_abs(x_q, w.w_q, w.b_q, d.heads), kah = project_abs(x_k, w.w_k, w.b_k, d.kv_heads),
                             vah = project_abs(x_v, w.w_v, w.b_v, d.kv_heads);
+    // (eq. 26) A projection's absolute underflow, per element in head layout (B, heads, S, d): E
+    // products and the scale's multiplication in u_acc; x rounded (times |W|), W rounded (times |x|),
+    // b rounded and the result stored in the candidate's format.
+    auto project_underflow = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> W, tensor_view<const double, 1> b,
+                                 std::size_t heads) {
+        const std::size_t B = x.extents[0], S = x.extents[1], E = x.extents[2], N = W.extents[1], hd = N / heads;
+        std::vector<double> w_col(N, 0.0);
+        for (std::size_t e = 0; e < E; ++e)
+            for (std::size_t c = 0; c < N; ++c) w_col[c] += detail::abs_d(W(e, c));
+        std::vector<underflow_coefficients> r(B * S * N);
+        for (std::size_t bb = 0; bb < B; ++bb)
+            for (std::size_t i = 0; i < S; ++i) {
+                double x_row = 0;
+                for (std::size_t e = 0; e < E; ++e) x_row += detail::abs_d(x(bb, i, e));
+                for (std::size_t c = 0; c < N; ++c)
+                    r[((bb * heads + c / hd) * S + i) * hd + c % hd] = {(static_cast<double>(E) + 2) * (1 + 0x1p-48),
+                                                                        (w_col[c] + x_row + (b.empty() ? 0.0 : 1.0) + 1) * (1 + 0x1p-40)};
+            }
+        return r;
+    };
+    const std::vector<underflow_coefficients> qu = project_underflow(x_q, w.w_q, w.b_q, d.heads),
+                                              ku = project_underflow(x_k, w.w_k, w.b_k, d.kv_heads),
+                                              vu = project_underflow(x_v, w.w_v, w.b_v, d.kv_heads);
     const double scale = ::attnref::detail::logit_scale<double>(o.attention, d.head_dim_qk);
     std::vector<double> L, sigma;
-    detail::head_scales(qah.view(), kah.view(), vah.view(), logits, p, scale, L, sigma);
+    std::vector<underflow_coefficients> head_under;
+    detail::head_scales(qah.view(), kah.view(), vah.view(), logits, p, scale, L, sigma, &head_under, {qu, ku, vu});
     // Through W_o: t0_l = Σ_m σ_m|W_o,ml|, t1_l = Σ_m L_m σ_m|W_o,ml|, m = (h, c) merged.
     const std::size_t H = d.heads, sq = d.query_length, dv = d.head_dim_v, eo = d.output_dim;
     worst_case_scales r;
     r.t0.assign(d.batch * sq * eo, 0.0);
     r.t1.assign(d.batch * sq * eo, 0.0);
+    // (eq. 26) y_l = Σ_m h_m W_o,ml + b_l: the heads' underflow through |W_o|, H·dv products (u_acc),
+    // W_o rounded (times |h_m| ≤ σ_m), b_o rounded and y stored.
+    r.underflow.assign(d.batch * sq * eo, underflow_coefficients{static_cast<double>(H * dv) + 1, 2});
     r.row_L.assign(d.batch * sq, 0.0);
     r.row_length = eo;
     for (std::size_t b = 0; b < d.batch; ++b)
@@ -164,9 +248,13 @@ inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q,
                 r.row_L[b * sq + i] = std::max(r.row_L[b * sq + i], l_row);
                 for (std::size_t c = 0; c < dv; ++c) {
                     const double s = sigma[((b * H + h) * sq + i) * dv + c];
-                    if (s == 0) continue;
+                    const underflow_coefficients hu = head_under[((b * H + h) * sq + i) * dv + c];
                     for (std::size_t e = 0; e < eo; ++e) {
                         const double wa = detail::abs_d(w.w_o(h * dv + c, e));
+                        underflow_coefficients& ru = r.underflow[(b * sq + i) * eo + e];
+                        ru.acc += wa * hu.acc;
+                        ru.store += wa * hu.store + s;
+                        if (s == 0) continue;
                         r.t0[(b * sq + i) * eo + e] += s * wa;
                         r.t1[(b * sq + i) * eo + e] += l_row * s * wa;
                     }
@@ -177,6 +265,7 @@ inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q,
         const double bo = w.b_o.empty() ? 0.0 : detail::abs_d(w.b_o[n % eo]);
         r.t0[n] = (r.t0[n] + bo) * (1 + 0x1p-46);
         r.t1[n] *= 1 + 0x1p-46;
+        r.underflow[n].acc *= 1 + 0x1p-40, r.underflow[n].store *= 1 + 0x1p-40;
     }
     const std::size_t em = x_q.extents[2];
     r.n_keys = d.key_length;

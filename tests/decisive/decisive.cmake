@@ -1,0 +1,7 @@
+# CTest registrations of decisive verdicts: which inputs a verdict is about (check --input-format,
+# generate --golden --input-format) and declared policies (check --policy); included from
+# tests/CMakeLists.txt. A handful of `attnref run`/`check`/`generate` calls (≈ 0.1 s each).
+if(TARGET attnref_cli AND NOT ATTNREF_SANITIZE)
+  add_test(NAME decisive_rounded_inputs_and_policies COMMAND ${ATTNREF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/decisive/test_rounded_inputs.py
+    $<TARGET_FILE:attnref_cli> ${PROJECT_SOURCE_DIR}/golden ${CMAKE_CURRENT_BINARY_DIR}/decisive)
+endif()

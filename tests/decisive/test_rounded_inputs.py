@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Which inputs a verdict is about, and declared policies, through the `attnref` CLI.
+
+    test_rounded_inputs.py ATTNREF GOLDEN_DIR WORK_DIR
+
+- A bf16 kernel (attnref run --arith bf16_fp32acc: it reads the golden inputs rounded to nearest even
+  to bf16) is judged by default against the certified result of those rounded inputs: PASS on
+  sdpa_bwd_basic, forward and gradients (against the float64 inputs' result it is INCONCLUSIVE:
+  the inputs' rounding moves the gradients by about their own size); the report says which inputs.
+- The same output with one row off by 10% FAILs against the rounded inputs' reference: declaring the
+  inputs does not let a wrong answer pass.
+- `attnref generate --golden CASE --input-format bfloat16 --out DIR` writes the derived case: its
+  inputs are the rounded ones (checked here independently with NumPy's bf16 rounding), and it
+  regenerates byte for byte from its own manifest (`generate --golden DERIVED --verify`).
+- A kernel casting P to bf16 before P·V (fp32_p_bf16) is not a float32 kernel: undeclared it FAILs;
+  declared (--policy fp32_p_bf16) it PASSes; a float32 output off by 10% in one row still FAILs when it
+  declares fp32_p_bf16; a policy whose output format is not the candidate's is exit 2.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+attnref, golden, work = sys.argv[1], sys.argv[2], sys.argv[3]
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+case = os.path.join(golden, "sdpa_bwd_basic")
+failures = []
+
+
+def expect(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+    else:
+        print("ok:", what)
+
+
+def run(*args):
+    return subprocess.run([attnref, *args], capture_output=True, text=True)
+
+
+def check(*args):
+    j = os.path.join(work, "r.json")
+    if os.path.exists(j):
+        os.remove(j)
+    p = run("check", "--golden", case, "--json", j, *args)
+    verdict = json.load(open(j)) if os.path.exists(j) else {}
+    return p, verdict
+
+
+def grads(d):
+    return ["--grad-query", f"{d}/grad_query.npy", "--grad-key", f"{d}/grad_key.npy", "--grad-value", f"{d}/grad_value.npy"]
+
+
+# 1. bf16 kernel against the rounded inputs' reference (the default) and against the case's own.
+bf = os.path.join(work, "bf16")
+p = run("run", "--golden", case, "--arith", "bf16_fp32acc", "--out", bf)
+expect(p.returncode == 0, "run bf16_fp32acc: " + p.stderr)
+p, v = check("--output", f"{bf}/output.npy", *grads(bf), "--backward-algorithm", "textbook")
+expect(v.get("verdict") == "PASS", f"bf16 kernel, default inputs: PASS (got {v.get('verdict')}: {v.get('reason')})")
+expect("rounded to nearest even to bfloat16" in v.get("inputs", "") and "inputs: the golden inputs rounded" in p.stdout,
+       "the report says the verdict is about the inputs rounded to bf16")
+p, v = check("--output", f"{bf}/output.npy", *grads(bf), "--backward-algorithm", "textbook", "--input-format", "case")
+expect(v.get("verdict") == "INCONCLUSIVE", f"bf16 kernel against the float64 inputs: INCONCLUSIVE (got {v.get('verdict')})")
+
+# 2. A wrong bf16 output (one row ×1.10, rounded to bf16) FAILs against the rounded inputs' reference.
+out = np.load(f"{bf}/output.npy")  # '<u2' bf16 bit patterns
+vals = (out.astype(np.uint32) << 16).view(np.float32).copy()
+vals[0, 0, 0, :] *= np.float32(1.10)
+bits = (vals.view(np.uint32) + 0x7FFF + ((vals.view(np.uint32) >> 16) & 1)) >> 16  # round to nearest even
+np.save(f"{work}/wrong.npy", bits.astype(np.uint16))
+p, v = check("--output", f"{work}/wrong.npy")
+expect(v.get("verdict") == "FAIL", f"bf16 output with a row off by 10%: FAIL (got {v.get('verdict')})")
+
+# 3. The derived case as files: rounded inputs, reproducible from its manifest.
+derived_root = os.path.join(work, "derived")
+p = run("generate", "--golden", case, "--input-format", "bfloat16", "--out", derived_root, "--quiet")
+expect(p.returncode == 0, "generate --golden --input-format bfloat16: " + p.stderr)
+derived = os.path.join(derived_root, "sdpa_bwd_basic_inputs_bfloat16")
+for role in ("query", "key", "value", "grad_output"):
+    x = np.load(os.path.join(case, role + ".npy"))
+    y = np.load(os.path.join(derived, role + ".npy"))
+    m, e = np.frexp(x)  # x = m·2^e, 0.5 ≤ |m| < 1: bf16 keeps 8 significant bits, np.rint rounds half to even
+    r = np.ldexp(np.rint(m * 256), e - 8)
+    expect(np.array_equal(y, r), f"derived {role}: the case's inputs rounded to nearest even to bf16")
+p = run("generate", "--golden", derived, "--verify", "--quiet")
+expect(p.returncode == 0, "the derived case regenerates byte for byte from its manifest: " + p.stderr + p.stdout)
+p = run("check", "--golden", derived, "--output", f"{bf}/output.npy")
+expect(p.returncode == 0 and "exact in bfloat16" in p.stdout, "the bf16 kernel PASSes on the derived case, its inputs exact in bf16")
+
+# 4. Declared policy: P cast to bf16 before P·V in a float32 kernel.
+pb = os.path.join(work, "p_bf16")
+run("run", "--golden", case, "--arith", "fp32_p_bf16", "--out", pb)
+p, v = check("--output", f"{pb}/output.npy", *grads(pb), "--backward-algorithm", "textbook")
+expect(v.get("verdict") == "FAIL", f"fp32_p_bf16 undeclared (a float32 candidate): FAIL (got {v.get('verdict')})")
+p, v = check("--output", f"{pb}/output.npy", *grads(pb), "--backward-algorithm", "textbook", "--policy", "fp32_p_bf16")
+expect(v.get("verdict") == "PASS" and v.get("policy") == "fp32_p_bf16", f"fp32_p_bf16 declared: PASS (got {v.get('verdict')}: {v.get('reason')})")
+o = np.load(f"{pb}/output.npy")
+o[0, 0, 0, :] *= np.float32(1.10)
+np.save(f"{work}/wrong32.npy", o)
+p, v = check("--output", f"{work}/wrong32.npy", "--policy", "fp32_p_bf16")
+expect(v.get("verdict") == "FAIL", f"a float32 output off by 10% in one row declaring fp32_p_bf16: FAIL (got {v.get('verdict')})")
+p, v = check("--output", f"{pb}/output.npy", "--policy", "bf16_fp32acc")
+expect(p.returncode == 2 and "--policy" in p.stderr, "a policy whose output format is not the candidate's: exit 2 naming --policy")
+p, v = check("--output", f"{pb}/output.npy", "--policy", "no_such_policy")
+expect(p.returncode == 2 and "--policy" in p.stderr, "an unknown policy: exit 2 naming --policy")
+
+print(f"{len(failures)} failure(s)")
+sys.exit(1 if failures else 0)
