@@ -25,6 +25,7 @@
 #include <fmt/format.h>
 
 #include "attnref/golden/check.hpp"
+#include "attnref/check/gradients.hpp"  // gradient_roles (the compiled checker declares only its entry points)
 #include "attnref/golden/rounded_inputs.hpp"
 #include "attnref/policies.hpp"
 #include "commands.hpp"
