@@ -17,7 +17,9 @@
 #include "attnref/error_bounds.hpp"
 #include "attnref/multi_head_attention.hpp"
 #include "attnref/tensor.hpp"
+#include "attnref/parallel.hpp"
 #include "attnref/tolerance/names.hpp"
+#include "attnref/tolerance/parallel_bounds.hpp"
 
 namespace attnref::tolerance {
 
@@ -65,28 +67,31 @@ namespace detail {
 /// nonnegative magnitudes, ṽ (B,Hkv,Sk,dv) too; logits S and weights P (B,H,Sq,Sk) from the reference.
 inline void head_scales(tensor_view<const double, 4> q_abs, tensor_view<const double, 4> k_abs,
                         tensor_view<const double, 4> v_abs, tensor_view<const double, 4> logits,
-                        tensor_view<const double, 4> p, double scale, std::vector<double>& L, std::vector<double>& sigma) {
+                        tensor_view<const double, 4> p, double scale, std::vector<double>& L, std::vector<double>& sigma,
+                        std::size_t threads = 0) {
     const auto [batch, heads, sq, dk] = q_abs.extents;
     const std::size_t kv = k_abs.extents[1], sk = k_abs.extents[2], dv = v_abs.extents[3], group = heads / kv;
     L.assign(batch * heads * sq, 0.0);
     sigma.assign(batch * heads * sq * dv, 0.0);
-    for (std::size_t b = 0; b < batch; ++b)
-        for (std::size_t h = 0; h < heads; ++h)
-            for (std::size_t i = 0; i < sq; ++i) {
-                double& l_row = L[(b * heads + h) * sq + i];
-                double* s_row = &sigma[((b * heads + h) * sq + i) * dv];
+    // Rows (b, h, i) on the threads, each computed alone in the same order whatever the split.
+    ::attnref::detail::parallel_for(batch * heads * sq, threads, [&](std::size_t row) {
+                const std::size_t b = row / (heads * sq), h = row / sq % heads, i = row % sq;
+                double& l_row = L[row];
+                double* s_row = &sigma[row * dv];
+                const double* q_row = &q_abs(b, h, i, 0);
                 for (std::size_t j = 0; j < sk; ++j) {
                     const double pj = p(b, h, i, j);
                     if (!(pj != 0)) continue;  // masked or underflowed keys (and NaN rows) add nothing
+                    const double* k_row = &k_abs(b, h / group, j, 0);
                     double dot = 0;
-                    for (std::size_t c = 0; c < dk; ++c) dot += q_abs(b, h, i, c) * k_abs(b, h / group, j, c);
+                    for (std::size_t c = 0; c < dk; ++c) dot += q_row[c] * k_row[c];
                     const double s = logits(b, h, i, j);
                     const double m = abs_d(scale) * dot * (1 + 0x1p-50) + (std::isfinite(s) ? abs_d(s) : 0.0);
                     if (m > l_row) l_row = m;
-                    for (std::size_t c = 0; c < dv; ++c) s_row[c] += abs_d(pj) * v_abs(b, h / group, j, c);
+                    kernels::scaled_add2(abs_d(pj), 0, &v_abs(b, h / group, j, 0), dv, s_row, nullptr);  // σ_c += |p_j|·ṽ_jc
                 }
                 for (std::size_t c = 0; c < dv; ++c) s_row[c] *= 1 + 0x1p-48;  // this sum's own rounding, upward
-            }
+    });
 }
 
 inline std::vector<double> abs_of(std::span<const double> x) {
@@ -106,7 +111,7 @@ inline worst_case_scales sdpa_worst_case_scales(tensor_view<const double, 4> q, 
                               va = detail::abs_of({v.data, v.size()});
     const double scale = ::attnref::detail::logit_scale<double>(options, q.extents[3]);
     std::vector<double> L, sigma;
-    detail::head_scales({qa.data(), q.extents}, {ka.data(), k.extents}, {va.data(), v.extents}, logits, p, scale, L, sigma);
+    detail::head_scales({qa.data(), q.extents}, {ka.data(), k.extents}, {va.data(), v.extents}, logits, p, scale, L, sigma, options.threads);
     worst_case_scales r;
     r.n_keys = k.extents[2];
     r.n_dot = q.extents[3] + 4;
@@ -141,7 +146,7 @@ inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q,
         const std::vector<double> ba = b.empty() ? std::vector<double>{} : detail::abs_of({b.data, b.size()});
         linear_into<uniform_precision<double>>(
             tensor_view<const double, 3>{xa.data(), x.extents}, tensor_view<const double, 2>{Wa.data(), W.extents},
-            b.empty() ? tensor_view<const double, 1>{} : tensor_view<const double, 1>{ba.data(), b.extents}, y.view(), 1, "projection");
+            b.empty() ? tensor_view<const double, 1>{} : tensor_view<const double, 1>{ba.data(), b.extents}, y.view(), o.attention.threads, "projection");
         for (std::size_t n = 0; n < y.size(); ++n) y[n] *= 1 + 0x1p-48;
         return split_heads<double>(y.view(), heads);
     };
@@ -149,7 +154,7 @@ inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q,
                             vah = project_abs(x_v, w.w_v, w.b_v, d.kv_heads);
     const double scale = ::attnref::detail::logit_scale<double>(o.attention, d.head_dim_qk);
     std::vector<double> L, sigma;
-    detail::head_scales(qah.view(), kah.view(), vah.view(), logits, p, scale, L, sigma);
+    detail::head_scales(qah.view(), kah.view(), vah.view(), logits, p, scale, L, sigma, o.attention.threads);
     // Through W_o: t0_l = Σ_m σ_m|W_o,ml|, t1_l = Σ_m L_m σ_m|W_o,ml|, m = (h, c) merged.
     const std::size_t H = d.heads, sq = d.query_length, dv = d.head_dim_v, eo = d.output_dim;
     worst_case_scales r;
@@ -157,21 +162,22 @@ inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q,
     r.t1.assign(d.batch * sq * eo, 0.0);
     r.row_L.assign(d.batch * sq, 0.0);
     r.row_length = eo;
-    for (std::size_t b = 0; b < d.batch; ++b)
-        for (std::size_t i = 0; i < sq; ++i)
+    std::vector<double> wo_abs(w.w_o.size());  // |W_o|
+    for (std::size_t n = 0; n < wo_abs.size(); ++n) wo_abs[n] = detail::abs_d(w.w_o.data[n]);
+    // Output rows (b, i) on the threads, each computed alone in the same order whatever the split.
+    ::attnref::detail::parallel_for(d.batch * sq, o.attention.threads, [&](std::size_t bi) {
+            const std::size_t b = bi / sq, i = bi % sq;
             for (std::size_t h = 0; h < H; ++h) {
                 const double l_row = L[(b * H + h) * sq + i];
                 r.row_L[b * sq + i] = std::max(r.row_L[b * sq + i], l_row);
                 for (std::size_t c = 0; c < dv; ++c) {
                     const double s = sigma[((b * H + h) * sq + i) * dv + c];
                     if (s == 0) continue;
-                    for (std::size_t e = 0; e < eo; ++e) {
-                        const double wa = detail::abs_d(w.w_o(h * dv + c, e));
-                        r.t0[(b * sq + i) * eo + e] += s * wa;
-                        r.t1[(b * sq + i) * eo + e] += l_row * s * wa;
-                    }
+                    // t0_e += σ·|W_o[m, e]|, t1_e += (L·σ)·|W_o[m, e]|
+                    kernels::scaled_add2(s, l_row * s, &wo_abs[(h * dv + c) * eo], eo, &r.t0[(b * sq + i) * eo], &r.t1[(b * sq + i) * eo]);
                 }
             }
+    });
     // The output bias: adding it rounds once more, relative to |y| ≤ t0 + |b_o|.
     for (std::size_t n = 0; n < r.t0.size(); ++n) {
         const double bo = w.b_o.empty() ? 0.0 : detail::abs_d(w.b_o[n % eo]);
