@@ -125,6 +125,16 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
     // Var(v)'s two halves apart, for the vectorised per-key loop (kernels::key_contribution).
     std::vector<double> vv_acc(in.var_v.size()), vv_store(in.var_v.size());
     for (std::size_t e = 0; e < in.var_v.size(); ++e) vv_acc[e] = in.var_v[e].acc, vv_store[e] = in.var_v[e].store;
+    // K and Var(K)'s halves transposed per (b, g) to (c, j), and Var(q)'s halves apart, for the
+    // per-key dot products a pack of keys at a time (kernels::key_dot_block).
+    std::vector<double> kT(in.k.size()), vkT_acc(in.k.size()), vkT_store(in.k.size()), vq_acc(in.var_q.size()), vq_store(in.var_q.size());
+    for (std::size_t bg = 0; bg < batch * kv; ++bg)
+        for (std::size_t j = 0; j < sk; ++j)
+            for (std::size_t c = 0; c < dk; ++c) {
+                const std::size_t from = (bg * sk + j) * dk + c, to = (bg * dk + c) * sk + j;
+                kT[to] = in.k.data[from], vkT_acc[to] = in.var_k[from].acc, vkT_store[to] = in.var_k[from].store;
+            }
+    for (std::size_t e = 0; e < in.var_q.size(); ++e) vq_acc[e] = in.var_q[e].acc, vq_store[e] = in.var_q[e].store;
     // Rows (b, h, i) in blocks on the threads; each row is computed alone, in the same order whatever
     // the split.
     constexpr std::size_t block = 8;
@@ -161,19 +171,35 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
                 for (std::size_t c = 0; c < dk; ++c) vqk += k2[c] * vq[c];
                 two_part eps_var;
                 double eps_lin = 0;
+                kernels::key_dots block_dots;
+                const std::size_t kt_at = (b * kv + g) * dk * sk;
                 for (std::size_t j = 0; j < sk; ++j) {
+                    const std::size_t lane = j % simd::lanes;
+                    const bool packed = j - lane + simd::lanes <= sk;  // j's pack of keys lies within the row
+                    if (packed && lane == 0) {  // the dot products of keys j … j + lanes − 1 at once, when one is live
+                        bool any = false;
+                        for (std::size_t l = 0; l < simd::lanes; ++l) any = any || live(j + l);
+                        if (any)
+                            kernels::key_dot_block(q, &vq_acc[row * dk], &vq_store[row * dk], &kT[kt_at + j], &vkT_acc[kt_at + j],
+                                                   &vkT_store[kt_at + j], sk, dk, block_dots);
+                    }
                     if (!live(j)) continue;
                     const double pj = p(b, h, i, j), sj = logits(b, h, i, j);
-                    const double* k = &in.k(b, g, j, 0);
-                    const two_part* vk = &in.var_k[((b * kv + g) * sk + j) * dk];
                     double qk2 = 0, qka = 0, qkp = 0, qkn = 0;
                     two_part var_k_dot, var_q_dot;  // Σ_c q_c² Var(k_jc), Σ_c k_jc² Var(q_c)
-                    for (std::size_t c = 0; c < dk; ++c) {
-                        const double x = q[c] * k[c];
-                        qk2 += x * x, qka += abs_d(x);
-                        (x > 0 ? qkp : qkn) += abs_d(x);
-                        var_k_dot += (q[c] * q[c]) * vk[c];
-                        var_q_dot += (k[c] * k[c]) * vq[c];
+                    if (packed) {
+                        qk2 = block_dots.qk2[lane], qka = block_dots.qka[lane], qkp = block_dots.qkp[lane], qkn = block_dots.qkn[lane];
+                        var_k_dot = {block_dots.vk_a[lane], block_dots.vk_s[lane]}, var_q_dot = {block_dots.vq_a[lane], block_dots.vq_s[lane]};
+                    } else {
+                        const double* k = &in.k(b, g, j, 0);
+                        const two_part* vk = &in.var_k[((b * kv + g) * sk + j) * dk];
+                        for (std::size_t c = 0; c < dk; ++c) {
+                            const double x = q[c] * k[c];
+                            qk2 += x * x, qka += abs_d(x);
+                            (x > 0 ? qkp : qkn) += abs_d(x);
+                            var_k_dot += (q[c] * q[c]) * vk[c];
+                            var_q_dot += (k[c] * k[c]) * vq[c];
+                        }
                     }
                     const double mag = s * qka + (std::isfinite(sj) ? abs_d(sj) : 0.0);  // M_j
                     const double shifted = std::isfinite(sj) ? abs_d(sj - m) : 0.0;

@@ -36,7 +36,7 @@ inline pack load(const double* p) {
 }
 inline void store(double* p, pack v) { std::memcpy(p, &v, sizeof v); }
 inline pack splat(double x) {
-    pack r;
+    pack r{};
     for (std::size_t k = 0; k < lanes; ++k) r[k] = x;
     return r;
 }
@@ -233,6 +233,32 @@ inline void scaled_add2(double a, double b, const double* x, std::size_t n, doub
         for (; l + simd::lanes <= n; l += simd::lanes) simd::store(acc + l, simd::load(acc + l) + A * simd::load(x + l));
         for (; l < n; ++l) acc[l] += a * x[l];
     }
+}
+
+
+/// The per-key dot-product terms of attention_terms for `lanes` consecutive keys at once (lane =
+/// key; each lane sums over c = 0 … dk − 1 in order, as the scalar loop does for its key). kT,
+/// vk_a, vk_s: K and Var(K)'s halves transposed, element (c, j) at c·stride + j, offset to the
+/// block's first key. With x = q_c·k_jc:
+///   qk2 += x²; qka += |x|; |x| to qkp (x > 0) or qkn; var_k += (q_c·q_c)·Var(k_jc); var_q += (k_jc·k_jc)·Var(q_c).
+struct key_dots {
+    double qk2[simd::lanes], qka[simd::lanes], qkp[simd::lanes], qkn[simd::lanes], vk_a[simd::lanes], vk_s[simd::lanes], vq_a[simd::lanes],
+        vq_s[simd::lanes];
+};
+inline void key_dot_block(const double* q, const double* vq_a, const double* vq_s, const double* kT, const double* vk_a, const double* vk_s,
+                          std::size_t stride, std::size_t dk, key_dots& r) {
+    simd::pack qk2 = simd::splat(0), qka = qk2, qkp = qk2, qkn = qk2, ka = qk2, ks = qk2, qa = qk2, qs = qk2;
+    for (std::size_t c = 0; c < dk; ++c) {
+        const simd::pack k = simd::load(kT + c * stride), x = k * simd::splat(q[c]);
+        qk2 += x * x, qka += simd::abs(x);
+        qkp += simd::positive_part(x), qkn += simd::nonpositive_abs(x);
+        const simd::pack q2 = simd::splat(q[c] * q[c]);
+        ka += q2 * simd::load(vk_a + c * stride), ks += q2 * simd::load(vk_s + c * stride);
+        const simd::pack k2 = k * k;
+        qa += k2 * simd::splat(vq_a[c]), qs += k2 * simd::splat(vq_s[c]);
+    }
+    simd::store(r.qk2, qk2), simd::store(r.qka, qka), simd::store(r.qkp, qkp), simd::store(r.qkn, qkn);
+    simd::store(r.vk_a, ka), simd::store(r.vk_s, ks), simd::store(r.vq_a, qa), simd::store(r.vq_s, qs);
 }
 
 }  // namespace attnref::tolerance::kernels
