@@ -130,7 +130,7 @@ int bench_case(const check_request& rq, const std::string& python, std::size_t t
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::size_t elements = std::size_t{1} << 25, repeat = 3, threads = 2;
+    std::size_t elements = std::size_t{1} << 25, repeat = 3, torch_threads = 2;
     fs::path dir = fs::temp_directory_path() / ("attnref-check-bench-" + std::to_string(::getpid()));
     check_request rq;
     std::string python = "/usr/bin/python3";
@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--output") && i + 1 < argc) rq.output = argv[++i];
         else if (!std::strcmp(argv[i], "--weights") && i + 1 < argc) rq.weights = argv[++i];
         else if (!std::strcmp(argv[i], "--lse") && i + 1 < argc) rq.lse = argv[++i];
-        else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::stoul(argv[++i]);
+        else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) torch_threads = std::stoul(argv[++i]);
         else if (!std::strcmp(argv[i], "--python") && i + 1 < argc) python = argv[++i];
         else {
             std::fprintf(stderr, "check.bench: unknown or incomplete argument '%s'\n", argv[i]);
@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
             return 2;
         }
         try {
-            return bench_case(rq, python, threads, std::max<std::size_t>(repeat, 1));
+            return bench_case(rq, python, torch_threads, std::max<std::size_t>(repeat, 1));
         } catch (const std::exception& e) {
             std::fprintf(stderr, "check.bench: %s\n", e.what());
             return 2;
