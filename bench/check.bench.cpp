@@ -11,7 +11,18 @@
 // report_table. The comparison runs on
 // std::thread::hardware_concurrency() threads (tolerance::compare's default); the count is printed.
 // Usage: check.bench [--elements N (default 2^25)] [--repeat R (default 3)] [--dir DIR]
+//
+// With --golden DIR --output FILE [--weights FILE --lse FILE]: `attnref check` end to end on a real
+// case (run_check: read, bounds, compare, decoys, invariants; then the report), timed (wall and the
+// process's CPU seconds), side by side with PyTorch's float64 multi_head_attention_forward of the
+// same shape (B, S, E, H) (bench/torch_mha.py as a child process through posix_spawn, no shell,
+// torch.set_num_threads(N) and OPENBLAS/OMP threads N, N = --threads, default 2), their ratio, the
+// verdict, the peak RSS and the load average. attnref uses std::thread::hardware_concurrency()
+// threads (printed). --python PATH (default /usr/bin/python3), --repeat R: PyTorch's best of R.
 
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,13 +46,120 @@ namespace tol = attnref::tolerance;
 using namespace attnref;
 using namespace attnref::golden;
 
+extern char** environ;
+
+namespace {
+/// Runs bench/torch_mha.py BATCH LENGTH MODEL_DIM HEADS THREADS REPEATS through posix_spawn
+/// (argument vector, no shell) and reads its line "wall cpu"; false when it fails.
+bool torch_forward(const std::string& python, const case_shapes& d, std::size_t threads, std::size_t repeats, double& wall, double& cpu) {
+    std::vector<std::string> args{python, ATTNREF_BENCH_DIR "/torch_mha.py", std::to_string(d.batch), std::to_string(d.query_length),
+                                  std::to_string(d.model_dim), std::to_string(d.heads), std::to_string(threads), std::to_string(repeats)};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e)
+        if (std::strncmp(*e, "OPENBLAS_NUM_THREADS=", 21) && std::strncmp(*e, "OMP_NUM_THREADS=", 16) && std::strncmp(*e, "MKL_NUM_THREADS=", 16))
+            env.emplace_back(*e);
+    for (const char* v : {"OPENBLAS_NUM_THREADS=", "OMP_NUM_THREADS=", "MKL_NUM_THREADS="}) env.push_back(v + std::to_string(threads));
+    std::vector<char*> envp;
+    for (std::string& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    int fds[2];
+    if (::pipe(fds) != 0) return false;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    pid_t pid = 0;
+    const int rc = ::posix_spawn(&pid, python.c_str(), &fa, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(fds[1]);
+    std::string out;
+    char buf[256];
+    if (rc == 0)
+        for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+    ::close(fds[0]);
+    if (rc != 0) return false;
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return false;
+    return std::sscanf(out.c_str(), "%lf %lf", &wall, &cpu) == 2;
+}
+
+double process_cpu_seconds() {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+/// `attnref check` on a real case against PyTorch's float64 forward of the same shape.
+int bench_case(const check_request& rq, const std::string& python, std::size_t threads, std::size_t repeats) {
+    double l[3] = {0, 0, 0};
+    if (::getloadavg(l, 3) != 3) l[0] = l[1] = l[2] = -1;
+    const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = process_cpu_seconds();
+    const check_result r = run_check(rq);
+    const std::string table = report_table(r, false);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), cpu = process_cpu_seconds() - c0;
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    std::printf("%s", table.c_str());
+    const case_spec spec = load_case(rq.golden).m.spec;
+    const case_shapes& d = spec.shapes;
+    double torch_wall = -1, torch_cpu = -1;
+    const bool torch_ok = spec.kind == case_kind::mha && d.query_length == d.key_length &&
+                          torch_forward(python, d, threads, repeats, torch_wall, torch_cpu);
+    std::printf("%s\n", fmt::format("check.bench: case {} (B={} S={} E={} H={}), {}{}{}; load average {:.2f} {:.2f} {:.2f} before", spec.name,
+                                    d.batch, d.query_length, d.model_dim, d.heads, "output", rq.weights.empty() ? "" : " + weights",
+                                    rq.lse.empty() ? "" : " + lse", l[0], l[1], l[2]).c_str());
+    std::printf("%s\n", fmt::format("  attnref check   wall {:8.2f} s  CPU {:8.2f} s  ({} threads)  peak RSS {:.2f} GB  verdict {}", wall, cpu,
+                                    std::max(1u, std::thread::hardware_concurrency()), static_cast<double>(u.ru_maxrss) / 1e6,
+                                    verdict_name(r.overall)).c_str());
+    if (!torch_ok) {
+        std::printf("  PyTorch float64 forward: not run (%s)\n", spec.kind == case_kind::mha && d.query_length == d.key_length
+                                                                    ? "bench/torch_mha.py failed: is torch importable by --python?"
+                                                                    : "self-attention MHA cases only");
+        return 0;
+    }
+    std::printf("%s\n", fmt::format("  PyTorch forward wall {:8.2f} s  CPU {:8.2f} s  ({} threads, best of {})", torch_wall, torch_cpu, threads,
+                                    repeats).c_str());
+    std::printf("%s\n", fmt::format("  ratio (wall)    {:8.1f}x   (CPU {:.1f}x)", wall / torch_wall, cpu / torch_cpu).c_str());
+    return 0;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
-    std::size_t elements = std::size_t{1} << 25, repeat = 3;
+    std::size_t elements = std::size_t{1} << 25, repeat = 3, torch_threads = 2;
     fs::path dir = fs::temp_directory_path() / ("attnref-check-bench-" + std::to_string(::getpid()));
+    check_request rq;
+    std::string python = "/usr/bin/python3";
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--elements") && i + 1 < argc) elements = std::stoul(argv[++i]);
         else if (!std::strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = std::stoul(argv[++i]);
         else if (!std::strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
+        else if (!std::strcmp(argv[i], "--golden") && i + 1 < argc) rq.golden = argv[++i];
+        else if (!std::strcmp(argv[i], "--output") && i + 1 < argc) rq.output = argv[++i];
+        else if (!std::strcmp(argv[i], "--weights") && i + 1 < argc) rq.weights = argv[++i];
+        else if (!std::strcmp(argv[i], "--lse") && i + 1 < argc) rq.lse = argv[++i];
+        else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) torch_threads = std::stoul(argv[++i]);
+        else if (!std::strcmp(argv[i], "--python") && i + 1 < argc) python = argv[++i];
+        else {
+            std::fprintf(stderr, "check.bench: unknown or incomplete argument '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!rq.golden.empty()) {
+        if (rq.output.empty()) {
+            std::fprintf(stderr, "check.bench: --golden needs --output\n");
+            return 2;
+        }
+        try {
+            return bench_case(rq, python, torch_threads, std::max<std::size_t>(repeat, 1));
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "check.bench: %s\n", e.what());
+            return 2;
+        }
     }
     const std::size_t dv = 64, heads = 16;
     const std::size_t rows = std::max<std::size_t>(1, elements / (dv * heads));

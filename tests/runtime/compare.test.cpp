@@ -5,10 +5,12 @@
 #define BOOST_TEST_MODULE compare
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <span>
@@ -312,4 +314,100 @@ BOOST_AUTO_TEST_CASE(forward_bound_covers_fp16_subnormal_outputs) {
     BOOST_TEST(worst_without > 1.0);  // without eq. 26 the bound fails on these outputs
     BOOST_TEST_MESSAGE("fp16 kernel, subnormal outputs: worst |error| / bound = " << worst << " (without the underflow term: "
                                                                                  << worst_without << ")");
+// The bound drivers (tolerance/data_aware.hpp, worst_case.hpp) split their rows over threads and
+// run vectorised inner loops (tolerance/parallel_bounds.hpp): every term and every element bound
+// must be the same, bit for bit, on 1, 2 and 3 threads. Shapes with odd head dimensions and key
+// counts exercise the packs' scalar tails; GQA, a causal mask (weights exactly 0) and biases the
+// other paths.
+namespace {
+std::vector<double> pseudo_random(std::size_t n, std::uint64_t seed, double scale) {
+    std::vector<double> r(n);
+    for (std::size_t k = 0; k < n; ++k) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        r[k] = scale * (static_cast<double>(seed >> 11) * 0x1p-53 - 0.5);
+    }
+    return r;
+}
+/// Softmax of the logits (B, H, Sq, Sk) row by row, −inf logits giving weight 0.
+std::vector<double> softmax_of(const attnref::tensor<double, 4>& s) {
+    const std::size_t sk = s.view().extents[3];
+    std::vector<double> p(s.size());
+    for (std::size_t row = 0; row < s.size() / sk; ++row) {
+        double m = -std::numeric_limits<double>::infinity(), sum = 0;
+        for (std::size_t j = 0; j < sk; ++j) m = std::max(m, s[row * sk + j]);
+        for (std::size_t j = 0; j < sk; ++j) sum += p[row * sk + j] = std::isfinite(s[row * sk + j]) ? std::exp(s[row * sk + j] - m) : 0.0;
+        for (std::size_t j = 0; j < sk; ++j) p[row * sk + j] /= sum;
+    }
+    return p;
+}
+bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
+}
+bool same_bits(const std::vector<tol::two_part>& a, const std::vector<tol::two_part>& b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t n = 0; n < a.size(); ++n)
+        if (std::bit_cast<std::uint64_t>(a[n].acc) != std::bit_cast<std::uint64_t>(b[n].acc) ||
+            std::bit_cast<std::uint64_t>(a[n].store) != std::bit_cast<std::uint64_t>(b[n].store))
+            return false;
+    return true;
+}
+void check_same(const tol::data_aware_scales& a, const tol::data_aware_scales& b, const std::string& what) {
+    BOOST_TEST(a.size() > 0u);
+    BOOST_TEST(same_bits(a.coupled, b.coupled), what << ": coupled");
+    BOOST_TEST(same_bits(a.independent, b.independent), what << ": independent");
+    BOOST_TEST(same_bits(a.linear, b.linear), what << ": linear");
+    BOOST_TEST(same_bits(a.logit_var, b.logit_var), what << ": logit_var");
+    BOOST_TEST(same_bits(a.row_logit_var, b.row_logit_var), what << ": row_logit_var");
+    BOOST_TEST(same_bits(a.row_logit_linear, b.row_logit_linear), what << ": row_logit_linear");
+    BOOST_TEST(same_bits(a.worst_case.t0, b.worst_case.t0), what << ": worst-case t0");
+    BOOST_TEST(same_bits(a.worst_case.t1, b.worst_case.t1), what << ": worst-case t1");
+    BOOST_TEST(same_bits(a.worst_case.row_L, b.worst_case.row_L), what << ": worst-case row_L");
+    for (const tol::candidate_format f : {tol::candidate_format::float64, tol::candidate_format::float32, tol::candidate_format::bfloat16}) {
+        const std::vector<double> one = tol::element_bounds(a, f, 1), two = tol::element_bounds(b, f, 2);
+        BOOST_TEST(same_bits(one, two), what << ": element bounds " << tol::format_name(f));
+        BOOST_TEST(same_bits(one, tol::element_bounds(a, f, 3)), what << ": element bounds on 3 threads " << tol::format_name(f));
+        // The bounds are real bounds (finite, positive) on these tame inputs: the comparison is not of empty or NaN data.
+        BOOST_TEST((std::all_of(one.begin(), one.end(), [](double x) { return std::isfinite(x) && x > 0; })), what);
+    }
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(bound_drivers_give_the_same_bits_on_1_2_and_3_threads) {
+    using namespace attnref;
+    {  // SDPA, GQA (4 query heads on 2 kv heads), causal, dk = 7, dv = 5, Sq = 9, Sk = 11
+        const std::size_t B = 2, H = 4, Hkv = 2, sq = 9, sk = 11, dk = 7, dv = 5;
+        const std::vector<double> q = pseudo_random(B * H * sq * dk, 1, 2), k = pseudo_random(B * Hkv * sk * dk, 2, 2),
+                                  v = pseudo_random(B * Hkv * sk * dv, 3, 4);
+        const tensor_view<const double, 4> qv{q.data(), {B, H, sq, dk}}, kv{k.data(), {B, Hkv, sk, dk}}, vv{v.data(), {B, Hkv, sk, dv}};
+        std::vector<tol::data_aware_scales> per_threads;
+        for (std::size_t threads : {1, 2, 3}) {
+            attention_options o;
+            o.mask.causal = true;
+            o.mask.alignment = causal_alignment::bottom_right;
+            o.threads = threads;
+            const std::vector<double> p = softmax_of(attention_logits<uniform_precision<double>>(qv, kv, o));
+            BOOST_TEST((std::count(p.begin(), p.end(), 0.0) > 0));  // masked keys present
+            per_threads.push_back(tol::sdpa_scales(qv, kv, vv, {p.data(), {B, H, sq, sk}}, o));
+        }
+        check_same(per_threads[0], per_threads[1], "sdpa, 1 vs 2 threads");
+        check_same(per_threads[0], per_threads[2], "sdpa, 1 vs 3 threads");
+    }
+    {  // MHA with biases, GQA, E = 13 -> H·dk = 3·5 (q), Hkv·dk = 1·5 (k), Hkv·dv = 1·3 (v), output 7
+        const std::size_t B = 1, S = 10, E = 13, H = 3, Hkv = 1, dk = 5, dv = 3, eo = 7;
+        const std::vector<double> x = pseudo_random(B * S * E, 4, 2), wq = pseudo_random(E * H * dk, 5, 1), wk = pseudo_random(E * Hkv * dk, 6, 1),
+                                  wv = pseudo_random(E * Hkv * dv, 7, 1), wo = pseudo_random(H * dv * eo, 8, 1), bq = pseudo_random(H * dk, 9, 1),
+                                  bk = pseudo_random(Hkv * dk, 10, 1), bv = pseudo_random(Hkv * dv, 11, 1), bo = pseudo_random(eo, 12, 1);
+        const tensor_view<const double, 3> xv{x.data(), {B, S, E}};
+        mha_parameters<double> w{{wq.data(), {E, H * dk}}, {wk.data(), {E, Hkv * dk}}, {wv.data(), {E, Hkv * dv}}, {wo.data(), {H * dv, eo}},
+                                 {bq.data(), {H * dk}},     {bk.data(), {Hkv * dk}},     {bv.data(), {Hkv * dv}},     {bo.data(), {eo}}};
+        std::vector<tol::data_aware_scales> per_threads;
+        for (std::size_t threads : {1, 2, 3}) {
+            mha_options o{H, Hkv, {}};
+            o.attention.threads = threads;
+            const std::vector<double> p = softmax_of(mha_logits<uniform_precision<double>>(xv, xv, w, o));
+            per_threads.push_back(tol::mha_scales(xv, xv, xv, w, {p.data(), {B, H, S, S}}, o));
+        }
+        check_same(per_threads[0], per_threads[1], "mha, 1 vs 2 threads");
+        check_same(per_threads[0], per_threads[2], "mha, 1 vs 3 threads");
+    }
 }

@@ -200,11 +200,16 @@ inline comparison compare_ulp(std::span<const double> a, std::span<const double>
 }
 /// Evaluates a data-aware or worst-case bound for every element, for candidates in format f: the
 /// per-element bounds compare() and the checker's judge_output take.
+/// Each element's bound is computed alone, so `threads` (0: one per hardware thread) changes no value.
 template <class Scales>
-std::vector<double> element_bounds(const Scales& s, candidate_format f) {
+std::vector<double> element_bounds(const Scales& s, candidate_format f, std::size_t threads = 0) {
     const double u = unit_roundoff(f), ua = accumulate_roundoff(f);
     std::vector<double> b(s.size());
-    for (std::size_t n = 0; n < b.size(); ++n) b[n] = s.bound(n, u, ua);
+    const std::size_t chunks = (b.size() + detail::compare_chunk_elements - 1) / detail::compare_chunk_elements;
+    ::attnref::detail::parallel_for(chunks, threads, [&](std::size_t k) {
+        const std::size_t end = std::min(b.size(), (k + 1) * detail::compare_chunk_elements);
+        for (std::size_t n = k * detail::compare_chunk_elements; n < end; ++n) b[n] = s.bound(n, u, ua);
+    });
     return b;
 }
 /// The same for explicit unit roundoffs (a declared policy: u its widest storage, u_acc its accumulation).

@@ -17,7 +17,9 @@
 #include "attnref/error_bounds.hpp"
 #include "attnref/multi_head_attention.hpp"
 #include "attnref/tensor.hpp"
+#include "attnref/parallel.hpp"
 #include "attnref/tolerance/names.hpp"
+#include "attnref/tolerance/parallel_bounds.hpp"
 #include "attnref/tolerance/worst_case.hpp"
 
 namespace attnref::tolerance {
@@ -111,7 +113,7 @@ struct head_terms {
 /// The data-aware terms of one attention (eqs. 15–19 of docs/error-bounds.md). `logits`
 /// and `p` are the reference's (B,H,Sq,Sk); keys with p_j = 0 (masked, underflowed) add nothing.
 inline head_terms attention_terms(const head_inputs& in, tensor_view<const double, 4> logits, tensor_view<const double, 4> p,
-                                  double scale) {
+                                  double scale, std::size_t threads = 0) {
     const auto [batch, heads, sq, dk] = in.q.extents;
     const std::size_t kv = in.k.extents[1], sk = in.k.extents[2], dv = in.v.extents[3], group = heads / kv;
     const double s = abs_d(scale), s2 = scale * scale, n = static_cast<double>(sk);
@@ -122,11 +124,28 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
     t.out.assign(t.coupled.size(), 0.0);
     t.logit_var.assign(batch * heads * sq, {});
     t.logit_linear.assign(batch * heads * sq, 0.0);
-    std::vector<double> sigma(dv), k2(dk), d2(dv);
-    for (std::size_t b = 0; b < batch; ++b)
-        for (std::size_t h = 0; h < heads; ++h)
-            for (std::size_t i = 0; i < sq; ++i) {
-                const std::size_t row = (b * heads + h) * sq + i, g = h / group;
+    // Var(v)'s two halves apart, for the vectorised per-key loop (kernels::key_contribution).
+    std::vector<double> vv_acc(in.var_v.size()), vv_store(in.var_v.size());
+    for (std::size_t e = 0; e < in.var_v.size(); ++e) vv_acc[e] = in.var_v[e].acc, vv_store[e] = in.var_v[e].store;
+    // K and Var(K)'s halves transposed per (b, g) to (c, j), and Var(q)'s halves apart, for the
+    // per-key dot products a pack of keys at a time (kernels::key_dot_block).
+    std::vector<double> kT(in.k.size()), vkT_acc(in.k.size()), vkT_store(in.k.size()), vq_acc(in.var_q.size()), vq_store(in.var_q.size());
+    for (std::size_t bg = 0; bg < batch * kv; ++bg)
+        for (std::size_t j = 0; j < sk; ++j)
+            for (std::size_t c = 0; c < dk; ++c) {
+                const std::size_t from = (bg * sk + j) * dk + c, to = (bg * dk + c) * sk + j;
+                kT[to] = in.k.data[from], vkT_acc[to] = in.var_k[from].acc, vkT_store[to] = in.var_k[from].store;
+            }
+    for (std::size_t e = 0; e < in.var_q.size(); ++e) vq_acc[e] = in.var_q[e].acc, vq_store[e] = in.var_q[e].store;
+    // Rows (b, h, i) in blocks on the threads; each row is computed alone, in the same order whatever
+    // the split.
+    constexpr std::size_t block = 8;
+    const std::size_t rows = batch * heads * sq;
+    ::attnref::detail::parallel_for((rows + block - 1) / block, threads, [&](std::size_t task) {
+    std::vector<double> sigma(dv), k2(dk), d2(dv), acc(6 * dv);
+    double *cpl_a = acc.data(), *cpl_s = cpl_a + dv, *lin_a = cpl_s + dv, *lin_s = lin_a + dv, *ind_a = lin_s + dv, *ind_s = ind_a + dv;
+    for (std::size_t row = task * block; row < std::min(rows, (task + 1) * block); ++row) {
+                const std::size_t b = row / (heads * sq), h = row / sq % heads, i = row % sq, g = h / group;
                 const double* q = &in.q(b, h, i, 0);
                 const two_part* vq = &in.var_q[row * dk];
                 double* o = &t.out[row * dv];
@@ -138,38 +157,51 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
                 std::fill(sigma.begin(), sigma.end(), 0.0);
                 std::fill(k2.begin(), k2.end(), 0.0);
                 std::fill(d2.begin(), d2.end(), 0.0);
+                std::fill(acc.begin(), acc.end(), 0.0);
                 for (std::size_t j = 0; j < sk; ++j) {
                     if (!live(j)) continue;
                     const double pj = p(b, h, i, j), sj = logits(b, h, i, j);
                     if (std::isfinite(sj)) m = std::max(m, sj);
-                    for (std::size_t c = 0; c < dv; ++c) o[c] += pj * in.v(b, g, j, c), sigma[c] += pj * abs_d(in.v(b, g, j, c));
-                    for (std::size_t c = 0; c < dk; ++c) k2[c] += pj * in.k(b, g, j, c) * in.k(b, g, j, c);
+                    kernels::weighted_value(pj, &in.v(b, g, j, 0), dv, o, sigma.data());      // o_c += p_j v_jc, σ_c += p_j |v_jc|
+                    kernels::weighted_square(pj, &in.k(b, g, j, 0), dk, k2.data());           // Σ_j p_j k_jc²
                 }
                 for (std::size_t j = 0; j < sk; ++j) {
                     if (!live(j)) continue;
-                    for (std::size_t c = 0; c < dv; ++c) {
-                        const double d = in.v(b, g, j, c) - o[c];
-                        d2[c] += p(b, h, i, j) * d * d;
-                    }
+                    kernels::weighted_deviation_square(p(b, h, i, j), &in.v(b, g, j, 0), o, dv, d2.data());  // Σ_j p_j (v_jc − o_c)²
                 }
                 two_part vqk;  // Σ_c Var(q_c)·Σ_j p_j k_jc²
                 for (std::size_t c = 0; c < dk; ++c) vqk += k2[c] * vq[c];
                 two_part eps_var;
                 double eps_lin = 0;
+                kernels::key_dots block_dots;
+                const std::size_t kt_at = (b * kv + g) * dk * sk;
                 for (std::size_t j = 0; j < sk; ++j) {
+                    const std::size_t lane = j % simd::lanes;
+                    const bool packed = j - lane + simd::lanes <= sk;  // j's pack of keys lies within the row
+                    if (packed && lane == 0) {  // the dot products of keys j … j + lanes − 1 at once, when one is live
+                        bool any = false;
+                        for (std::size_t l = 0; l < simd::lanes; ++l) any = any || live(j + l);
+                        if (any)
+                            kernels::key_dot_block(q, &vq_acc[row * dk], &vq_store[row * dk], &kT[kt_at + j], &vkT_acc[kt_at + j],
+                                                   &vkT_store[kt_at + j], sk, dk, block_dots);
+                    }
                     if (!live(j)) continue;
                     const double pj = p(b, h, i, j), sj = logits(b, h, i, j);
-                    const double* k = &in.k(b, g, j, 0);
-                    const two_part* vk = &in.var_k[((b * kv + g) * sk + j) * dk];
-                    const two_part* vv = &in.var_v[((b * kv + g) * sk + j) * dv];
                     double qk2 = 0, qka = 0, qkp = 0, qkn = 0;
                     two_part var_k_dot, var_q_dot;  // Σ_c q_c² Var(k_jc), Σ_c k_jc² Var(q_c)
-                    for (std::size_t c = 0; c < dk; ++c) {
-                        const double x = q[c] * k[c];
-                        qk2 += x * x, qka += abs_d(x);
-                        (x > 0 ? qkp : qkn) += abs_d(x);
-                        var_k_dot += (q[c] * q[c]) * vk[c];
-                        var_q_dot += (k[c] * k[c]) * vq[c];
+                    if (packed) {
+                        qk2 = block_dots.qk2[lane], qka = block_dots.qka[lane], qkp = block_dots.qkp[lane], qkn = block_dots.qkn[lane];
+                        var_k_dot = {block_dots.vk_a[lane], block_dots.vk_s[lane]}, var_q_dot = {block_dots.vq_a[lane], block_dots.vq_s[lane]};
+                    } else {
+                        const double* k = &in.k(b, g, j, 0);
+                        const two_part* vk = &in.var_k[((b * kv + g) * sk + j) * dk];
+                        for (std::size_t c = 0; c < dk; ++c) {
+                            const double x = q[c] * k[c];
+                            qk2 += x * x, qka += abs_d(x);
+                            (x > 0 ? qkp : qkn) += abs_d(x);
+                            var_k_dot += (q[c] * q[c]) * vk[c];
+                            var_q_dot += (k[c] * k[c]) * vq[c];
+                        }
                     }
                     const double mag = s * qka + (std::isfinite(sj) ? abs_d(sj) : 0.0);  // M_j
                     const double shifted = std::isfinite(sj) ? abs_d(sj - m) : 0.0;
@@ -180,16 +212,14 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
                     eps_var = two_part::max(eps_var, s2 * (var_q_dot + var_k_dot) + dot);
                     eps_lin = std::max(eps_lin, shifted + 4);
                     const two_part per_key = (pj * pj) * (s2 * var_k_dot + dot);
-                    for (std::size_t c = 0; c < dv; ++c) {
-                        const double vjc = in.v(b, g, j, c), d = vjc - o[c];
-                        cpl[c] += (d * d) * per_key;
-                        lin[c].acc += pj * abs_d(d) * (shifted + 4) + pj * abs_d(vjc);
-                        lin[c].store += pj * abs_d(vjc) + 3 * pj * mag * abs_d(d);
-                        ind[c] += (pj * pj) * vv[c];
-                        ind[c].acc += pj * pj * vjc * vjc;
-                    }
+                    // Per c, with d = v_jc − o_c: cpl += d²·per_key; lin.acc += p_j|d|(shifted + 4) + p_j|v_jc|;
+                    // lin.store += p_j|v_jc| + 3p_j·M_j|d|; ind += p_j²·Var(v_jc); ind.acc += p_j² v_jc².
+                    const std::size_t vrow = ((b * kv + g) * sk + j) * dv;
+                    kernels::key_contribution({pj, per_key.acc, per_key.store, shifted + 4, mag}, &in.v(b, g, j, 0), o, &vv_acc[vrow],
+                                              &vv_store[vrow], dv, cpl_a, cpl_s, lin_a, lin_s, ind_a, ind_s);
                 }
                 for (std::size_t c = 0; c < dv; ++c) {
+                    cpl[c] = {cpl_a[c], cpl_s[c]}, ind[c] = {ind_a[c], ind_s[c]}, lin[c] = {lin_a[c], lin_s[c]};
                     cpl[c] += (s2 * d2[c]) * vqk;
                     cpl[c].acc += 2 * n * sigma[c] * sigma[c];
                     ind[c].acc += n * sigma[c] * sigma[c];
@@ -198,7 +228,8 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
                 }
                 t.logit_var[row] = eps_var;
                 t.logit_linear[row] = eps_lin;
-            }
+    }
+    });
     return t;
 }
 }  // namespace detail
@@ -220,7 +251,7 @@ inline data_aware_scales sdpa_scales(tensor_view<const double, 4> q, tensor_view
     };
     const std::vector<two_part> vq = input_var(q), vk = input_var(k), vv = input_var(v);
     const double scale = ::attnref::detail::logit_scale<double>(options, q.extents[3]);
-    detail::head_terms t = detail::attention_terms({q, k, v, vq, vk, vv}, logits.view(), p, scale);
+    detail::head_terms t = detail::attention_terms({q, k, v, vq, vk, vv}, logits.view(), p, scale, options.threads);
     data_aware_scales r;
     r.worst_case = sdpa_worst_case_scales(q, k, v, p, options, logits.view());
     const std::size_t dv = v.extents[3];
@@ -242,24 +273,30 @@ namespace detail {
 /// by the row's `uses_x` outputs), W and b (used by `uses_w` rows) and the result to storage.
 inline void projection_terms(tensor_view<const double, 3> x, tensor_view<const double, 2> W, tensor_view<const double, 1> bias,
                              std::size_t heads, double uses_x, double uses_w, tensor<double, 4>& y, std::vector<two_part>& var,
-                             bool inputs_exact = false) {
+                             bool inputs_exact = false, std::size_t threads = 0) {
     const std::size_t batch = x.extents[0], len = x.extents[1], in = x.extents[2], out = W.extents[1], d = out / heads;
     y = tensor<double, 4>({batch, heads, len, d});
     var.assign(y.size(), {});
-    std::vector<double> sum(out), sq(out), pos(out), neg(out);
-    for (std::size_t b = 0; b < batch; ++b)
-        for (std::size_t s = 0; s < len; ++s) {
-            std::fill(sum.begin(), sum.end(), 0.0), std::fill(sq.begin(), sq.end(), 0.0);
-            std::fill(pos.begin(), pos.end(), 0.0), std::fill(neg.begin(), neg.end(), 0.0);
-            for (std::size_t e = 0; e < in; ++e) {
+    // Blocks of `block` rows (b, s) on the threads; a block reads each row of W once for all its rows.
+    // Every row is summed over e in order, whatever the split (kernels::projection_products).
+    constexpr std::size_t block = 4;
+    const std::size_t rows = batch * len;
+    ::attnref::detail::parallel_for((rows + block - 1) / block, threads, [&](std::size_t task) {
+        const std::size_t r0 = task * block, nr = std::min(block, rows - r0);
+        std::vector<double> acc(4 * block * out, 0.0);  // per row: sum, sq, pos, neg
+        for (std::size_t e = 0; e < in; ++e) {
+            const double* w_row = &W(e, 0);
+            for (std::size_t r = 0; r < nr; ++r) {
+                const std::size_t b = (r0 + r) / len, s = (r0 + r) % len;
                 const double xe = x(b, s, e);
                 if (xe == 0) continue;
-                for (std::size_t f = 0; f < out; ++f) {
-                    const double t = xe * W(e, f);
-                    sum[f] += t, sq[f] += t * t;
-                    (t > 0 ? pos[f] : neg[f]) += abs_d(t);
-                }
+                double* a = &acc[4 * r * out];
+                kernels::projection_products(xe, w_row, out, a, a + out, a + 2 * out, a + 3 * out);
             }
+        }
+        for (std::size_t r = 0; r < nr; ++r) {
+            const std::size_t b = (r0 + r) / len, s = (r0 + r) % len;
+            const double *sum = &acc[4 * r * out], *sq = sum + out, *pos = sum + 2 * out, *neg = sum + 3 * out;
             for (std::size_t f = 0; f < out; ++f) {
                 const double bf = bias.empty() ? 0.0 : bias[f], yf = sum[f] + bf;
                 const double m = partial_sum_bound(pos[f] + (bf > 0 ? bf : 0.0), neg[f] + (bf < 0 ? -bf : 0.0));
@@ -270,6 +307,7 @@ inline void projection_terms(tensor_view<const double, 3> x, tensor_view<const d
                            (inputs_exact ? 0.0 : (uses_x + uses_w) * sq[f] + uses_w * bf * bf) + yf * yf};
             }
         }
+    });
 }
 }  // namespace detail
 
@@ -287,13 +325,13 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
     // (self-attention: Q, K and V alike), so every projection counts all H·dk + Hkv·(dk + dv) of
     // them; a rounding of W_k[e, f] or W_v[e, f] reaches all Sk keys, one of W_q[e, f] one query.
     const double uses_x = static_cast<double>(H * d.head_dim_qk + Hkv * (d.head_dim_qk + dv));
-    detail::projection_terms(x_q, w.w_q, w.b_q, H, uses_x, 1, qh, vq, inputs_exact);
-    detail::projection_terms(x_k, w.w_k, w.b_k, Hkv, uses_x, static_cast<double>(sk), kh, vk, inputs_exact);
-    detail::projection_terms(x_v, w.w_v, w.b_v, Hkv, uses_x, static_cast<double>(sk), vh, vv, inputs_exact);
+    detail::projection_terms(x_q, w.w_q, w.b_q, H, uses_x, 1, qh, vq, inputs_exact, o.attention.threads);
+    detail::projection_terms(x_k, w.w_k, w.b_k, Hkv, uses_x, static_cast<double>(sk), kh, vk, inputs_exact, o.attention.threads);
+    detail::projection_terms(x_v, w.w_v, w.b_v, Hkv, uses_x, static_cast<double>(sk), vh, vv, inputs_exact, o.attention.threads);
     const tensor<double, 4> logits = attention_logits<uniform_precision<double>>(tensor_view<const double, 4>(qh.view()),
                                                                                  tensor_view<const double, 4>(kh.view()), o.attention);
     const double scale = ::attnref::detail::logit_scale<double>(o.attention, d.head_dim_qk);
-    detail::head_terms t = detail::attention_terms({qh.view(), kh.view(), vh.view(), vq, vk, vv}, logits.view(), p, scale);
+    detail::head_terms t = detail::attention_terms({qh.view(), kh.view(), vh.view(), vq, vk, vv}, logits.view(), p, scale, o.attention.threads);
     // Through W_o: a coupled event of head h (one δ moving the whole head output) reaches y_l through
     // Σ_c W_o[h·dv + c, l]·A_c ≤ ‖W_o^h[·, l]‖·‖A‖ (Cauchy–Schwarz); independent events through W_o².
     // GQA: a K/V rounding feeds the group's H/Hkv heads, (Σ of G terms)² ≤ G·Σ of squares.
@@ -307,35 +345,38 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
     const std::size_t total = d.batch * sq * eo;
     r.coupled.assign(total, {}), r.independent.assign(total, {}), r.linear.assign(total, {});
     r.logit_var.assign(total, {}), r.logit_linear.assign(total, 0.0);
-    std::vector<two_part> head_cpl(H);
-    std::vector<double> y(eo), y2(eo), ypos(eo), yneg(eo);
-    for (std::size_t b = 0; b < d.batch; ++b)
-        for (std::size_t i = 0; i < sq; ++i) {
+    // Output rows (b, i) on the threads, each computed alone in the same order whatever the split;
+    // a row's terms are summed in row-local arrays (the two_part halves apart) and stored at its end.
+    ::attnref::detail::parallel_for(d.batch * sq, o.attention.threads, [&](std::size_t out_index) {
+            const std::size_t b = out_index / sq, i = out_index % sq;
+            std::vector<two_part> head_cpl(H);
+            std::vector<double> y(eo), y2(eo), ypos(eo), yneg(eo), cpl_a(eo), cpl_s(eo), ind_a(eo), ind_s(eo), lin_a(eo), lin_s(eo);
             const std::size_t out_row = (b * sq + i) * eo;
             two_part eps_var;
             double eps_lin = 0;
-            std::fill(y.begin(), y.end(), 0.0), std::fill(y2.begin(), y2.end(), 0.0);
-            std::fill(ypos.begin(), ypos.end(), 0.0), std::fill(yneg.begin(), yneg.end(), 0.0);
             for (std::size_t h = 0; h < H; ++h) {
                 const std::size_t row = (b * H + h) * sq + i;
                 eps_var = two_part::max(eps_var, t.logit_var[row]);
                 eps_lin = std::max(eps_lin, t.logit_linear[row]);
                 head_cpl[h] = {};
                 for (std::size_t c = 0; c < dv; ++c) head_cpl[h] += t.coupled[row * dv + c];
-                for (std::size_t l = 0; l < eo; ++l) r.coupled[out_row + l] += (G * wn2[h * eo + l]) * head_cpl[h];
+                for (std::size_t l = 0; l < eo; ++l) {
+                    const double a = G * wn2[h * eo + l];
+                    cpl_a[l] += a * head_cpl[h].acc, cpl_s[l] += a * head_cpl[h].store;
+                }
                 for (std::size_t c = 0; c < dv; ++c) {
                     const std::size_t at = row * dv + c;
-                    const double hm = t.out[at];
-                    for (std::size_t l = 0; l < eo; ++l) {
-                        const double wml = w.w_o(h * dv + c, l), x = hm * wml;
-                        r.independent[out_row + l] += (G * wml * wml) * t.independent[at];
-                        r.linear[out_row + l] += detail::abs_d(wml) * t.linear[at];
-                        y[l] += x, y2[l] += x * x;
-                        (x > 0 ? ypos[l] : yneg[l]) += detail::abs_d(x);
-                    }
+                    // Per l, with w = W_o[h·dv + c, l] and x = o_c·w: independent += G·w²·t.independent,
+                    // linear += |w|·t.linear, y += x, y2 += x², |x| into ypos or yneg.
+                    kernels::output_projection({t.out[at], G, t.independent[at].acc, t.independent[at].store, t.linear[at].acc, t.linear[at].store},
+                                               &w.w_o(h * dv + c, 0), eo, ind_a.data(), ind_s.data(), lin_a.data(), lin_s.data(), y.data(),
+                                               y2.data(), ypos.data(), yneg.data());
                 }
             }
             for (std::size_t l = 0; l < eo; ++l) {
+                r.coupled[out_row + l] = {cpl_a[l], cpl_s[l]};
+                r.independent[out_row + l] = {ind_a[l], ind_s[l]};
+                r.linear[out_row + l] = {lin_a[l], lin_s[l]};
                 const double bl = w.b_o.empty() ? 0.0 : w.b_o[l], yl = y[l] + bl;
                 const double m = detail::partial_sum_bound(ypos[l] + (bl > 0 ? bl : 0.0), yneg[l] + (bl < 0 ? -bl : 0.0));
                 // W_o's products and H·dv additions (+ bias) in u_acc; rounding W_o, b_o and y to storage.
@@ -343,7 +384,7 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
                 r.logit_var[out_row + l] = eps_var;
                 r.logit_linear[out_row + l] = eps_lin;
             }
-        }
+    });
     r.row_logit_var = std::move(t.logit_var);
     r.row_logit_linear = std::move(t.logit_linear);
     r.n_keys = sk;
