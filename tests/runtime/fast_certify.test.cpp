@@ -526,6 +526,56 @@ BOOST_AUTO_TEST_CASE(shared_kv_rung_gives_the_bytes_of_the_whole_batch_ladder) {
     BOOST_TEST(same_values(plain, ladder));
 }
 
+BOOST_AUTO_TEST_CASE(shared_kv_rung_computes_only_what_the_undecided_elements_need) {
+    // Undecided: two outputs of query row (b 1, i 5), one weight of (b 0, h 1, i 7), one lse of
+    // (b 1, h 3, i 20). The shared K/V rung computes the attention rows those need (every head of
+    // the output's query row, one head each for the weight and the lse), the Q projection of their
+    // three query rows and the output projection of one, and gives the values of the whole-batch
+    // MPFI ladder (MPFI projections of every key) and of certify_fast.
+    const mha_data d = make_mha(2, 24, 32, 4, 2, 701);
+    const fast::fast_problem p = d.problem();
+    const std::size_t B = d.B, S = d.S, E = d.E, H = d.H;
+    const std::vector<certify::binary_format> targets{certify::float64_target, describe(binary_format::bfloat16)};
+    fast::fast_options fo;
+    fo.threads = 2;
+    const certify::result plain = fast::certify_fast(p, true, true, targets, fo);
+    std::vector<std::vector<std::uint8_t>> undecided{std::vector<std::uint8_t>(B * S * E, 0), std::vector<std::uint8_t>(B * H * S * S, 0),
+                                                     std::vector<std::uint8_t>(B * H * S, 0)};
+    undecided[0][(1 * S + 5) * E + 0] = undecided[0][(1 * S + 5) * E + 17] = 1;
+    undecided[1][((0 * H + 1) * S + 7) * S + 3] = 1;
+    undecided[2][(1 * H + 3) * S + 20] = 1;
+    auto escalate = [&](bool shared, fast::fast_stats& stats) {
+        std::vector<std::vector<std::vector<double>>> values(3);
+        for (std::size_t t = 0; t < 3; ++t) values[t].assign(targets.size(), std::vector<double>(undecided[t].size(), 0.0));
+        fast::detail::shared_kv_rung rung{&p, 2, {}, {}};
+        fast::detail::mpfi_runner run{&p, B, H, S, S, d.dk, E, true, true, {1, 1, 1}, 2, shared ? &rung : nullptr, &stats};
+        std::vector<int> precisions;
+        fast::detail::escalate({"output", "weights", "lse"}, targets, values, undecided, std::vector<std::uint8_t>(B * H * S, 0), run,
+                               B * H * S, stats, precisions, {{B, S, E}, {B, H, S, S}, {B, H, S}});
+        return values;
+    };
+    fast::fast_stats shared_stats, ladder_stats;
+    const auto shared = escalate(true, shared_stats), ladder = escalate(false, ladder_stats);
+    std::size_t compared = 0, differ = 0;
+    for (std::size_t t = 0; t < 3; ++t)
+        for (std::size_t k = 0; k < targets.size(); ++k)
+            for (std::size_t n = 0; n < undecided[t].size(); ++n)
+                if (undecided[t][n]) {
+                    ++compared;
+                    if (!same_bits(shared[t][k][n], ladder[t][k][n]) || !same_bits(shared[t][k][n], plain.values[t][k][n])) ++differ;
+                }
+    BOOST_TEST_MESSAGE(fmt::format("shared K/V rung: {} attention rows, {} query rows projected, {} output rows; {} values compared, {} differ",
+                                   shared_stats.shared_kv_rows, shared_stats.shared_kv_query_rows, shared_stats.shared_kv_output_rows,
+                                   compared, differ));
+    BOOST_TEST(compared == 4 * targets.size());
+    BOOST_TEST(differ == 0u);
+    BOOST_TEST(shared_stats.ladder_rows == 0u);
+    BOOST_TEST(shared_stats.shared_kv_rows == H + 2);
+    BOOST_TEST(shared_stats.shared_kv_query_rows == 3u);
+    BOOST_TEST(shared_stats.shared_kv_output_rows == 1u);
+    BOOST_TEST(ladder_stats.ladder_rows == H + 2);
+}
+
 BOOST_AUTO_TEST_CASE(larger_case_sampled_rows_match_the_mpfi_path) {
     // A larger multi-head case: the fast path's values on a sample of query rows (output, weights,
     // lse) equal the MPFI path's (the forward templates in mpfr_interval, whole-batch projections,

@@ -50,11 +50,7 @@ void escalate(const std::vector<std::string>& names, const std::vector<certify::
         std::size_t count = 0;
         for (std::uint8_t r : rows) count += r;
         stats.escalated_rows = std::max(stats.escalated_rows, count);
-        std::vector<std::vector<mpfr_interval<D>>> full = run(tag, rows);
-        std::vector<std::vector<mpfr_interval<D>>> out(nt);
-        for (std::size_t t = 0; t < nt; ++t)
-            for (std::size_t n : idx[t]) out[t].push_back(full[t][n]);
-        return out;
+        return run(tag, rows, wanted_elements{&idx, &req.pending});
     };
     // NaN is exact only in the rows that the mask alone leaves empty under empty_row_policy::nan
     // (and what they feed), as in generation.
@@ -103,8 +99,10 @@ struct mpfi_runner {
         rows[n / width] = 1;
     }
 
+    /// The wanted elements (want.index[t][m]; entries not pending are left 0) of the rows flagged.
     template <unsigned D>
-    std::vector<std::vector<mpfr_interval<D>>> operator()(std::integral_constant<unsigned, D>, const std::vector<std::uint8_t>& rows) const {
+    std::vector<std::vector<mpfr_interval<D>>> operator()(std::integral_constant<unsigned, D>, const std::vector<std::uint8_t>& rows,
+                                                          const wanted_elements& want) const {
         using T = mpfr_interval<D>;
         using P = uniform_precision<T>;
         const tensor_layout layout{want_weights, want_lse};
@@ -113,13 +111,7 @@ struct mpfi_runner {
         for (std::uint8_t f : rows) count += f;
         if constexpr (D == certify::ladder[0]) {
             if (shared && p->mha) {
-                if (stats) stats->shared_kv_rows = count;
-                std::vector<std::vector<T>> s = shared->template run<D>(rows, w, l);
-                std::vector<std::vector<T>> r;
-                r.push_back(std::move(s[0]));
-                if (want_weights) r.push_back(std::move(s[1]));
-                if (want_lse) r.push_back(std::move(s[2]));
-                return r;
+                return shared->template run<D>(want, want_weights, want_lse, stats);
             }
         }
         if (stats) stats->ladder_rows = std::max(stats->ladder_rows, count);
@@ -147,7 +139,13 @@ struct mpfi_runner {
         }
         if (want_weights) r.push_back(std::move(wv));
         if (want_lse) r.push_back(std::move(lv));
-        return r;
+        std::vector<std::vector<T>> out(r.size());
+        for (std::size_t t = 0; t < r.size(); ++t) {
+            out[t].resize((*want.index)[t].size());
+            for (std::size_t m = 0; m < out[t].size(); ++m)
+                if (want.is_pending(t, m)) out[t][m] = std::move(r[t][(*want.index)[t][m]]);
+        }
+        return out;
     }
 };
 

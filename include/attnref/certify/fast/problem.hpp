@@ -71,8 +71,9 @@ struct fast_stats {
     std::string whole_case_reason;     ///< non-empty: the case went to MPFI as a whole, and why
     std::size_t escalated_elements = 0;  ///< elements (over tensors) the fast rung left undecided
     std::size_t escalated_rows = 0;    ///< (b, h, i) rows recomputed through the MPFI ladder
-    /// Escalated rows that the shared K/V enclosure rung decided; the rest went to the whole-batch ladder.
-    std::size_t shared_kv_rows = 0;
+    std::size_t shared_kv_rows = 0;    ///< (b, h, i) attention rows the shared K/V rung computed
+    std::size_t shared_kv_query_rows = 0;   ///< query rows whose Q projection the shared K/V rung computed
+    std::size_t shared_kv_output_rows = 0;  ///< query rows whose output projection the shared K/V rung computed
     std::size_t ladder_rows = 0;       ///< (b, h, i) rows recomputed by the whole-batch MPFI ladder
 };
 
