@@ -314,6 +314,8 @@ BOOST_AUTO_TEST_CASE(forward_bound_covers_fp16_subnormal_outputs) {
     BOOST_TEST(worst_without > 1.0);  // without eq. 26 the bound fails on these outputs
     BOOST_TEST_MESSAGE("fp16 kernel, subnormal outputs: worst |error| / bound = " << worst << " (without the underflow term: "
                                                                                  << worst_without << ")");
+}
+
 // The bound drivers (tolerance/data_aware.hpp, worst_case.hpp) split their rows over threads and
 // run vectorised inner loops (tolerance/parallel_bounds.hpp): every term and every element bound
 // must be the same, bit for bit, on 1, 2 and 3 threads. Shapes with odd head dimensions and key
