@@ -25,6 +25,7 @@
 #include <fmt/format.h>
 
 #include "attnref/golden/check.hpp"
+#include "attnref/check/gradients.hpp"  // gradient_roles (not in the compiled library's interface)
 #include "attnref/golden/rounded_inputs.hpp"
 #include "attnref/policies.hpp"
 #include "commands.hpp"
