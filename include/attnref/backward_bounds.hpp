@@ -150,11 +150,21 @@ inline underflow_terms underflow_of(double u, double u_storage, double u_weights
     t.scale_factor = std::max(1.0, s);  // an η_a before or after the scale's multiplication
     return t;
 }
+/// (B2s): how many roundings to a storage format a logit may take in a kernel that stores its
+/// intermediates in that format (PyTorch's eager bf16/fp16): the scaled q or the product, the scaled k
+/// or the scale's multiplication, the stored logit, each additive term (ALiBi, additive mask) and
+/// soft-capping's division, tanh and multiplication; each moves the logit by ≤ u_intermediates·L_i.
+inline double stored_logit_roundings(const attention_options& options) {
+    return 3.0 + (options.alibi_slopes.empty() ? 0.0 : 1.0) + (options.mask.additive.present() ? 1.0 : 0.0) + (options.softcap ? 3.0 : 0.0);
+}
+/// (B4s): the roundings to storage format of dS-sized quantities besides dS's final one: dP (through
+/// dS and D), D, the scaled dS, and soft-capping's dS·(1 − t²).
+inline double stored_ds_roundings(const attention_options& options) { return 4.0 + (options.softcap ? 1.0 : 0.0); }
 inline gradient_row gradient_row_terms(tensor_view<const double, 4> q, tensor_view<const double, 4> k, tensor_view<const double, 4> v,
                                        tensor_view<const double, 4> grad_output, tensor_view<const double, 4> weights,
                                        tensor_view<const double, 3> lse, const attention_options& options, const attention_dims& d,
                                        std::size_t bb, std::size_t h, std::size_t i, double s, double u, double u_weights,
-                                       std::vector<double>& dp_abs) {
+                                       std::vector<double>& dp_abs, double u_intermediates = 0) {
     const std::size_t hk = h / (d.heads / d.kv_heads);
     gradient_row r;
     const double dk = static_cast<double>(d.head_dim_qk);
@@ -197,7 +207,8 @@ inline gradient_row gradient_row_terms(tensor_view<const double, 4> q, tensor_vi
     if (!r.empty) {
         // (B14): the logits' dk + 4 products and scalings may each underflow by η_a (relative to P: 2×).
         r.e_p = u * (2 * (dk + 4) * r.logit_magnitude + 2 * std::fabs(lse(bb, h, i)) + 2 * static_cast<double>(d.key_length) + 10) +
-                u_weights + 2 * (dk + 4) * error_bounds::underflow_eta(u) * std::max(1.0, s);  // (B2), (B7), (B14)
+                u_weights + 2 * (dk + 4) * error_bounds::underflow_eta(u) * std::max(1.0, s) +   // (B2), (B7), (B14)
+                2 * stored_logit_roundings(options) * u_intermediates * r.logit_magnitude;   // (B2s)
     }
     return r;
 }
@@ -213,7 +224,8 @@ inline tensor<double, 4> textbook_grad_query_bounds(tensor_view<const double, 4>
                                                     tensor_view<const double, 4> eq, tensor_view<const double, 4> ek,
                                                     tensor_view<const double, 4> ev, tensor_view<const double, 4> edo,
                                                     tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
-                                                    const attention_options& options, double u, double u_storage, double u_weights) {
+                                                    const attention_options& options, double u, double u_storage, double u_weights,
+                                                    double u_intermediates = 0) {
     const attention_dims d = attention_dims_of(q, k, v);
     const std::size_t group = d.heads / d.kv_heads, sq = d.query_length, sk = d.key_length, dk = d.head_dim_qk, dv = d.head_dim_v;
     const double s = bound_logit_scale(options, dk), gamma = bound_terms(d) * u;
@@ -258,7 +270,8 @@ inline tensor<double, 4> textbook_grad_query_bounds(tensor_view<const double, 4>
                     g[j] = std::fabs(dp[j] - D) + margin * (dp_abs[j] + r.d_abs);
                     if (attendable(j)) A += weights(b, h, i, j) * g[j];
                 }
-                const double E = u * ((Dk + 5) * r.logit_magnitude + std::fabs(lse(b, h, i)) + 2) + sigma;
+                const double E = u * ((Dk + 5) * r.logit_magnitude + std::fabs(lse(b, h, i)) + 2) + sigma +
+                                 stored_logit_roundings(options) * u_intermediates * r.logit_magnitude;  // (B2s)
                 const double lambda = u * (Sk + 3 + std::fabs(lse(b, h, i)) + 2 * r.logit_magnitude);
                 const double beta = 2 * u + u_weights;
                 const double psi = (Sk + 2 * Dv + 4) * u * r.d_abs + u_storage * abs_d;
@@ -271,7 +284,7 @@ inline tensor<double, 4> textbook_grad_query_bounds(tensor_view<const double, 4>
                     // (B14): dS's underflow (uncentred: it need not keep the row sum) and the scaling's η_a
                     eta[j] = uf.eta_ds + uf.eta_p * (dp_abs[j] + r.d_abs + r.dp_sum) + uf.eta_a;
                     C[j] = p * ((2 * E + lambda) * g[j] + 2 * E * A + z[j] + z_bar);
-                    T[j] = p * ((beta + 3 * u + u_storage) * g[j] + lambda * abs_d + beta * r.d_abs + psi);
+                    T[j] = p * ((beta + 3 * u + u_storage + u_intermediates) * g[j] + lambda * abs_d + beta * r.d_abs + psi);  // (B4s): scaled dS
                     dS[j] = p * g[j];
                     w[j] = C[j] + u_storage * dS[j];
                 }
@@ -314,7 +327,8 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
                                                              tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
                                                              const attention_options& options, double u,
                                                              double u_storage = 0, double u_weights = 0,
-                                                             std::optional<backward_algorithm> declared = std::nullopt) {
+                                                             std::optional<backward_algorithm> declared = std::nullopt,
+                                                             double u_intermediates = 0) {
     const attention_dims d = detail::attention_dims_of(q, k, v);
     require_extent("grad_output axis 3 (head dim dv)", grad_output.extents[3], d.head_dim_v);
     require_extent("weights axis 3 (key length)", weights.extents[3], d.key_length);
@@ -334,7 +348,7 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
             for (std::size_t i = 0; i < d.query_length; ++i) {
                 const std::size_t hk = h / group;
                 const detail::gradient_row r =
-                    detail::gradient_row_terms(q, k, v, grad_output, weights, lse, options, d, bb, h, i, s, u, u_weights, dp_abs);
+                    detail::gradient_row_terms(q, k, v, grad_output, weights, lse, options, d, bb, h, i, s, u, u_weights, dp_abs, u_intermediates);
                 const double logit_magnitude = r.logit_magnitude, d_abs = r.d_abs, e_p = r.e_p;
                 if (r.empty) {  // only the uniform policy's dV_j += dO_i/Sk
                     for (std::size_t j = 0; j < d.key_length; ++j)
@@ -343,7 +357,7 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
                     continue;
                 }
                 const double e_cap = options.softcap ? u * (4 + 2 * (dk + 3) * logit_magnitude / std::fabs(*options.softcap)) : 0;
-                const double rho = 4 * gamma + 2 * e_p + e_cap + 3 * u;  // (B5)
+                const double rho = 4 * gamma + 2 * e_p + e_cap + 3 * u + detail::stored_ds_roundings(options) * u_intermediates;  // (B5), (B4s)
                 const double rho_stored = rho + u_storage;                 // (B7)
                 for (std::size_t j = 0; j < d.key_length; ++j) {
                     if (structurally_masked(options.mask, bb, h, i, j, d.query_length, d.key_length)) continue;
@@ -370,7 +384,8 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
         for (double& x : b.grad_value.storage()) x += (rows + 1) * uf.eta_a + uf.eta_out;
     }
     if (centred)  // (B5t)
-        b.grad_query = detail::textbook_grad_query_bounds(q, k, v, grad_output, {}, {}, {}, {}, weights, lse, options, u, u_storage, u_weights);
+        b.grad_query = detail::textbook_grad_query_bounds(q, k, v, grad_output, {}, {}, {}, {}, weights, lse, options, u, u_storage, u_weights,
+                                                          u_intermediates);
     constexpr double inflation = 1 + 0x1p-20;  // second-order terms and the bound's own rounding
     for (tensor<double, 4>* t : {&b.grad_query, &b.grad_key, &b.grad_value, &b.logits_row_sum})
         for (double& x : t->storage()) x *= inflation;
@@ -390,7 +405,7 @@ inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> 
                                                    tensor_view<const double, 4> v_error, tensor_view<const double, 4> do_error,
                                                    tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
                                                    const attention_options& ao, double u, double us, double u_weights,
-                                                   std::optional<backward_algorithm> declared) {
+                                                   std::optional<backward_algorithm> declared, double u_intermediates = 0) {
     struct view_pair {
         tensor_view<const double, 4> value, error;
     };
@@ -398,7 +413,7 @@ inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> 
     const std::size_t dk = q_value.extents[3], dv = v_value.extents[3];
     // (B10) the SDPA bound at the exact head inputs; (B9) the perturbation by the inputs' errors.
     const sdpa_gradient_bounds sb = sdpa_gradient_first_order_bounds(Q.value, K.value, V.value, dO.value,
-                                                                      weights, lse, ao, u, us, u_weights);
+                                                                      weights, lse, ao, u, us, u_weights, std::nullopt, u_intermediates);
     const attention_dims d = detail::attention_dims_of(Q.value, K.value, V.value);
     const std::size_t group = d.heads / d.kv_heads, sq = d.query_length, sk = d.key_length;
     const double s = detail::bound_logit_scale(ao, dk), gamma = detail::bound_terms(d) * u;
@@ -414,7 +429,7 @@ inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> 
             for (std::size_t i = 0; i < sq; ++i) {
                 const std::size_t hk = h / group;
                 const detail::gradient_row r = detail::gradient_row_terms(Q.value, K.value, V.value, dO.value,
-                                                                          weights, lse, ao, d, b, h, i, s, u, u_weights, dp_abs);
+                                                                          weights, lse, ao, d, b, h, i, s, u, u_weights, dp_abs, u_intermediates);
                 double delta = 0, pi_sum = 0;
                 for (std::size_t j = 0; j < sk; ++j) {
                     double sg = 0, pj = 0;
@@ -455,7 +470,7 @@ inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> 
             }
     if (textbook_bound_applies(declared, ao))  // (B5t) with the inputs' errors, in place of (B10)'s dQ
         a_dq = textbook_grad_query_bounds(Q.value, K.value, V.value, dO.value, Q.error, K.error, V.error, dO.error, weights, lse, ao, u, us,
-                                          u_weights);
+                                          u_weights, u_intermediates);
     return {std::move(a_dq), std::move(a_dk), std::move(a_dv), std::move(m_dq), std::move(m_dk), std::move(m_dv), std::move(a_o),
             std::move(m_o)};
 }
@@ -468,8 +483,9 @@ inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> 
 inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds_rounded_inputs(
     tensor_view<const double, 4> q, tensor_view<const double, 4> k, tensor_view<const double, 4> v, tensor_view<const double, 4> grad_output,
     tensor_view<const double, 4> weights, tensor_view<const double, 3> lse, const attention_options& options, double u, double u_storage,
-    double u_weights, double u_inputs, std::optional<backward_algorithm> declared = std::nullopt) {
-    if (!(u_inputs > 0)) return sdpa_gradient_first_order_bounds(q, k, v, grad_output, weights, lse, options, u, u_storage, u_weights, declared);
+    double u_weights, double u_inputs, std::optional<backward_algorithm> declared = std::nullopt, double u_intermediates = 0) {
+    if (!(u_inputs > 0))
+        return sdpa_gradient_first_order_bounds(q, k, v, grad_output, weights, lse, options, u, u_storage, u_weights, declared, u_intermediates);
     const double eta_in = error_bounds::underflow_eta(u_inputs);  // (B14): a nonzero input rounded into the subnormal range
     auto error = [&](tensor_view<const double, 4> x) {
         tensor<double, 4> e(x.extents, 0.0);
@@ -478,8 +494,9 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds_rounded_inputs(
     };
     const tensor<double, 4> eq = error(q), ek = error(k), ev = error(v), eg = error(grad_output);
     detail::perturbed_head_bounds hb = detail::perturbed_sdpa_bounds(q, k, v, grad_output, eq.view(), ek.view(), ev.view(), eg.view(),
-                                                                     weights, lse, options, u, u_storage, u_weights, declared);
-    sdpa_gradient_bounds b = sdpa_gradient_first_order_bounds(q, k, v, grad_output, weights, lse, options, u, u_storage, u_weights);
+                                                                     weights, lse, options, u, u_storage, u_weights, declared, u_intermediates);
+    sdpa_gradient_bounds b =
+        sdpa_gradient_first_order_bounds(q, k, v, grad_output, weights, lse, options, u, u_storage, u_weights, std::nullopt, u_intermediates);
     constexpr double inflation = 1 + 0x1p-20;
     for (tensor<double, 4>* t : {&hb.a_dq, &hb.a_dk, &hb.a_dv})
         for (double& x : t->storage()) x *= inflation;
@@ -509,7 +526,8 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
                                                            tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
                                                            double u, double u_storage = 0, double u_weights = 0,
                                                            double u_inputs = 0,
-                                                           std::optional<backward_algorithm> declared = std::nullopt) {
+                                                           std::optional<backward_algorithm> declared = std::nullopt,
+                                                           double u_intermediates = 0) {
     const mha_dims md = mha_dims_of(x_q, x_k, x_v, p, o);
     require_extent("grad_output axis 0 (batch)", grad_output.extents[0], md.batch);
     require_extent("grad_output axis 1 (query length)", grad_output.extents[1], md.query_length);
@@ -560,7 +578,7 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
     const attention_options& ao = o.attention;
     detail::perturbed_head_bounds hb = detail::perturbed_sdpa_bounds(Q.value.view(), K.value.view(), V.value.view(), dO.value.view(),
                                                                      Q.error.view(), K.error.view(), V.error.view(), dO.error.view(),
-                                                                     weights, lse, ao, u, us, u_weights, declared);
+                                                                     weights, lse, ao, u, us, u_weights, declared, u_intermediates);
     tensor<double, 4>&a_dq = hb.a_dq, &a_dk = hb.a_dk, &a_dv = hb.a_dv, &m_dq = hb.m_dq, &m_dk = hb.m_dk, &m_dv = hb.m_dv, &a_o = hb.a_o,
                      &m_o = hb.m_o;
     // (B12), (B13): the linear backward's sums over the merged (B, S, heads·d) layout.

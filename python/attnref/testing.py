@@ -254,7 +254,7 @@ def _raise_gradient_failure(judged: Dict[str, Any], shapes: Dict[str, Any], pref
 
 def _raise_gradient_inconclusive(judged: Dict[str, Any], shapes: Dict[str, Any], prefix: str, how: str) -> None:
     for r in judged["tensors"]:
-        if r["verdict"] == "pass":
+        if r["verdict"] == "PASS":
             continue
         where = ""
         if r["vacuous_elements"]:

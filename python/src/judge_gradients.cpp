@@ -23,7 +23,7 @@ std::vector<double> vector_of(const f64& a) { return std::vector<double>(a.data(
 py::dict tensor_dict(const golden::tensor_report& t) {
     py::dict d;
     d["name"] = t.name;
-    d["verdict"] = t.verdict;
+    d["verdict"] = std::string(golden::verdict_name(t.verdict));
     d["note"] = t.note;
     d["elements"] = t.cmp.elements;
     d["violations"] = t.cmp.violations;

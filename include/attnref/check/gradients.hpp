@@ -143,6 +143,9 @@ inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_
                  u_fmt = policy ? std::max(policy->storage, policy->output) : tol::unit_roundoff(f);
     const double us = u_fmt > u ? u_fmt : 0;  // bf16/fp16 storage with float32 accumulation: (B7)
     const double uw = policy ? (policy->weights > u ? policy->weights : 0) : us;  // P stored before dV = Pᵀ·dO
+    // Undeclared: a correct kernel of the format may also store its logits, dP, D and dS in it
+    // (PyTorch's eager bf16/fp16): (B2s), (B4s). A declared policy keeps them in its accumulation format.
+    const double ui = policy ? 0 : us;
     const double u_in = cd::inputs_representable(data, ref.grad_output, f) ? 0 : u_fmt;
     const case_views c = views_of(spec, data);
     const tensor_view<const double, 4> w = c.weights(ref.weights);
@@ -150,11 +153,11 @@ inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_
     std::vector<std::pair<std::string, std::vector<double>>> r;
     if (c.sdpa()) {
         const tensor_view<const double, 4> g{ref.grad_output.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}};
-        const sdpa_gradient_bounds b = sdpa_gradient_first_order_bounds_rounded_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, uw, u_in, declared);
+        const sdpa_gradient_bounds b = sdpa_gradient_first_order_bounds_rounded_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, uw, u_in, declared, ui);
         r = {{"grad_query", cd::flat_of(b.grad_query)}, {"grad_key", cd::flat_of(b.grad_key)}, {"grad_value", cd::flat_of(b.grad_value)}};
     } else {
         const tensor_view<const double, 3> g{ref.grad_output.data(), {d.batch, d.query_length, d.output_dim}};
-        const mha_gradient_bounds b = mha_gradient_first_order_bounds(c.x_q, c.x_k, c.x_v, c.w, c.mo, g, w, lse, u, us, uw, u_in, declared);
+        const mha_gradient_bounds b = mha_gradient_first_order_bounds(c.x_q, c.x_k, c.x_v, c.w, c.mo, g, w, lse, u, us, uw, u_in, declared, ui);
         r = {{"grad_query", cd::flat_of(b.grad_x_q)}, {"grad_key", cd::flat_of(b.grad_x_k)}, {"grad_value", cd::flat_of(b.grad_x_v)},
              {"grad_w_q", cd::flat_of(b.grad_w_q)},   {"grad_w_k", cd::flat_of(b.grad_w_k)}, {"grad_w_v", cd::flat_of(b.grad_w_v)},
              {"grad_w_o", cd::flat_of(b.grad_w_o)},   {"grad_b_q", cd::flat_of(b.grad_b_q)}, {"grad_b_k", cd::flat_of(b.grad_b_k)},
