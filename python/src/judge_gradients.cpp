@@ -9,6 +9,7 @@
 
 #include "attnref/golden/check.hpp"
 #include "backward_case.hpp"
+#include "dicts.hpp"
 
 namespace py = pybind11;
 
@@ -25,33 +26,7 @@ py::dict tensor_dict(const golden::tensor_report& t) {
     d["name"] = t.name;
     d["verdict"] = std::string(golden::verdict_name(t.verdict));
     d["note"] = t.note;
-    d["elements"] = t.cmp.elements;
-    d["violations"] = t.cmp.violations;
-    d["nonfinite_mismatches"] = t.cmp.nonfinite_mismatches;
-    d["max_abs"] = t.cmp.max_abs;
-    d["max_rel"] = t.cmp.max_rel;
-    d["worst_ratio"] = t.cmp.worst_ratio;
-    d["worst_index"] = t.cmp.worst_index;
-    d["worst_actual"] = t.cmp.worst_candidate;
-    d["worst_expected"] = t.cmp.worst_expected;
-    d["worst_bound"] = t.cmp.worst_bound;
-    d["vacuous_elements"] = t.vacuous.elements;
-    d["vacuous_index"] = t.vacuous.index;
-    d["vacuous_bound"] = t.vacuous.bound;
-    d["vacuous_scale"] = t.vacuous.scale;
-    return d;
-}
-
-py::dict invariant_dict(const invariant_report& i) {
-    py::dict d;
-    d["name"] = std::string(i.name);
-    d["ok"] = i.ok;
-    d["vacuous"] = i.vacuous;
-    d["checked"] = i.checked;
-    d["violations"] = i.violations;
-    d["worst"] = i.worst;
-    d["bound"] = i.bound;
-    d["index"] = py::make_tuple(i.index[0], i.index[1], i.index[2], i.index[3]);
+    add_comparison(d, t.cmp, t.vacuous);
     return d;
 }
 
@@ -84,7 +59,7 @@ void bind_judge_gradients(py::module_& m, const call& (*call_of)(py::handle)) {
             ref.lse = vector_of(lse);
             for (const auto& [role, a] : certified) ref.certified.push_back({role, vector_of(a)});
             std::vector<golden::gradient_tensor> got;
-            for (const auto& [role, a] : candidate) got.push_back({role, {a.data(), static_cast<std::size_t>(a.size())}});
+            for (const auto& [role, a] : candidate) got.push_back({role, {a.data(), static_cast<std::size_t>(a.size())}, std::nullopt});  // judged in the call's format
             golden::check_result res;
             {
                 py::gil_scoped_release release;

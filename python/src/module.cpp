@@ -8,6 +8,7 @@
 #include "attnref/certify.hpp"
 #include "attnref/fp_environment.hpp"
 #include "core.hpp"
+#include "dicts.hpp"
 
 namespace py = pybind11;
 using namespace attnref;
@@ -73,17 +74,7 @@ py::dict result_dict(const py_call& pc, result& r, bool weights, bool lse) {
     d["output"] = to_numpy(r.output, pc.c.output_shape(), r.single);
     d["weights"] = weights ? py::object(to_numpy(r.weights, pc.c.weights_shape(), r.single)) : py::none();
     d["lse"] = lse ? py::object(to_numpy(r.lse, pc.c.lse_shape(), r.single)) : py::none();
-    py::list certs;
-    for (const certify::tensor_report& c : r.certifications) {
-        py::dict e;
-        e["tensor"] = c.tensor;
-        e["elements"] = c.elements;
-        e["certified"] = c.certified;
-        e["escalated"] = c.escalated;
-        e["precisions_bits"] = c.precisions_bits;
-        certs.append(e);
-    }
-    d["certification"] = certs;
+    d["certification"] = certification_list(r.certifications);
     d["precisions_bits"] = r.precisions_bits;
     d["arith_bits"] = r.arith_bits;
     d["undecided"] = r.undecided;
@@ -216,19 +207,9 @@ PYBIND11_MODULE(_attnref, m) {
             }
             py::dict grads;
             for (gradient_tensor& t : r.tensors) grads[t.role.c_str()] = to_numpy(t.values, t.shape, false);
-            py::list certs;
-            for (const certify::tensor_report& c : r.certifications) {
-                py::dict e;
-                e["tensor"] = c.tensor;
-                e["elements"] = c.elements;
-                e["certified"] = c.certified;
-                e["escalated"] = c.escalated;
-                e["precisions_bits"] = c.precisions_bits;
-                certs.append(e);
-            }
             py::dict d;
             d["gradients"] = grads;
-            d["certification"] = certs;
+            d["certification"] = certification_list(r.certifications);
             return d;
         },
         py::arg("call"), py::arg("grad_output"));
@@ -265,40 +246,14 @@ PYBIND11_MODULE(_attnref, m) {
             for (const tensor_judgement& t : js.tensors) {
                 py::dict d;
                 d["name"] = t.name;
-                d["elements"] = t.cmp.elements;
-                d["violations"] = t.cmp.violations;
-                d["nonfinite_mismatches"] = t.cmp.nonfinite_mismatches;
-                d["max_abs"] = t.cmp.max_abs;
-                d["max_rel"] = t.cmp.max_rel;
-                d["max_ulp"] = t.cmp.max_ulp;
-                d["rms"] = t.cmp.rms;
-                d["worst_ratio"] = t.cmp.worst_ratio;
-                d["worst_index"] = t.cmp.worst_index;
-                d["worst_actual"] = t.cmp.worst_candidate;
-                d["worst_expected"] = t.cmp.worst_expected;
-                d["worst_bound"] = t.cmp.worst_bound;
-                d["vacuous_elements"] = t.vacuous.elements;
-                d["vacuous_index"] = t.vacuous.index;
-                d["vacuous_bound"] = t.vacuous.bound;
-                d["vacuous_scale"] = t.vacuous.scale;
+                add_comparison(d, t.cmp, t.vacuous);
                 d["untrustworthy"] = t.untrustworthy;
                 d["decoy"] = t.decoy;
                 d["wrong_empty_lse"] = t.wrong_empty_lse;
                 d["bound_max"] = t.bound_max;
                 tensors.append(d);
             }
-            for (const invariant_report& i : js.invariants) {
-                py::dict d;
-                d["name"] = std::string(i.name);
-                d["ok"] = i.ok;
-                d["vacuous"] = i.vacuous;
-                d["checked"] = i.checked;
-                d["violations"] = i.violations;
-                d["worst"] = i.worst;
-                d["bound"] = i.bound;
-                d["index"] = py::make_tuple(i.index[0], i.index[1], i.index[2], i.index[3]);
-                invariants.append(d);
-            }
+            for (const invariant_report& i : js.invariants) invariants.append(invariant_dict(i));
             py::dict out;
             out["tensors"] = tensors;
             out["invariants"] = invariants;
