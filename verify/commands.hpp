@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 #include <system_error>
 
 #include <CLI/CLI.hpp>
@@ -62,5 +63,10 @@ void register_run(CLI::App& app);
 void register_check(CLI::App& app);
 void register_study(CLI::App& app);
 void register_merge(CLI::App& app);
+
+/// Runs argv[0] with arguments argv[1..] (no shell, no PATH lookup), stdout and stderr to
+/// /dev/null; true if it exited with status 0 (verify/study.cpp; the plot scripts of study and
+/// study --reproduce).
+bool run_quietly(const std::vector<std::string>& argv);
 
 }  // namespace attnref::verify

@@ -9,13 +9,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fcntl.h>
 #include <filesystem>
-#include <fstream>
-#include <spawn.h>
 #include <string>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <vector>
 
 #include <fmt/format.h>
@@ -29,31 +24,6 @@ namespace attnref::verify {
 namespace {
 
 namespace rp = attnref::study::reproduce;
-
-void write_text(const std::filesystem::path& path, const std::string& text) {
-    std::ofstream f(path, std::ios::binary);
-    f << text;
-    if (!f) throw data_error("attnref study --reproduce: cannot write " + printable(path.string()));
-}
-
-/// Runs /usr/bin/python3 with the arguments (no shell), output to /dev/null; true on exit status 0.
-bool spawn_quietly(const std::vector<std::string>& argv) {
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    if (posix_spawn_file_actions_init(&actions) != 0) return false;
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) return false;
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) return false;
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
 
 std::string ci(const rp::estimate& e, const char* f = "{:.3g}") {
     return fmt::format(fmt::runtime(std::string(f) + " [" + f + ", " + f + "]"), e.value, e.lo, e.hi);
@@ -267,14 +237,14 @@ void run_reproduction(const std::string& name, const std::string& out, std::size
         text = flash_report(configs, rows, elapsed());
     }
     const std::string stem = name == "pcast-fp8" ? "pcast_fp8" : "flash_bf16";
-    write_text(dir / (stem + ".csv"), csv);
-    write_text(dir / (stem + ".txt"), text);
+    write_file_atomic(dir / (stem + ".csv"), csv, true);  // like study's files: atomically, never through a link
+    write_file_atomic(dir / (stem + ".txt"), text, true);
     std::fputs(text.c_str(), stdout);
     std::printf("wrote %s and %s\n", printable((dir / (stem + ".csv")).string()).c_str(), printable((dir / (stem + ".txt")).string()).c_str());
     if (no_plot) return;
     const std::string script = (data_dir() / "tools" / "plot_reproduce.py").string();
     const std::vector<std::string> argv{"/usr/bin/python3", script, (dir / (stem + ".csv")).string(), dir.string()};
-    if (std::filesystem::exists(argv[0]) && std::filesystem::exists(script) && spawn_quietly(argv))
+    if (std::filesystem::exists(argv[0]) && std::filesystem::exists(script) && run_quietly(argv))
         std::printf("plots: %s/%s*.svg\n", printable(dir.string()).c_str(), stem.c_str());
     else
         std::printf("plots not drawn (needs /usr/bin/python3 with matplotlib and %s)\n", printable(script).c_str());

@@ -323,8 +323,10 @@ std::string table(const std::vector<study::point>& all_points, const std::vector
     return points.empty() ? b : forward_table(points, results) + "\n" + b;
 }
 
+}  // namespace
+
 /// Runs argv[0] with arguments argv[1..] (no shell, no PATH lookup), stdout and stderr to
-/// /dev/null; true if it exited with status 0.
+/// /dev/null; true if it exited with status 0 (declared in commands.hpp).
 bool run_quietly(const std::vector<std::string>& argv) {
     std::vector<char*> args;
     for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -342,6 +344,8 @@ bool run_quietly(const std::vector<std::string>& argv) {
         if (errno != EINTR) return false;
     return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
+
+namespace {
 
 /// `s` in POSIX shell single quotes, for the command printed for the user to copy (never run).
 std::string shell_quote(const std::string& s) {
