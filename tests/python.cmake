@@ -1,9 +1,10 @@
 # The Python package's pytest examples (issue 12): one pytest process (torch is slow to import),
-# Debian's /usr/bin/python3, the package imported from the build tree.
+# Debian's /usr/bin/python3, the package imported from the build tree. ATTNREF_BIN: the command whose
+# verdicts examples/python/test_input_formats.py compares attnref.check's with.
 add_test(NAME python_examples
   COMMAND /usr/bin/python3 -m pytest -q -p no:cacheprovider ${PROJECT_SOURCE_DIR}/examples/python)
 set_tests_properties(python_examples PROPERTIES
-  ENVIRONMENT "PYTHONPATH=${ATTNREF_PYTHON_BUILD_DIR};PYTHONDONTWRITEBYTECODE=1")
+  ENVIRONMENT "PYTHONPATH=${ATTNREF_PYTHON_BUILD_DIR};PYTHONDONTWRITEBYTECODE=1;ATTNREF_BIN=$<TARGET_FILE:attnref_cli>")
 
 # `cmake --install` puts an importable package where the Debian interpreter looks under the prefix.
 set(_py_prefix ${PROJECT_BINARY_DIR}/python_install_test)

@@ -62,18 +62,13 @@ void check_report_paths(const std::string& golden, const std::vector<std::string
     }
 }
 
-/// The inputs a verdict is about (--input-format; golden/rounded_inputs.hpp): with a format F the
-/// case's inputs are not exact in (auto: the candidate's format when it is 16-bit), the golden inputs rounded to nearest
-/// even to F and their certified reference, in a temporary case that rq.golden then names. Returns the
-/// report's line saying which inputs the verdict is about.
+/// The inputs a verdict is about (--input-format; golden/rounded_inputs.hpp's choose_inputs): for auto,
+/// the candidate's format from its first file's dtype (or --dtype). With a derived case, rq.golden
+/// then names its temporary directory. Returns the report's line saying which inputs the verdict is about.
 std::string judged_inputs(check_request& rq, const std::string& choice, std::optional<rounded_case_dir>& rounded) {
     const loaded_case lc = load_case(rq.golden);
-    const std::string own = lc.m.spec.inputs.from_files ? "the case's own" : std::string("the case's own (") +
-                                                                                 std::string(format_name(lc.m.spec.inputs.format)) + ")";
-    if (choice == "case") return "the golden inputs, " + own + " (--input-format case)";
     std::optional<tol::candidate_format> f = rq.dtype;
-    if (choice != "auto") f = tol::format_from_name(choice);
-    if (!f) {  // auto: the candidate's format, from its first file's dtype
+    if (choice == "auto" && !f) {  // auto: the candidate's format, from its first file's dtype
         const auto roles = gradient_roles(lc.m.spec);
         std::string file = rq.output;
         std::vector<std::size_t> shape = output_shape(lc.m.spec);
@@ -88,29 +83,9 @@ std::string judged_inputs(check_request& rq, const std::string& choice, std::opt
             f.reset();
         }
     }
-    // auto rounds for 16-bit candidates (and declared policies) only: for float32 and float64 the inputs'
-    // rounding is far inside the bound (the verdicts are the same), and certifying the rounded inputs'
-    // gradients costs seconds.
-    // A declared policy's bounds count every storage rounding with its widest roundoff: the inputs are
-    // rounded for it too, so that their rounding is not counted at that roundoff.
-    if (choice == "auto" && f && !rq.policy && tol::unit_roundoff(*f) <= tol::unit_roundoff(tol::candidate_format::float32))
-        return "the golden inputs, " + own + " (--input-format auto: rounded only for 16-bit candidates and declared policies)";
-    if (!f || inputs_exact_in(lc.data, *f))
-        return "the golden inputs, " + own + (f ? std::string(", exact in ") + std::string(format_name(*f)) : std::string());
-    if (!inputs_finite_in(lc.data, *f))
-        return "the golden inputs, " + own + " (rounding them to " + std::string(format_name(*f)) + " would overflow)";
-    try {
-        rounded.emplace(lc, *f, 0, !rq.gradients.empty());
-    } catch (const check_failure& e) {  // e.g. an exact zero or a tie of the rounded inputs' gradients no interval can certify
-        return "the golden inputs, " + own + " (the reference for them rounded to " + std::string(format_name(*f)) +
-               " could not be certified: " + e.what() + ")";
-    } catch (const data_error& e) {
-        return "the golden inputs, " + own + " (the reference for them rounded to " + std::string(format_name(*f)) +
-               " could not be made: " + e.what() + ")";
-    }
-    rq.golden = rounded->dir().string();
-    return "the golden inputs rounded to nearest even to " + std::string(format_name(*f)) + " (--input-format " + choice +
-           "; reference certified for them: case " + rounded->loaded().m.spec.name + ")";
+    const input_choice j = choose_inputs(lc, choice, f, rq.policy.has_value(), !rq.gradients.empty(), rounded);
+    if (j.rounded_to) rq.golden = rounded->dir().string();
+    return j.text;
 }
 
 /// The JSON report with the "inputs" line (and the declared policy) added.

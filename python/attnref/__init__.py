@@ -546,10 +546,13 @@ class GoldenCase:
     """A committed golden case (golden/<name>/), verified on loading: the manifest strictly parsed,
     every file's sha256, dtype and shape checked.
 
-    Attributes: ``path``; ``name``; ``kind`` ("sdpa" or "mha"); ``conventions``: the case description
-    as in its manifest.json (shapes, conventions, inputs, outputs); ``inputs``: role → array (q, k, v
-    or x_q, x_k, x_v and the projections, masks), float64 (the boolean mask as bool);
-    ``reference``: "output", "weights", "lse" → certified float64 arrays (those the case stores).
+    Attributes: ``path``: the case directory; ``name``; ``kind`` ("sdpa" or "mha"); ``conventions``:
+    the case description as in its manifest.json (shapes, conventions, inputs, outputs); ``inputs``:
+    role → array (q, k, v or x_q, x_k, x_v and the projections, masks), float64 (the boolean mask as
+    bool); ``reference``: "output", "weights", "lse" → certified float64 arrays (those the case
+    stores) — of exactly those inputs; ``input_format``: "case" (the case's own inputs) or the format
+    F they were rounded to (``load_case(..., input_format=F)``: ``name`` is then the derived case's,
+    ``<case>_inputs_<F>``); ``inputs_description``: the line saying which inputs these are.
     """
 
     path: str
@@ -558,6 +561,20 @@ class GoldenCase:
     conventions: Dict[str, Any]
     inputs: Dict[str, np.ndarray]
     reference: Dict[str, np.ndarray]
+    input_format: str = "case"
+    inputs_description: str = ""
+
+
+_INPUT_FORMATS = ("float64", "float32", "bfloat16", "float16")
+
+
+def _input_format(x: Any, choices: Sequence[str]) -> str:
+    """input_format= checked: a string among `choices` (TypeError/ValueError naming the argument)."""
+    if not isinstance(x, str):
+        raise TypeError(f"input_format: expected a string, got {type(x).__name__}")
+    if x not in choices:
+        raise ValueError(f"input_format: expected one of {', '.join(repr(c) for c in choices)}, got {x!r}")
+    return x
 
 
 def _path(x: Any, name: str) -> str:
@@ -572,31 +589,55 @@ def _path(x: Any, name: str) -> str:
     return p
 
 
-def load_case(path: Any) -> GoldenCase:
+def load_case(path: Any, input_format: Optional[str] = None) -> GoldenCase:
     """Loads and verifies the golden case directory ``path`` (e.g. ``golden/mha_seed_example``), or
     the suite case of that name when ``path`` is a bare name that is not a directory here
     (``load_case("sdpa_gqa")``; the suite is ``attnref.suite_dir()``).
 
+    ``input_format`` (None, "float64", "float32", "bfloat16", "float16"): None keeps the case's own
+    inputs; a format F gives the inputs a kernel in F reads — the golden inputs rounded once to
+    nearest even to F (float64 arrays holding F values: ``.astype(numpy.float32)`` is exact for
+    float32, bfloat16 and float16; a backward case's grad_output too) — and the certified output,
+    weights and lse *of those rounded inputs* (golden/rounded_inputs.hpp's rounded_case, through the
+    fast certified path, as ``attnref generate --golden DIR --input-format F`` writes them).
+    ``attnref.check`` and ``attnref.testing.assert_attention_close`` given this GoldenCase judge
+    against the same rounded inputs.
+
     Raises ValueError naming the file and field when the directory is not a valid case (the same
-    checks as ``attnref check``: regular files only, sha256, headers, shapes, memory limit)."""
+    checks as ``attnref check``: regular files only, sha256, headers, shapes, memory limit), and
+    naming ``input_format`` for an unknown format or inputs that overflow in it."""
     import json
     p = _path(path, "path")
     p = p if os.path.exists(p) else (_suite_case_path(p) or p)
-    name, kind, conventions, inputs, reference = _attnref._load_case(p)
-    return GoldenCase(p, name, kind, json.loads(conventions), dict(inputs), dict(reference))
+    f = "" if input_format is None else _input_format(input_format, _INPUT_FORMATS)
+    name, kind, conventions, inputs, reference, described = _attnref._load_case(p, f)
+    return GoldenCase(p, name, kind, json.loads(conventions), dict(inputs), dict(reference), f or "case", described)
 
 
 @dataclass(frozen=True)
 class Verdict:
     """The checker's verdict: ``verdict`` is "PASS", "FAIL" or "INCONCLUSIVE" (a bound too loose to
     tell right from wrong, or an untrustworthy output: never a pass); ``reason`` says what decided a
-    FAIL or INCONCLUSIVE; ``text``, ``json`` and ``junit`` are the reports ``attnref check`` writes."""
+    FAIL or INCONCLUSIVE; ``text``, ``json`` and ``junit`` are the reports ``attnref check`` writes
+    (text and json with its "inputs" line and declared policy).
+    ``inputs``: which inputs the verdict is about — "case" (the golden inputs as the case stores them)
+    or "<F>-rounded" (e.g. "bfloat16-rounded": the golden inputs rounded to nearest even to F, judged
+    against the certified result of those); ``inputs_description``: the report's line saying so (and
+    why the case's own inputs were kept, when they were); ``policy``: the declared policy or None."""
 
     verdict: str
     reason: str
     text: str
     json: str
     junit: str
+    inputs: str = "case"
+    inputs_description: str = ""
+    policy: Optional[str] = None
+
+    def __str__(self) -> str:
+        policy = f"; policy {self.policy} (declared)" if self.policy else ""
+        reason = f": {self.reason}" if self.reason and self.verdict != "PASS" else ""
+        return f"{self.verdict}{reason} [inputs: {self.inputs_description}{policy}]"
 
     @property
     def passed(self) -> bool:
@@ -608,7 +649,7 @@ class Verdict:
 
 def check(case: Any, output: Any = None, *, weights: Any = None, lse: Any = None, dtype: Optional[str] = None,
           tolerance: str = "data-aware", empty_row_lse: str = "-inf", backward_algorithm: Optional[str] = None,
-          **gradients: Any) -> Verdict:
+          input_format: Optional[str] = None, policy: Optional[str] = None, **gradients: Any) -> Verdict:
     """Judges a candidate's outputs against a committed golden case, as ``attnref check`` does.
 
     ``case``: a GoldenCase or a case directory. ``output`` (and optionally ``weights`` (B, H, Sq, Sk)
@@ -626,10 +667,35 @@ def check(case: Any, output: Any = None, *, weights: Any = None, lse: Any = None
     ``backward_algorithm``: "textbook" when your backward forms dS from the forward's own normalised
     weights (autograd through softmax does): dQ's bound then centres the keys ((B5t)), much tighter for
     large logits; "flash" or None (unknown) keep the bound valid for any algorithm.
+    ``input_format``: which inputs the candidate computed on, as ``attnref check --input-format``:
+    "auto" (the default) — the candidate's format (``dtype``, else the output's, else the first
+    gradient's) when it is bfloat16 or float16, or any format when a ``policy`` is declared: the
+    reference is then the certified result of the golden inputs rounded to nearest even to it,
+    certified on the fly (golden/rounded_inputs.hpp); float32 and float64 candidates keep the case's
+    inputs —; "case": the case's own inputs; or a format ("float64", "float32", "bfloat16",
+    "float16"). The case's own inputs stay when they are exact in it, overflow in it, or their
+    rounded reference cannot be certified; ``Verdict.inputs`` says which. None: "auto", or for a
+    GoldenCase from ``load_case(..., input_format=F)`` its F (another value is a ValueError).
+    ``policy``: a declared precision policy, the names of ``attnref run --arith`` / ``check --policy``
+    (e.g. "bf16_fp32acc", "fp32_p_bf16"): the data-aware bounds follow where it rounds; its output
+    format must be the candidate's. None: the format's bound, valid for any kernel of that format.
     Returns a Verdict (truthy when it is PASS); raises ValueError for unusable input."""
     from .testing import _candidate, _format
     path = case.path if isinstance(case, GoldenCase) else _path(case, "case")
     path = path if os.path.exists(path) else (_suite_case_path(path) or path)
+    held = case.input_format if isinstance(case, GoldenCase) else "case"
+    if input_format is None:
+        input_format = held if held != "case" else "auto"
+    else:
+        _input_format(input_format, ("auto", "case") + _INPUT_FORMATS)
+        if held != "case" and input_format != held:
+            raise ValueError(f"input_format: the GoldenCase holds the golden inputs rounded to {held} (load_case(..., "
+                             f"input_format={held!r})); judging it with input_format={input_format!r} would be about other "
+                             "inputs. Pass None or the same format, or load the case again")
+    if policy is not None and not isinstance(policy, str):
+        raise TypeError(f"policy: expected a policy name (a string) or None, got {type(policy).__name__}")
+    if policy == "":
+        raise ValueError("policy: expected a policy name or None, got ''")
     for what, value, options in (("tolerance", tolerance, None), ("empty_row_lse", empty_row_lse, ("-inf", "+inf", "any")),
                                  ("backward_algorithm", backward_algorithm, ("textbook", "flash"))):
         if what == "backward_algorithm" and value is None:
@@ -666,9 +732,11 @@ def check(case: Any, output: Any = None, *, weights: Any = None, lse: Any = None
     else:
         fmt = _format(dtype, None)
     grads = [(role, arrays[role]) for role in gradients if role in arrays]
-    result = _attnref._check(path, arrays.get("output"), arrays.get("weights"), arrays.get("lse"), fmt, tolerance,
-                             empty_row_lse, grads, "unknown" if backward_algorithm is None else backward_algorithm, own)
-    return Verdict(*result)
+    verdict, reason, text, json_report, junit, rounded_to, described = _attnref._check(
+        path, arrays.get("output"), arrays.get("weights"), arrays.get("lse"), fmt, tolerance, empty_row_lse, grads,
+        "unknown" if backward_algorithm is None else backward_algorithm, own, input_format, policy or "")
+    return Verdict(verdict, reason, text, json_report, junit, f"{rounded_to}-rounded" if rounded_to else "case", described,
+                   policy)
 
 
 from . import testing  # noqa: E402  (after the definitions testing imports)

@@ -101,7 +101,8 @@ def assert_attention_close(actual: Any, expected_or_reference: Any, *, dtype: An
                            msg: Optional[str] = None, backward_algorithm: Optional[str] = None, grad_query: Any = None,
                            grad_key: Any = None, grad_value: Any = None, grad_w_q: Any = None, grad_w_k: Any = None,
                            grad_w_v: Any = None, grad_w_o: Any = None, grad_b_q: Any = None, grad_b_k: Any = None,
-                           grad_b_v: Any = None, grad_b_o: Any = None) -> None:
+                           grad_b_v: Any = None, grad_b_o: Any = None, policy: Optional[str] = None,
+                           input_format: Optional[str] = None) -> None:
     """Asserts that ``actual`` is a correct attention output for the reference's inputs, and the
     gradients given are correct gradients for its ``grad_output``.
 
@@ -110,8 +111,9 @@ def assert_attention_close(actual: Any, expected_or_reference: Any, *, dtype: An
             when only gradients are judged.
         expected_or_reference: an ``attnref.Reference`` from ``attnref.sdpa``/``attnref.mha``
             (needed by the data-aware and worst-case models, which derive the bounds from its
-            inputs, and by gradients), or a plain array of expected values (only with
-            tolerance="assert-close" or "ulp").
+            inputs, and by gradients), a plain array of expected values (only with
+            tolerance="assert-close" or "ulp"), or an ``attnref.GoldenCase`` from
+            ``attnref.load_case`` (judged by ``attnref.check``, exactly as ``attnref check``).
         dtype: the candidate's narrowest storage format ("float64", "float32", "bfloat16",
             "float16", or a NumPy/PyTorch dtype); default: from the arrays' dtype (all of them
             must then agree). 16-bit formats are assumed to accumulate in float32.
@@ -139,6 +141,11 @@ def assert_attention_close(actual: Any, expected_or_reference: Any, *, dtype: An
             Gradients need a Reference computed with ``grad_output=``; they are judged exactly as
             ``attnref check --grad-*`` judges a golden backward case. Tensors that require grad
             (``q.grad`` does not, a non-leaf may) are read through ``.detach()``.
+        policy: golden cases only: a declared precision policy (``attnref check --policy``'s names,
+            e.g. "bf16_fp32acc"); the bounds follow where it rounds. None: any kernel of the format.
+        input_format: golden cases only: which inputs the candidate computed on, as
+            ``attnref.check``'s ``input_format`` ("auto", "case" or a format; None: "auto", or the
+            GoldenCase's own rounded format). A Reference is already of exactly the inputs it was given.
 
     Raises:
         AssertionError: an element exceeds its bound (the message names the tensor and gives the
@@ -151,6 +158,18 @@ def assert_attention_close(actual: Any, expected_or_reference: Any, *, dtype: An
         TypeError, ValueError: unusable arguments (named).
     """
     model = tolerance
+    from . import GoldenCase  # the package imports this module at its end
+    if isinstance(expected_or_reference, GoldenCase):
+        return _assert_golden(actual, expected_or_reference, dtype, tolerance, weights, lse, empty_row_lse, msg, backward_algorithm,
+                              policy, input_format, dict(grad_query=grad_query, grad_key=grad_key, grad_value=grad_value,
+                                                         grad_w_q=grad_w_q, grad_w_k=grad_w_k, grad_w_v=grad_w_v, grad_w_o=grad_w_o,
+                                                         grad_b_q=grad_b_q, grad_b_k=grad_b_k, grad_b_v=grad_b_v, grad_b_o=grad_b_o))
+    if input_format is not None:
+        raise ValueError("input_format: a Reference is the certified result of exactly the inputs it was given; compute it from "
+                         "the inputs your kernel read (input_format= applies to golden cases from attnref.load_case)")
+    if policy is not None:
+        raise ValueError("policy: a declared policy is judged against golden cases (pass the GoldenCase of attnref.load_case, "
+                         "judged as attnref.check(..., policy=) does); a Reference's bounds hold for any kernel of the format")
     grads_given = {role: x for role, x in zip(_GRADIENT_ROLES, (grad_query, grad_key, grad_value, grad_w_q, grad_w_k, grad_w_v,
                                                                  grad_w_o, grad_b_q, grad_b_k, grad_b_v, grad_b_o)) if x is not None}
     if isinstance(ulp, bool) or not isinstance(ulp, (int, float, np.integer, np.floating)):
@@ -222,6 +241,22 @@ def assert_attention_close(actual: Any, expected_or_reference: Any, *, dtype: An
         forward(True)
     if gradient is not None and gradient[0]["verdict"] == "INCONCLUSIVE":
         _raise_gradient_inconclusive(gradient[0], gradient[1], prefix, how_g)
+
+
+def _assert_golden(actual: Any, case: Any, dtype: Any, tolerance: str, weights: Any, lse: Any, empty_row_lse: str,
+                   msg: Optional[str], backward_algorithm: Optional[str], policy: Optional[str], input_format: Optional[str],
+                   gradients: Dict[str, Any]) -> None:
+    """A golden case: attnref.check's verdict (the checker's, inputs and policy included); FAIL raises
+    AssertionError, INCONCLUSIVE InconclusiveError, each with the report."""
+    from . import check  # the package imports this module at its end
+    v = check(case, actual, weights=weights, lse=lse, dtype=None if dtype is None else _format(dtype, None), tolerance=tolerance,
+              empty_row_lse=empty_row_lse, backward_algorithm=backward_algorithm, input_format=input_format, policy=policy,
+              **{role: x for role, x in gradients.items() if x is not None})
+    if v.passed:
+        return
+    prefix = (msg + ": ") if msg else ""
+    error = InconclusiveError if v.verdict == "INCONCLUSIVE" else AssertionError
+    raise error(f"{prefix}Attention {v.verdict} against golden case {case.name}: {v.reason}\n{v.text}")
 
 
 def _raise_gradient_failure(judged: Dict[str, Any], shapes: Dict[str, Any], prefix: str, how: str) -> None:

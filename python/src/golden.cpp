@@ -1,5 +1,7 @@
 /// Bindings of the golden-case library (include/attnref/golden/): load_case and check, for
-/// attnref.load_case / attnref.check (python/attnref/__init__.py). The work runs with the GIL released.
+/// attnref.load_case / attnref.check (python/attnref/__init__.py), with the inputs a verdict is about
+/// (golden/rounded_inputs.hpp: choose_inputs, rounded_case_dir) and a declared precision policy
+/// (policies.hpp: roundoffs_of_policy, check_options::policy). The work runs with the GIL released.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -10,7 +12,9 @@
 #include "attnref/golden/case.hpp"
 
 #include "attnref/golden/check.hpp"
+#include "attnref/golden/rounded_inputs.hpp"
 #include "attnref/npy.hpp"
+#include "attnref/policies.hpp"
 
 namespace py = pybind11;
 using namespace attnref;
@@ -24,17 +28,15 @@ py::array_t<double> array_of(const std::vector<double>& v, const std::vector<std
     return a;
 }
 
-/// (name, kind, conventions JSON text, inputs {role: array}, golden {role: float64 array}).
-py::tuple load_case(const std::string& dir) {
-    golden::loaded_case lc;
+/// (name, kind, conventions JSON text, inputs {role: array}, golden {role: float64 array}) of a loaded case.
+py::tuple case_tuple(const golden::loaded_case& lc, const std::vector<double>* extra_grad_output = nullptr) {
     std::vector<std::pair<std::string, std::vector<double>>> golden_values;
     {
         py::gil_scoped_release release;
-        lc = golden::load_case(dir);
         for (const golden::tensor_entry& t : lc.m.tensors) {
             if (t.target || (t.role != "output" && t.role != "weights" && t.role != "lse")) continue;
             // load_case checked the file's sha256, dtype and shape against the manifest.
-            const npy::array a = npy::read(std::filesystem::path(dir) / t.file, npy::expectation{{t.dtype}, t.shape});
+            const npy::array a = npy::read(lc.dir / t.file, npy::expectation{{t.dtype}, t.shape});
             golden_values.emplace_back(t.role, npy::to_vector<double>(a));
         }
     }
@@ -47,9 +49,11 @@ py::tuple load_case(const std::string& dir) {
             for (std::size_t n = 0; n < lc.data.mask.size(); ++n) a.mutable_data()[n] = lc.data.mask[n] != 0;
             inputs[role.c_str()] = a;
         } else {
-            inputs[role.c_str()] = array_of(*lc.data.real(layout.role), layout.shape);
+            inputs[role.c_str()] = array_of(*const_cast<golden::case_data&>(lc.data).real(layout.role), layout.shape);  // read only
         }
     }
+    if (extra_grad_output && !extra_grad_output->empty())
+        inputs[std::string(generator::role_name(generator::role::grad_output)).c_str()] = array_of(*extra_grad_output, golden::output_shape(lc.m.spec));
     for (const auto& [role, values] : golden_values) {
         const std::vector<std::size_t> shape = role == "output" ? golden::output_shape(lc.m.spec)
                                                : role == "weights" ? golden::weights_shape(lc.m.spec)
@@ -57,6 +61,36 @@ py::tuple load_case(const std::string& dir) {
         reference[role.c_str()] = array_of(values, shape);
     }
     return py::make_tuple(lc.m.spec.name, std::string(golden::kind_name(lc.m.spec.kind)), golden::to_json(lc.m.spec).dump(), inputs, reference);
+}
+
+/// The case at `dir` as case_tuple, plus the line saying which inputs it holds. input_format "":
+/// the case's own inputs; a format F: the golden inputs rounded to nearest even to F and their
+/// certified output, weights and lse (rounded_case_dir, the forward only: as `attnref generate
+/// --golden DIR --input-format F` derives them; dO of a backward case rounded with the other inputs).
+py::tuple load_case(const std::string& dir, const std::string& input_format) {
+    std::optional<golden::loaded_case> lc;
+    std::optional<golden::rounded_case_dir> rounded;
+    std::vector<double> grad_output;
+    std::string inputs;
+    {
+        py::gil_scoped_release release;
+        lc = golden::load_case(dir);
+        const std::string own = lc->m.spec.inputs.from_files ? "the case's own" : std::string("the case's own (") +
+                                                                                   std::string(format_name(lc->m.spec.inputs.format)) + ")";
+        inputs = "the golden inputs, " + own;
+        if (!input_format.empty()) {
+            const std::optional<binary_format> f = format_from_name(input_format);
+            if (!f) throw std::invalid_argument("input_format: expected None, float64, float32, bfloat16 or float16, got '" + input_format + "'");
+            if (!golden::inputs_finite_in(lc->data, *f))
+                throw std::invalid_argument("input_format: rounding the inputs of " + lc->m.spec.name + " to " + input_format + " overflows");
+            rounded.emplace(*lc, *f, 0, false);
+            if (!lc->data.grad_output.empty()) grad_output = golden::round_inputs(lc->data, *f).grad_output;
+            inputs = "the golden inputs rounded to nearest even to " + input_format + " (reference certified for them: case " +
+                     rounded->loaded().m.spec.name + ")";
+        }
+    }
+    const py::tuple t = case_tuple(rounded ? rounded->loaded() : *lc, &grad_output);
+    return py::make_tuple(t[0], t[1], t[2], t[3], t[4], inputs);
 }
 
 tolerance::candidate_format format_named(const std::string& name, const char* argument) {
@@ -67,13 +101,26 @@ tolerance::candidate_format format_named(const std::string& name, const char* ar
 
 using f64 = py::array_t<double, py::array::c_style | py::array::forcecast>;
 
-/// (verdict, reason, text report, JSON report, JUnit report). Every tensor is judged in `dtype`
-/// unless `formats` names its own ({"output": "float32", "grad_query": "float16", …}).
+/// (verdict, reason, text report, JSON report, JUnit report, inputs rounded to (format name or ""),
+/// the line saying which inputs). Every tensor is judged in `dtype` unless `formats` names its own
+/// ({"output": "float32", "grad_query": "float16", …}). input_format: "auto", "case" or a format,
+/// as `attnref check --input-format` (choose_inputs; auto: the output's format, else the first
+/// gradient's). policy: "" or a policy name of `attnref run --arith` (check --policy).
 py::tuple check(const std::string& dir, const std::optional<f64>& output, const std::optional<f64>& weights, const std::optional<f64>& lse,
                 const std::string& dtype, const std::string& model, const std::string& empty_lse,
                 const std::vector<std::pair<std::string, f64>>& gradients, const std::string& backward,
-                const std::map<std::string, std::string>& formats) {
+                const std::map<std::string, std::string>& formats, const std::string& input_format, const std::string& policy) {
     golden::check_options opt;
+    if (!policy.empty()) {
+        opt.policy = roundoffs_of_policy(policy);
+        if (!opt.policy) {
+            std::string names;
+            for (const policy_entry& p : policy_names) names += (names.empty() ? "" : ", ") + std::string(p.name);
+            throw std::invalid_argument("policy: no policy '" + policy + "' (expected None or one of " + names + ")");
+        }
+    }
+    if (input_format != "auto" && input_format != "case" && !format_from_name(input_format))
+        throw std::invalid_argument("input_format: expected 'auto', 'case', 'float64', 'float32', 'bfloat16' or 'float16', got '" + input_format + "'");
     if (backward != "unknown") {
         opt.declared_backward = backward_algorithm_from_name(backward);
         if (!opt.declared_backward)
@@ -105,11 +152,20 @@ py::tuple check(const std::string& dir, const std::optional<f64>& output, const 
     for (const auto& [role, g] : gradients) c.gradients.push_back({role, {g.data(), static_cast<std::size_t>(g.size())}, format_of(role)});
     if (weights) c.weights = {weights->data(), static_cast<std::size_t>(weights->size())};
     if (lse) c.lse = {lse->data(), static_cast<std::size_t>(lse->size())};
+    // The candidate's format for input_format "auto", as the command takes it from its first file:
+    // the output's, else the first gradient's.
+    const tolerance::candidate_format auto_format =
+        output || gradients.empty() ? c.format : format_of(gradients.front().first).value_or(c.format);
     golden::check_result r;
     std::string text, json, junit;
+    golden::input_choice judged;
     {
         py::gil_scoped_release release;
-        const golden::loaded_case lc = golden::load_case(dir);
+        const golden::loaded_case original = golden::load_case(dir);
+        std::optional<golden::rounded_case_dir> rounded;
+        judged = golden::choose_inputs(original, input_format, auto_format, opt.policy.has_value(), !gradients.empty(), rounded, 0,
+                                       "input_format=");
+        const golden::loaded_case& lc = rounded ? rounded->loaded() : original;
         auto require = [&](const char* name, const py::array& a, const std::vector<std::size_t>& shape) {
             std::vector<std::size_t> got(a.shape(), a.shape() + a.ndim());
             if (got != shape) throw std::invalid_argument(std::string(name) + ": expected shape " + golden::shape_text(shape) + ", got " + golden::shape_text(got));
@@ -127,12 +183,25 @@ py::tuple check(const std::string& dir, const std::optional<f64>& output, const 
             if (weights) require("weights", *weights, golden::weights_shape(lc.m.spec));
             if (lse) require("lse", *lse, golden::lse_shape(lc.m.spec));
         }
-        r = golden::check(lc, c, opt);
-        text = golden::report_table(r, false);
-        json = golden::report_json(r);
+        try {
+            r = golden::check(lc, c, opt);
+        } catch (const golden::data_error& e) {
+            // The library names the command's flag; the Python argument is policy=.
+            const std::string m = e.what(), flag = "command line: --policy: ";
+            if (m.rfind(flag, 0) == 0) throw std::invalid_argument("policy: " + m.substr(flag.size()));
+            throw;
+        }
+        // As `attnref check` prints and writes them: the inputs line (and the declared policy) first.
+        text = "inputs: " + judged.text + "\n" + (policy.empty() ? "" : "policy: " + policy + " (declared)\n") +
+               golden::report_table(r, false);
+        nlohmann::ordered_json j = nlohmann::ordered_json::parse(golden::report_json(r));
+        j["inputs"] = judged.text;
+        if (!policy.empty()) j["policy"] = policy;
+        json = j.dump(2) + "\n";
         junit = golden::report_junit(r);
     }
-    return py::make_tuple(std::string(golden::verdict_name(r.overall)), r.reason, text, json, junit);
+    return py::make_tuple(std::string(golden::verdict_name(r.overall)), r.reason, text, json, junit,
+                          judged.rounded_to ? std::string(format_name(*judged.rounded_to)) : std::string(), judged.text);
 }
 
 }  // namespace
@@ -146,8 +215,15 @@ void bind_golden(py::module_& m) {
             PyErr_SetString(PyExc_ValueError, e.what());
         }
     });
-    m.def("_load_case", &load_case, py::arg("path"));
+    m.def("_load_case", &load_case, py::arg("path"), py::arg("input_format") = std::string());
     m.def("_check", &check, py::arg("path"), py::arg("output"), py::arg("weights"), py::arg("lse"), py::arg("dtype"),
           py::arg("tolerance"), py::arg("empty_row_lse"), py::arg("gradients"), py::arg("backward_algorithm"),
-          py::arg("formats") = std::map<std::string, std::string>{});
+          py::arg("formats") = std::map<std::string, std::string>{}, py::arg("input_format") = std::string("auto"),
+          py::arg("policy") = std::string());
+    // The precision policies' names (policies.hpp), as `attnref run --arith` and `check --policy` take them.
+    m.def("_policy_names", [] {
+        std::vector<std::string> names;
+        for (const policy_entry& p : policy_names) names.emplace_back(p.name);
+        return names;
+    });
 }

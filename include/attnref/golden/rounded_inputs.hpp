@@ -19,6 +19,8 @@
 ///                                  fast_certify.hpp, and the certified backward for gradient cases)
 ///   rounded_case_dir               the derived case written to a fresh temporary directory and loaded
 ///                                  back (load_case's checks), removed again when it goes out of scope
+///   choose_inputs(lc, choice, …)   which inputs a verdict is about (`attnref check --input-format`,
+///                                  attnref.check(input_format=)): the rule, the derived case, the report line
 /// Needs MPFR and MPFI (generate.hpp).
 
 #include <cmath>
@@ -32,6 +34,7 @@
 #include "attnref/golden/case.hpp"
 #include "attnref/golden/generate.hpp"
 #include "attnref/golden/sha256.hpp"
+#include "attnref/tolerance/names.hpp"
 
 namespace attnref::golden {
 
@@ -152,5 +155,58 @@ private:
     std::filesystem::path root_, dir_;
     loaded_case lc_;
 };
+
+/// The inputs a verdict is about: nullopt the case's own, else the format the golden inputs were
+/// rounded to (the checker then judges against `rounded`'s case), and the report's line saying so.
+struct input_choice {
+    std::optional<binary_format> rounded_to;
+    std::string text;
+};
+
+/// Which inputs a candidate is judged on (`attnref check --input-format CHOICE`, attnref.check's
+/// input_format=). choice: "case" (the case's own inputs), a format name F (the golden inputs rounded
+/// to nearest even to F), or "auto": the candidate's format `candidate`, rounded only for 16-bit
+/// candidates and declared policies — for float32 and float64 the inputs' rounding is far inside the
+/// bound (the verdicts are the same), and certifying the rounded inputs' gradients costs seconds; a
+/// declared policy's bounds count every storage rounding with its widest roundoff, so the inputs are
+/// rounded for it too. The case's own inputs stay when they are exact in F, when rounding them would
+/// overflow, or when the rounded inputs' reference cannot be certified (an exact zero or a tie of
+/// their gradients); the line says which. Otherwise `rounded` holds the derived case (rounded_case_dir,
+/// with its gradients when with_gradients), certified with `threads` threads. `option` names the choice
+/// in the line and in errors: "--input-format" (the command: "--input-format auto") or a keyword
+/// ending in '=' ("input_format=": "input_format='auto'"). An unknown choice throws data_error.
+inline input_choice choose_inputs(const loaded_case& lc, const std::string& choice, std::optional<binary_format> candidate,
+                                   bool policy_declared, bool with_gradients, std::optional<rounded_case_dir>& rounded,
+                                   std::size_t threads = 0, const std::string& option = "--input-format") {
+    const bool keyword = !option.empty() && option.back() == '=';
+    const std::string named = keyword ? option + "'" + choice + "'" : option + " " + choice;
+    const std::string own = lc.m.spec.inputs.from_files ? "the case's own" : std::string("the case's own (") +
+                                                                               std::string(format_name(lc.m.spec.inputs.format)) + ")";
+    if (choice == "case") return {std::nullopt, "the golden inputs, " + own + " (" + named + ")"};
+    std::optional<binary_format> f = candidate;
+    if (choice != "auto") {
+        f = format_from_name(choice);
+        if (!f)
+            throw data_error((keyword ? option.substr(0, option.size() - 1) : "command line: " + option) +
+                             ": expected auto, case, float64, float32, bfloat16 or float16, got '" + choice + "'");
+    }
+    if (choice == "auto" && f && !policy_declared && unit_roundoff(*f) <= unit_roundoff(binary_format::float32))
+        return {std::nullopt, "the golden inputs, " + own + " (" + named + ": rounded only for 16-bit candidates and declared policies)"};
+    if (!f || inputs_exact_in(lc.data, *f))
+        return {std::nullopt, "the golden inputs, " + own + (f ? std::string(", exact in ") + std::string(format_name(*f)) : std::string())};
+    if (!inputs_finite_in(lc.data, *f))
+        return {std::nullopt, "the golden inputs, " + own + " (rounding them to " + std::string(format_name(*f)) + " would overflow)"};
+    try {
+        rounded.emplace(lc, *f, threads, with_gradients);
+    } catch (const check_failure& e) {  // e.g. an exact zero or a tie of the rounded inputs' gradients no interval can certify
+        return {std::nullopt, "the golden inputs, " + own + " (the reference for them rounded to " + std::string(format_name(*f)) +
+                                  " could not be certified: " + e.what() + ")"};
+    } catch (const data_error& e) {
+        return {std::nullopt, "the golden inputs, " + own + " (the reference for them rounded to " + std::string(format_name(*f)) +
+                                  " could not be made: " + e.what() + ")"};
+    }
+    return {f, "the golden inputs rounded to nearest even to " + std::string(format_name(*f)) + " (" + named +
+                   "; reference certified for them: case " + rounded->loaded().m.spec.name + ")"};
+}
 
 }  // namespace attnref::golden
