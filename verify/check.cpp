@@ -25,7 +25,6 @@
 #include <fmt/format.h>
 
 #include "attnref/golden/check.hpp"
-#include "attnref/check/gradients.hpp"  // gradient_roles (the compiled checker declares only its entry points)
 #include "attnref/golden/rounded_inputs.hpp"
 #include "attnref/policies.hpp"
 #include "commands.hpp"
@@ -74,8 +73,8 @@ std::string judged_inputs(check_request& rq, const std::string& choice, std::opt
         std::vector<std::size_t> shape = output_shape(lc.m.spec);
         if (file.empty())
             for (const auto& [role, path] : rq.gradients)
-                for (const auto& [r, s] : roles)
-                    if (file.empty() && r == role && lc.entry(role)) file = path, shape = s;
+                for (const gradient_tensor_layout& g : gradient_layout(lc.m.spec))  // the case's certified gradients
+                    if (file.empty() && g.role == role && lc.entry(role)) file = path, shape = g.shape;
         // A file that cannot be read leaves the inputs alone: run_check then reports it as it always does.
         try {
             if (!file.empty()) (void)read_candidate(file, shape, f);
@@ -110,9 +109,10 @@ void register_check(CLI::App& app) {
     c->add_option("--golden", a->golden, "golden case directory")->required();
     c->add_option("--output", a->output, "candidate output .npy (optional when gradients are given)");
     // Gradients (backward cases): one flag per role; a role the case's kind lacks is a usage error.
-    for (const char* role : {"grad_query", "grad_key", "grad_value", "grad_w_q", "grad_w_k", "grad_w_v", "grad_w_o", "grad_b_q", "grad_b_k",
-                             "grad_b_v", "grad_b_o"}) {
-        std::string flag = std::string("--") + role;
+    for (const role_info& i : role_table) {
+        if (i.direction != role_direction::gradient) continue;
+        const std::string role(i.name);
+        std::string flag = "--" + role;
         std::replace(flag.begin(), flag.end(), '_', '-');
         c->add_option_function<std::string>(
             flag, [a, role](const std::string& file) { a->gradients.emplace_back(role, file); },

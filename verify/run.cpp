@@ -103,12 +103,10 @@ void run_case(const run_args& a) {
         if (s.outputs.weights) results.emplace_back("weights", encode(r.weights, weights_shape(s), a.float64));
         if (s.outputs.lse) results.emplace_back("lse", encode(r.lse, lse_shape(s), a.float64));
         if (grad_output) {
-            const auto shapes = gradient_roles(s);
             for (const auto& [role, values] : compute_case_gradients<P>(s, lc.data, *grad_output, *backward, a.threads)) {
                 tensor<typename P::output_type, 1> t({values.size()});  // exact: the values are output_type's
                 for (std::size_t n = 0; n < values.size(); ++n) t[n] = convert<typename P::output_type>(values[n]);
-                const auto it = std::find_if(shapes.begin(), shapes.end(), [&](const auto& x) { return x.first == role; });
-                results.emplace_back(role, encode(t, it->second, a.float64));
+                results.emplace_back(role, encode(t, shape_of(s, *role_from_name(role)), a.float64));
             }
         }
     });
@@ -129,10 +127,12 @@ void run_case(const run_args& a) {
     }
     // A weights.npy or lse.npy left by an earlier run of a case that stores them would be read by
     // a later `check --weights` as if it belonged to this run: remove what this run did not write.
-    for (const char* role : {"weights", "lse", "grad_query", "grad_key", "grad_value", "grad_w_q", "grad_w_k", "grad_w_v", "grad_w_o",
-                             "grad_b_q", "grad_b_k", "grad_b_v", "grad_b_o"})
+    for (const role_info& i : role_table) {
+        const std::string role(i.name);
+        if (i.direction == role_direction::input || i.role == tensor_role::output) continue;  // weights, lse and every gradient
         if (std::none_of(results.begin(), results.end(), [&](const auto& r) { return r.first == role; }))
-            fs::remove(fs::path(a.out) / (std::string(role) + ".npy"), ec);
+            fs::remove(fs::path(a.out) / (role + ".npy"), ec);
+    }
     std::printf("%s\n", fmt::format("attnref run: {} with {} ({} softmax) in {:.3f} s -> {}", s.name, a.arith, a.softmax, seconds, a.out).c_str());
 }
 

@@ -79,6 +79,7 @@
 #include "attnref/name_table.hpp"
 #include "attnref/parallel.hpp"
 #include "attnref/precision.hpp"
+#include "attnref/problem.hpp"
 #include "attnref/softmax.hpp"
 #include "attnref/tensor.hpp"
 
@@ -282,6 +283,16 @@ constexpr void scaled_dot_product_attention_backward_into(
 template <PrecisionPolicy Policy>
 struct attention_gradients {
     tensor<typename Policy::output_type, 4> grad_query, grad_key, grad_value, grad_logits;
+    /// A gradient by its role in problem.hpp's table (grad_query, grad_key, grad_value), flat in C
+    /// order; empty for any other role.
+    constexpr std::span<const typename Policy::output_type> values(tensor_role r) const {
+        switch (r) {
+            case tensor_role::grad_query: return {grad_query.data(), grad_query.size()};
+            case tensor_role::grad_key: return {grad_key.data(), grad_key.size()};
+            case tensor_role::grad_value: return {grad_value.data(), grad_value.size()};
+            default: return {};
+        }
+    }
 };
 
 template <PrecisionPolicy Policy, class Q, class K, class V, class G>
@@ -367,6 +378,25 @@ struct mha_gradients {
     tensor<T, 3> grad_x_q, grad_x_k, grad_x_v;
     tensor<T, 2> grad_w_q, grad_w_k, grad_w_v, grad_w_o;
     tensor<T, 1> grad_b_q, grad_b_k, grad_b_v, grad_b_o;
+    /// A gradient by its role in problem.hpp's table (grad_query, grad_key, grad_value are those of
+    /// x_q, x_k, x_v), flat in C order; empty for any other role.
+    constexpr std::span<const T> values(tensor_role r) const {
+        auto flat = [](const auto& t) { return std::span<const T>(t.data(), t.size()); };
+        switch (r) {
+            case tensor_role::grad_query: return flat(grad_x_q);
+            case tensor_role::grad_key: return flat(grad_x_k);
+            case tensor_role::grad_value: return flat(grad_x_v);
+            case tensor_role::grad_w_q: return flat(grad_w_q);
+            case tensor_role::grad_w_k: return flat(grad_w_k);
+            case tensor_role::grad_w_v: return flat(grad_w_v);
+            case tensor_role::grad_w_o: return flat(grad_w_o);
+            case tensor_role::grad_b_q: return flat(grad_b_q);
+            case tensor_role::grad_b_k: return flat(grad_b_k);
+            case tensor_role::grad_b_v: return flat(grad_b_v);
+            case tensor_role::grad_b_o: return flat(grad_b_o);
+            default: return {};
+        }
+    }
 };
 
 /// Gradients of multi_head_attention given grad_output (B, Sq, Eo).

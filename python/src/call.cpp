@@ -5,22 +5,12 @@
 namespace attnref::python {
 
 attention_options conventions::options() const {
-    attention_options o;
-    o.scale = scale;
-    o.placement = placement;
-    o.softcap = softcap;
-    o.alibi_slopes = alibi_slopes;
-    o.mask.causal = causal;
-    o.mask.alignment = alignment;
-    o.mask.diagonal_offset = diagonal_offset;
-    o.mask.window = window;
-    o.mask.key_lengths = key_lengths;
-    o.mask.polarity = polarity;
-    if (!boolean_mask.empty()) o.mask.boolean.values = {boolean_mask.data(), mask_extents};
-    if (!additive_mask.empty()) o.mask.additive.values = {additive_mask.data(), additive_extents};
-    o.softmax.empty_rows = empty_rows;
-    o.threads = threads;
-    return o;
+    problem_masks m;
+    if (boolean_mask) m.boolean = {mask_values.data(), mask_extents};
+    if (additive_mask) m.additive = {additive_values.data(), additive_extents};
+    problem_execution x;
+    x.threads = threads;
+    return options_of(*this, m, x);
 }
 
 namespace {
@@ -71,6 +61,31 @@ std::vector<std::size_t> call::weights_shape() const {
 std::vector<std::size_t> call::lse_shape() const {
     const std::vector<std::size_t> w = weights_shape();
     return {w[0], w[1], w[2]};
+}
+
+namespace {
+auto e4(const array_ref& a) { return tensor_view<const double, 4>{a.data, {a.shape[0], a.shape[1], a.shape[2], a.shape[3]}}; }
+auto e3(const array_ref& a) { return tensor_view<const double, 3>{a.data, {a.shape[0], a.shape[1], a.shape[2]}}; }
+auto e2(const array_ref& a) { return tensor_view<const double, 2>{a.data, {a.shape[0], a.shape[1]}}; }
+auto e1(const array_ref& a) { return a.given() ? tensor_view<const double, 1>{a.data, {a.shape[0]}} : tensor_view<const double, 1>{}; }
+}  // namespace
+
+forward_problem call::problem() const {
+    forward_problem p;
+    p.sdpa = kind == call_kind::sdpa;
+    const attention_options o = conv.options();
+    if (p.sdpa) {
+        p.q = e4(q), p.k = e4(k), p.v = e4(v);
+        p.o = o;
+        return p;
+    }
+    p.x_q = e3(q), p.x_k = e3(k), p.x_v = e3(v);
+    p.w.w_q = e2(w_q), p.w.w_k = e2(w_k), p.w.w_v = e2(w_v), p.w.w_o = e2(w_o);
+    p.w.b_q = e1(b_q), p.w.b_k = e1(b_k), p.w.b_v = e1(b_v), p.w.b_o = e1(b_o);
+    p.mo.heads = heads;
+    p.mo.kv_heads = kv_heads;
+    p.mo.attention = o;
+    return p;
 }
 
 }  // namespace attnref::python

@@ -17,9 +17,11 @@
 #include <vector>
 
 #include "attnref/attention.hpp"
+#include "attnref/check/judge_forward.hpp"
 #include "attnref/certify_report.hpp"
 #include "attnref/invariants.hpp"
 #include "attnref/multi_head_attention.hpp"
+#include "attnref/problem.hpp"
 #include "attnref/tolerance.hpp"
 
 namespace attnref::python {
@@ -31,29 +33,19 @@ struct array_ref {
     bool given() const { return !shape.empty(); }
 };
 
-/// Conventions of one call, owning what attention_options only points to.
-struct conventions {
-    std::optional<double> scale;
-    scale_placement placement = scale_placement::on_product;
-    bool causal = false;
-    causal_alignment alignment = causal_alignment::top_left;
-    std::ptrdiff_t diagonal_offset = 0;
-    std::optional<sliding_window> window;
-    std::vector<std::size_t> key_lengths;
-    std::vector<std::uint8_t> boolean_mask;  ///< (mask_extents), nonzero = true
-    std::vector<double> additive_mask;       ///< (additive_extents)
+/// Conventions of one call (problem.hpp's problem_conventions), owning what attention_options only
+/// points to: the masks' values (boolean_mask, additive_mask say whether they are given).
+struct conventions : problem_conventions {
+    std::vector<std::uint8_t> mask_values;  ///< (mask_extents), nonzero = true
+    std::vector<double> additive_values;    ///< (additive_extents)
     extents_t<4> mask_extents{}, additive_extents{};
-    mask_polarity polarity = mask_polarity::true_means_attend;
-    empty_row_policy empty_rows = empty_row_policy::zero;
-    std::optional<double> softcap;
-    std::vector<double> alibi_slopes;
     std::size_t threads = 0;
 
     /// attention_options pointing into this object (which must outlive them).
     attention_options options() const;
 };
 
-enum class call_kind { sdpa, mha };
+using call_kind = problem_kind;
 
 /// One call: SDPA reads q, k, v (B, H, Sq, dk), (B, Hkv, Sk, dk), (B, Hkv, Sk, dv); MHA reads x_q,
 /// x_k, x_v (B, S, E) and the projections in attnref's layout y = x·W + b (multi_head_attention.hpp).
@@ -70,6 +62,9 @@ struct call {
     std::vector<std::size_t> output_shape() const;
     std::vector<std::size_t> weights_shape() const;  ///< (B, H, Sq, Sk)
     std::vector<std::size_t> lse_shape() const;      ///< (B, H, Sq)
+    /// The call as views of its arrays and its options (problem.hpp), for the checker and the
+    /// fast certified path; views into this call, which must outlive them.
+    forward_problem problem() const;
 };
 
 /// A computation's results as exact doubles of their format (C order).
@@ -111,27 +106,10 @@ bool compute_arith(const call& c, const std::string& arith, bool weights, bool l
 /// The MPFR precisions (bits) "mpfr:BITS" accepts.
 std::vector<int> mpfr_bits();
 
-/// One tensor's judgement (see judge()).
-struct tensor_judgement {
-    std::string name;
-    tolerance::comparison cmp;
-    tolerance::vacuity vacuous;
-    std::string untrustworthy;  ///< zero-trust reason (output only), empty when trustworthy
-    std::string decoy;          ///< output only: a trivially wrong output the bounds would pass (see judge())
-    std::size_t wrong_empty_lse = 0;  ///< lse only: empty rows without the declared lse convention
-    double bound_max = 0;       ///< the largest finite bound
-};
-
-struct judgement {
-    std::vector<tensor_judgement> tensors;
-    std::vector<invariant_report> invariants;  ///< invariants.hpp, on the candidate's weights (and lse)
-};
-
 struct judge_request {
-    std::string model = "data-aware";  ///< data-aware, worst-case, assert-close, ulp
+    tolerance::tolerance_model model = tolerance::tolerance_model::data_aware;  ///< data-aware, worst-case, assert-close, ulp
     tolerance::candidate_format format = tolerance::candidate_format::float32;
-    /// Unit roundoff of the reference's own error (0: certified, correctly rounded): its own bound
-    /// under the same model is added to the candidate's.
+    /// Unit roundoff of the reference's own error (0: certified, correctly rounded).
     double reference_u = 0;
     std::vector<double> expected_output, expected_weights, expected_lse;
     std::vector<double> actual_output, actual_weights, actual_lse;  ///< weights, lse optional
@@ -140,13 +118,9 @@ struct judge_request {
     empty_row_lse empty_lse = empty_row_lse::minus_inf;  ///< the lse the candidate writes for empty rows
 };
 
-/// Compares, as `attnref check` does (verify/check.cpp): the output under the model, with the
-/// vacuity rule (tolerance::find_vacuous), the decoy rule (an output bound that would pass the
-/// mean of V or the softmax at scale x2 / x1/2 while they are visibly wrong is vacuous) and
-/// zero-trust (tolerance::untrustworthy); weights and lse against the reference's under
-/// tolerance::weights_bound / lse_bound, plus invariants.hpp's invariants on them.
-/// assert-close and ulp need no call (`c` may be null: then no decoys, weights or lse);
-/// data-aware and worst-case derive their bounds from the call's inputs and the reference's weights.
-judgement judge(const call* c, const judge_request& rq);
+/// Compares as `attnref check` does: the checker's golden::judge_forward (check/judge_forward.hpp)
+/// on the call's problem, after checking the sizes (shape_error naming the argument).
+/// assert-close and ulp need no call (`c` may be null: then no decoys, weights or lse).
+golden::forward_judgment judge(const call* c, const judge_request& rq);
 
 }  // namespace attnref::python

@@ -35,7 +35,9 @@ void backward_case_of(const call& c, const array_ref& grad_output, golden::case_
     spec = {};
     data = {};
     spec.name = "attnref.sdpa";
-    spec.kind = c.kind == call_kind::sdpa ? golden::case_kind::sdpa : golden::case_kind::mha;
+    spec.kind = c.kind;
+    // The call's conventions are the case's (masks broadcast below); projection_bias from the biases.
+    spec.conventions = c.conv;
     golden::case_shapes& d = spec.shapes;
     if (c.kind == call_kind::sdpa) {
         d.batch = c.q.shape[0], d.heads = c.q.shape[1], d.query_length = c.q.shape[2], d.head_dim_qk = c.q.shape[3];
@@ -56,18 +58,8 @@ void backward_case_of(const call& c, const array_ref& grad_output, golden::case_
     data.query = copy_of(c.q), data.key = copy_of(c.k), data.value = copy_of(c.v);
     data.grad_output = copy_of(grad_output);
     const conventions& cv = c.conv;
-    golden::case_conventions& k = spec.conventions;
-    k.scale = cv.scale, k.placement = cv.placement, k.softcap = cv.softcap, k.alibi_slopes = cv.alibi_slopes;
-    k.causal = cv.causal, k.alignment = cv.alignment, k.diagonal_offset = cv.diagonal_offset, k.window = cv.window;
-    k.key_lengths = cv.key_lengths, k.polarity = cv.polarity, k.empty_rows = cv.empty_rows;
-    if (!cv.boolean_mask.empty()) {
-        k.boolean_mask = true;
-        data.mask = broadcast(cv.boolean_mask, cv.mask_extents, d.batch, d.heads, d.query_length, d.key_length);
-    }
-    if (!cv.additive_mask.empty()) {
-        k.additive_mask = true;
-        data.additive_mask = broadcast(cv.additive_mask, cv.additive_extents, d.batch, d.heads, d.query_length, d.key_length);
-    }
+    if (cv.boolean_mask) data.mask = broadcast(cv.mask_values, cv.mask_extents, d.batch, d.heads, d.query_length, d.key_length);
+    if (cv.additive_mask) data.additive_mask = broadcast(cv.additive_values, cv.additive_extents, d.batch, d.heads, d.query_length, d.key_length);
     spec.outputs.gradients = true;
 }
 

@@ -149,15 +149,17 @@ PYBIND11_MODULE(_attnref, m) {
             if (key_lengths)
                 for (long long n : *key_lengths) cv.key_lengths.push_back(static_cast<std::size_t>(n));
             if (mask) {
+                cv.boolean_mask = true;
                 cv.mask_extents = extents4(*mask, "mask");
-                cv.boolean_mask.assign(mask->data(), mask->data() + mask->size());
+                cv.mask_values.assign(mask->data(), mask->data() + mask->size());
             }
             cv.polarity = parse<mask_polarity>(polarity, "mask_polarity",
                                                {{"true_means_attend", mask_polarity::true_means_attend},
                                                 {"true_means_masked", mask_polarity::true_means_masked}});
             if (additive) {
+                cv.additive_mask = true;
                 cv.additive_extents = extents4(*additive, "additive_mask");
-                cv.additive_mask.assign(additive->data(), additive->data() + additive->size());
+                cv.additive_values.assign(additive->data(), additive->data() + additive->size());
             }
             cv.empty_rows = parse<empty_row_policy>(empty_rows, "empty_rows",
                                                     {{"zero", empty_row_policy::zero},
@@ -223,7 +225,10 @@ PYBIND11_MODULE(_attnref, m) {
            const f64_array& actual_output, const std::optional<f64_array>& actual_weights, const std::optional<f64_array>& actual_lse,
            std::size_t output_row, double ulp_limit, const std::string& empty_lse_name) {
             judge_request rq;
-            rq.model = model;
+            const auto mdl = tolerance::model_from_name(model);
+            if (!mdl || *mdl == tolerance::tolerance_model::baseline)
+                throw std::invalid_argument("tolerance: expected 'data-aware', 'worst-case', 'assert-close' or 'ulp', got '" + model + "'");
+            rq.model = *mdl;
             const auto f = tolerance::format_from_name(format);
             if (!f) throw std::invalid_argument("dtype: expected float64, float32, bfloat16 or float16, got '" + format + "'");
             rq.format = *f;
@@ -237,24 +242,27 @@ PYBIND11_MODULE(_attnref, m) {
             else if (empty_lse_name == "+inf") rq.empty_lse = empty_row_lse::plus_inf;
             else if (empty_lse_name == "any") rq.empty_lse = empty_row_lse::any;
             else throw std::invalid_argument("empty_row_lse: expected '-inf', '+inf' or 'any', got '" + empty_lse_name + "'");
-            judgement js;
+            golden::forward_judgment js;
             {
                 py::gil_scoped_release release;
                 js = judge(pc ? &pc->c : nullptr, rq);
             }
             py::list tensors, invariants;
-            for (const tensor_judgement& t : js.tensors) {
+            for (const golden::judged_tensor& t : js.tensors) {
                 py::dict d;
-                d["name"] = t.name;
-                add_comparison(d, t.cmp, t.vacuous);
+                d["name"] = t.report.name;
+                d["verdict"] = std::string(golden::verdict_name(t.report.verdict));
+                add_comparison(d, t.report.cmp, t.report.vacuous);
                 d["untrustworthy"] = t.untrustworthy;
-                d["decoy"] = t.decoy;
+                d["decoy"] = t.report.decoy;
                 d["wrong_empty_lse"] = t.wrong_empty_lse;
                 d["bound_max"] = t.bound_max;
                 tensors.append(d);
             }
             for (const invariant_report& i : js.invariants) invariants.append(invariant_dict(i));
             py::dict out;
+            out["verdict"] = std::string(golden::verdict_name(js.result.overall));
+            out["reason"] = js.result.reason;
             out["tensors"] = tensors;
             out["invariants"] = invariants;
             return out;

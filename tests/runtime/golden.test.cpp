@@ -75,6 +75,50 @@ std::size_t line_count(const std::string& s) { return static_cast<std::size_t>(s
 
 }  // namespace
 
+BOOST_AUTO_TEST_CASE(role_table_gives_every_tensor_of_a_case_in_file_order_with_its_shape) {
+    // An MHA backward case with biases, GQA and cross attention: B=2, H=4, Hkv=2, Sq=3, Sk=5, dk=6,
+    // dv=7, E=10, output width 9. Expected shapes written out from the layout y = x·W + b
+    // (multi_head_attention.hpp): W_q (E, H·dk), W_k (E, Hkv·dk), W_v (E, Hkv·dv), W_o (H·dv, Eo).
+    namespace g = attnref::golden;
+    g::case_spec s;
+    s.kind = g::case_kind::mha;
+    s.shapes = {2, 4, 2, 3, 5, 6, 7, 10, 9};
+    s.conventions.projection_bias = true;
+    s.conventions.boolean_mask = true;
+    s.outputs.gradients = true;
+    using V = std::vector<std::size_t>;
+    const std::vector<std::pair<std::string, V>> want_inputs{
+        {"query", {2, 3, 10}}, {"key", {2, 5, 10}}, {"value", {2, 5, 10}}, {"w_q", {10, 24}}, {"w_k", {10, 12}}, {"w_v", {10, 14}},
+        {"w_o", {28, 9}}, {"b_q", {24}}, {"b_k", {12}}, {"b_v", {14}}, {"b_o", {9}}, {"mask", {2, 4, 3, 5}}, {"grad_output", {2, 3, 9}}};
+    const auto inputs = g::input_layout(s);
+    BOOST_TEST_REQUIRE(inputs.size() == want_inputs.size());
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+        BOOST_TEST(std::string(attnref::generator::role_name(inputs[i].role)) == want_inputs[i].first);
+        BOOST_TEST(inputs[i].shape == want_inputs[i].second, want_inputs[i].first);
+    }
+    BOOST_TEST(g::output_shape(s) == (V{2, 3, 9}));
+    BOOST_TEST(g::weights_shape(s) == (V{2, 4, 3, 5}));
+    BOOST_TEST(g::lse_shape(s) == (V{2, 4, 3}));
+    const auto grads = g::gradient_layout(s);
+    BOOST_TEST_REQUIRE(grads.size() == 11u);
+    for (std::size_t i = 0; i < 11; ++i) {  // the gradient of each of the 11 real-valued inputs, shaped like it
+        BOOST_TEST(grads[i].role == "grad_" + want_inputs[i].first);
+        BOOST_TEST(grads[i].shape == want_inputs[i].second, grads[i].role);
+    }
+    // SDPA without biases or gradients: q, k, v per head, no projections, no gradients.
+    g::case_spec d;
+    d.shapes = {2, 4, 2, 3, 5, 6, 7, 0, 0};
+    const auto sdpa = g::input_layout(d);
+    BOOST_TEST_REQUIRE(sdpa.size() == 3u);
+    BOOST_TEST(sdpa[0].shape == (V{2, 4, 3, 6}));
+    BOOST_TEST(sdpa[1].shape == (V{2, 2, 5, 6}));
+    BOOST_TEST(sdpa[2].shape == (V{2, 2, 5, 7}));
+    BOOST_TEST(g::output_shape(d) == (V{2, 4, 3, 7}));
+    BOOST_TEST(g::gradient_layout(d).empty());
+    BOOST_TEST((attnref::role_from_name("grad_w_q") == attnref::tensor_role::grad_w_q));
+    BOOST_TEST(!attnref::role_from_name("grad_x_q").has_value());
+}
+
 BOOST_AUTO_TEST_CASE(regenerates_committed_cases_byte_for_byte_with_1_and_2_threads) {
     scratch s;
     std::vector<std::string> cases{"sdpa_basic", "sdpa_input_bfloat16", "sdpa_empty_rows_nan", "sdpa_combined_conventions",

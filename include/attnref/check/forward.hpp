@@ -25,9 +25,6 @@
 
 namespace attnref::golden {
 
-/// A golden case's problem (the views point into the case's data).
-inline forward_problem problem_of(const case_views& c) { return {c.sdpa(), c.q, c.k, c.v, c.x_q, c.x_k, c.x_v, c.w, c.o, c.mo}; }
-
 /// A golden case's decoys (decoy_outputs of its problem).
 inline std::vector<decoy> decoy_outputs(const case_spec& spec, const case_data& data) {
     return decoy_outputs(problem_of(views_of(spec, data)));

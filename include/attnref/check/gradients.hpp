@@ -33,24 +33,11 @@
 
 namespace attnref::golden {
 
-/// The gradient roles of a case and their shapes, in report order: sdpa grad_query (B, H, Sq, dk),
-/// grad_key (B, Hkv, Sk, dk), grad_value (B, Hkv, Sk, dv); mha grad_query/key/value w.r.t. x_q, x_k,
-/// x_v ((B, Sq, E), (B, Sk, E), (B, Sk, E)), grad_w_q … grad_w_o and, with biases, grad_b_q … grad_b_o.
+/// The gradient roles of a case and their shapes, in report order (problem.hpp's role table,
+/// gradient_roles_of: every gradient of the case's kind, with its biases' when it has them).
 inline std::vector<std::pair<std::string, std::vector<std::size_t>>> gradient_roles(const case_spec& spec) {
-    const case_shapes& d = spec.shapes;
-    if (spec.kind == case_kind::sdpa)
-        return {{"grad_query", {d.batch, d.heads, d.query_length, d.head_dim_qk}},
-                {"grad_key", {d.batch, d.kv_heads, d.key_length, d.head_dim_qk}},
-                {"grad_value", {d.batch, d.kv_heads, d.key_length, d.head_dim_v}}};
-    std::vector<std::pair<std::string, std::vector<std::size_t>>> r{
-        {"grad_query", {d.batch, d.query_length, d.model_dim}},       {"grad_key", {d.batch, d.key_length, d.model_dim}},
-        {"grad_value", {d.batch, d.key_length, d.model_dim}},         {"grad_w_q", {d.model_dim, d.heads * d.head_dim_qk}},
-        {"grad_w_k", {d.model_dim, d.kv_heads * d.head_dim_qk}},      {"grad_w_v", {d.model_dim, d.kv_heads * d.head_dim_v}},
-        {"grad_w_o", {d.heads * d.head_dim_v, d.output_dim}}};
-    if (spec.conventions.projection_bias)
-        for (auto [role, n] : {std::pair<const char*, std::size_t>{"grad_b_q", d.heads * d.head_dim_qk}, {"grad_b_k", d.kv_heads * d.head_dim_qk},
-                               {"grad_b_v", d.kv_heads * d.head_dim_v}, {"grad_b_o", d.output_dim}})
-            r.push_back({role, {n}});
+    std::vector<std::pair<std::string, std::vector<std::size_t>>> r;
+    for (const role_tensor& t : gradient_roles_of(spec)) r.push_back({std::string(t.name), t.shape});
     return r;
 }
 
@@ -60,32 +47,24 @@ std::vector<std::pair<std::string, std::vector<double>>> compute_case_gradients(
                                                                                 std::span<const double> grad_output,
                                                                                 backward_algorithm algorithm = backward_algorithm::textbook,
                                                                                 std::size_t threads = 0) {
-    const case_shapes& d = spec.shapes;
     const attention_options o = options_for(spec, data, threads, softmax_algorithm::shifted_division, 64);
-    auto flat = [](const auto& t) {
-        std::vector<double> r(t.size());
-        for (std::size_t n = 0; n < t.size(); ++n) r[n] = static_cast<double>(t[n]);
-        return r;
-    };
     const converted_inputs<Input> in(spec, data);
     const std::vector<Input> g = converted_inputs<Input>::convert_all(grad_output);
-    if (spec.kind == case_kind::sdpa) {
-        const auto r = scaled_dot_product_attention_backward<Policy, Input, Input, Input, Input>(
-            in.sdpa_q(), in.sdpa_k(), in.sdpa_v(), {g.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}}, o, {algorithm});
-        return {{"grad_query", flat(r.grad_query)}, {"grad_key", flat(r.grad_key)}, {"grad_value", flat(r.grad_value)}};
-    }
-    const mha_options mo{d.heads, d.kv_heads, o};
-    const auto r = multi_head_attention_backward<Policy, Input, Input, Input>(in.x_q(), in.x_k(), in.x_v(), in.params(), mo,
-                                                                              {g.data(), {d.batch, d.query_length, d.output_dim}}, {algorithm});
-    std::vector<std::pair<std::string, std::vector<double>>> out{
-        {"grad_query", flat(r.grad_x_q)}, {"grad_key", flat(r.grad_x_k)}, {"grad_value", flat(r.grad_x_v)}, {"grad_w_q", flat(r.grad_w_q)},
-        {"grad_w_k", flat(r.grad_w_k)},   {"grad_w_v", flat(r.grad_w_v)}, {"grad_w_o", flat(r.grad_w_o)}};
-    if (spec.conventions.projection_bias) {
-        out.push_back({"grad_b_q", flat(r.grad_b_q)});
-        out.push_back({"grad_b_k", flat(r.grad_b_k)});
-        out.push_back({"grad_b_v", flat(r.grad_b_v)});
-        out.push_back({"grad_b_o", flat(r.grad_b_o)});
-    }
+    std::vector<std::pair<std::string, std::vector<double>>> out;
+    auto by_role = [&](const auto& r) {
+        for (const role_tensor& t : gradient_roles_of(spec)) {
+            const auto v = r.values(t.role);
+            std::vector<double> d(v.size());
+            for (std::size_t n = 0; n < v.size(); ++n) d[n] = static_cast<double>(v[n]);
+            out.push_back({std::string(t.name), std::move(d)});
+        }
+    };
+    if (spec.kind == case_kind::sdpa)
+        by_role(scaled_dot_product_attention_backward<Policy, Input, Input, Input, Input>(
+            in.sdpa_q(), in.sdpa_k(), in.sdpa_v(), {g.data(), extents_of<4>(spec, tensor_role::grad_output)}, o, {algorithm}));
+    else
+        by_role(multi_head_attention_backward<Policy, Input, Input, Input>(in.x_q(), in.x_k(), in.x_v(), in.params(), mha_options_of(spec, o),
+                                                                            {g.data(), extents_of<3>(spec, tensor_role::grad_output)}, {algorithm}));
     return out;
 }
 

@@ -12,7 +12,7 @@
 ///                                         ├─ untrustworthy ────────────── INCONCLUSIVE ("untrustworthy")
 ///                                         └─ otherwise ────────────────── PASS
 ///
-/// The decoys are defined on a forward_problem (views of the inputs and the options), which a
+/// The decoys are defined on a forward_problem (problem.hpp: views of the inputs and the options), which a
 /// golden case (check/forward.hpp problem_of) and a Python call both describe. attnref's core,
 /// tolerance.hpp, fmt and golden/safe_io.hpp's data_error only: no golden case.
 
@@ -29,6 +29,7 @@
 #include "attnref/invariants.hpp"
 #include "attnref/multi_head_attention.hpp"
 #include "attnref/precision.hpp"
+#include "attnref/problem.hpp"
 #include "attnref/tolerance.hpp"
 #include "attnref/check/verdict.hpp"
 #include "attnref/golden/safe_io.hpp"
@@ -40,18 +41,6 @@ namespace attnref::golden {
 struct decoy {
     std::string name;
     std::vector<double> output;
-};
-
-/// An attention problem as views of its inputs and its options, whatever holds them (a golden
-/// case, a Python call): SDPA reads q, k, v and `o`; multi-head attention reads x_q, x_k, x_v, the
-/// projections `w` and `mo` (whose attention options are mo.attention).
-struct forward_problem {
-    bool sdpa = true;
-    tensor_view<const double, 4> q, k, v;
-    tensor_view<const double, 3> x_q, x_k, x_v;
-    mha_parameters<double> w;
-    attention_options o;
-    mha_options mo;
 };
 
 /// The problem's output in double (attnref's own forward pass, inputs as given).
@@ -167,6 +156,7 @@ inline tensor_report judged_output(const tolerance::comparison& cmp, const toler
     if (out.verdict == verdict::pass && passing) {
         out.verdict = verdict::inconclusive;
         out.note = "the bound admits a trivially wrong output (" + passing->name + "); a pass would prove nothing";
+        out.decoy = passing->name;
     }
     if (out.verdict == verdict::pass)
         if (auto why = tolerance::untrustworthy(candidate, row_length, expected)) {

@@ -42,6 +42,7 @@ struct tensor_report {
     /// from the bound (vacuous, or passed by a decoy); reports print it as "untrustworthy".
     bool untrustworthy = false;
     std::string note;             ///< why, for every verdict but a plain pass
+    std::string decoy;            ///< the output's: the trivially wrong output its bounds would pass (passing_decoy), if any
     tolerance::vacuity vacuous;   ///< the elements whose bound is vacuous
     tolerance::candidate_format format = tolerance::candidate_format::float64;  ///< the format the tensor was judged in
 };

@@ -2,7 +2,7 @@
 /// \file golden/case.hpp
 /// One golden case in memory, and the one mapping from a case to attnref's API. Owns:
 /// - case_data: a case's inputs as exact doubles, by role; generate_inputs (the generator, no I/O);
-/// - options_for (the case's conventions as attention_options) and case_views (its inputs as
+/// - masks_of, options_for (the case's conventions as attention_options, problem.hpp options_of) and case_views (its inputs as
 ///   tensor views: q, k, v for SDPA, x and the projections for MHA) — the only place a case's
 ///   conventions and inputs become attnref's types; compute_case runs a case under any precision
 ///   policy through them; empty_rows_of, exact_logits;
@@ -30,6 +30,7 @@
 #include "attnref/multi_head_attention.hpp"
 #include "attnref/npy.hpp"
 #include "attnref/precision.hpp"
+#include "attnref/problem.hpp"
 #include "attnref/tensor.hpp"
 #include "attnref/golden/manifest.hpp"
 #include "attnref/golden/safe_io.hpp"
@@ -77,31 +78,21 @@ struct case_outputs_of {
     tensor<typename Policy::accumulate_type, 1> lse;
 };
 
-/// Attention options for a case; spans point into `spec` and `data`, which must outlive the result.
+/// The case's masks as views of `data` (empty where the case has none), (B, H, Sq, Sk) each.
+inline problem_masks masks_of(const case_spec& spec, const case_data& data) {
+    const extents_t<4> e{spec.shapes.batch, spec.shapes.heads, spec.shapes.query_length, spec.shapes.key_length};
+    problem_masks m;
+    if (spec.conventions.boolean_mask) m.boolean = {data.mask.data(), e};
+    if (spec.conventions.additive_mask) m.additive = {data.additive_mask.data(), e};
+    if (spec.conventions.seed_mask) m.seed = {data.seed_mask.data(), e};
+    return m;
+}
+
+/// Attention options for a case (problem.hpp options_of); spans point into `spec` and `data`,
+/// which must outlive the result.
 inline attention_options options_for(const case_spec& spec, const case_data& data, std::size_t threads,
                                      softmax_algorithm algorithm, std::size_t block) {
-    const case_conventions& c = spec.conventions;
-    const case_shapes& d = spec.shapes;
-    attention_options o;
-    o.scale = c.scale;
-    o.placement = c.placement;
-    o.softcap = c.softcap;
-    o.alibi_slopes = c.alibi_slopes;
-    o.mask.causal = c.causal;
-    o.mask.alignment = c.alignment;
-    o.mask.diagonal_offset = c.diagonal_offset;
-    o.mask.window = c.window;
-    o.mask.key_lengths = c.key_lengths;
-    o.mask.polarity = c.polarity;
-    const extents_t<4> mask_extents{d.batch, d.heads, d.query_length, d.key_length};
-    if (c.boolean_mask) o.mask.boolean.values = {data.mask.data(), mask_extents};
-    if (c.additive_mask) o.mask.additive.values = {data.additive_mask.data(), mask_extents};
-    if (c.seed_mask) o.mask.seed.values = {data.seed_mask.data(), mask_extents};
-    o.softmax.algorithm = algorithm;
-    o.softmax.block_size = block;
-    o.softmax.empty_rows = c.empty_rows;
-    o.threads = threads;
-    return o;
+    return options_of(spec.conventions, masks_of(spec, data), {algorithm, block, threads});
 }
 
 /// Flags (B, H, Sq): 1 where query row i of head h in batch b has no attendable key. Decided from
@@ -125,9 +116,30 @@ inline std::vector<std::uint8_t> empty_rows_of(const case_spec& spec, const case
 /// A case's inputs converted (rounded) once to Input, with the case's shapes: the one place a
 /// computation under a policy (compute_case here, compute_case_gradients in golden/check.hpp) turns
 /// case_data into typed inputs. Views point into this object, which must outlive them.
+/// A multi-head case's projections as views of its vectors (biases when the case has them), with
+/// the role table's shapes.
+template <class E>
+mha_parameters<E> parameters_of(const case_spec& spec, const std::vector<E>& w_q, const std::vector<E>& w_k, const std::vector<E>& w_v,
+                                const std::vector<E>& w_o, const std::vector<E>& b_q, const std::vector<E>& b_k,
+                                const std::vector<E>& b_v, const std::vector<E>& b_o) {
+    using R = tensor_role;
+    mha_parameters<E> p;
+    p.w_q = {w_q.data(), extents_of<2>(spec, R::w_q)};
+    p.w_k = {w_k.data(), extents_of<2>(spec, R::w_k)};
+    p.w_v = {w_v.data(), extents_of<2>(spec, R::w_v)};
+    p.w_o = {w_o.data(), extents_of<2>(spec, R::w_o)};
+    if (has_role(spec, R::b_q)) {
+        p.b_q = {b_q.data(), extents_of<1>(spec, R::b_q)};
+        p.b_k = {b_k.data(), extents_of<1>(spec, R::b_k)};
+        p.b_v = {b_v.data(), extents_of<1>(spec, R::b_v)};
+        p.b_o = {b_o.data(), extents_of<1>(spec, R::b_o)};
+    }
+    return p;
+}
+
 template <class Input>
 struct converted_inputs {
-    const case_shapes& d;
+    const case_spec& spec;
     std::vector<Input> q, k, v, w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o;
 
     static std::vector<Input> convert_all(std::span<const double> x) {
@@ -137,34 +149,21 @@ struct converted_inputs {
         return r;
     }
     converted_inputs(const case_spec& spec, const case_data& data)
-        : d(spec.shapes), q(convert_all(data.query)), k(convert_all(data.key)), v(convert_all(data.value)) {
+        : spec(spec), q(convert_all(data.query)), k(convert_all(data.key)), v(convert_all(data.value)) {
         if (spec.kind == case_kind::sdpa) return;
         w_q = convert_all(data.w_q), w_k = convert_all(data.w_k), w_v = convert_all(data.w_v), w_o = convert_all(data.w_o);
         if (!spec.conventions.projection_bias) return;
         b_q = convert_all(data.b_q), b_k = convert_all(data.b_k), b_v = convert_all(data.b_v), b_o = convert_all(data.b_o);
     }
-    // SDPA: q (B, H, Sq, dk), k (B, Hkv, Sk, dk), v (B, Hkv, Sk, dv).
-    tensor_view<const Input, 4> sdpa_q() const { return {q.data(), {d.batch, d.heads, d.query_length, d.head_dim_qk}}; }
-    tensor_view<const Input, 4> sdpa_k() const { return {k.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_qk}}; }
-    tensor_view<const Input, 4> sdpa_v() const { return {v.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_v}}; }
+    // SDPA: q (B, H, Sq, dk), k (B, Hkv, Sk, dk), v (B, Hkv, Sk, dv) (problem.hpp's role table).
+    tensor_view<const Input, 4> sdpa_q() const { return {q.data(), extents_of<4>(spec, tensor_role::query)}; }
+    tensor_view<const Input, 4> sdpa_k() const { return {k.data(), extents_of<4>(spec, tensor_role::key)}; }
+    tensor_view<const Input, 4> sdpa_v() const { return {v.data(), extents_of<4>(spec, tensor_role::value)}; }
     // MHA: x_q (B, Sq, E), x_k and x_v (B, Sk, E), and the projections (biases when present).
-    tensor_view<const Input, 3> x_q() const { return {q.data(), {d.batch, d.query_length, d.model_dim}}; }
-    tensor_view<const Input, 3> x_k() const { return {k.data(), {d.batch, d.key_length, d.model_dim}}; }
-    tensor_view<const Input, 3> x_v() const { return {v.data(), {d.batch, d.key_length, d.model_dim}}; }
-    mha_parameters<Input> params() const {
-        mha_parameters<Input> p;
-        p.w_q = {w_q.data(), {d.model_dim, d.heads * d.head_dim_qk}};
-        p.w_k = {w_k.data(), {d.model_dim, d.kv_heads * d.head_dim_qk}};
-        p.w_v = {w_v.data(), {d.model_dim, d.kv_heads * d.head_dim_v}};
-        p.w_o = {w_o.data(), {d.heads * d.head_dim_v, d.output_dim}};
-        if (!b_q.empty()) {
-            p.b_q = {b_q.data(), {b_q.size()}};
-            p.b_k = {b_k.data(), {b_k.size()}};
-            p.b_v = {b_v.data(), {b_v.size()}};
-            p.b_o = {b_o.data(), {b_o.size()}};
-        }
-        return p;
-    }
+    tensor_view<const Input, 3> x_q() const { return {q.data(), extents_of<3>(spec, tensor_role::query)}; }
+    tensor_view<const Input, 3> x_k() const { return {k.data(), extents_of<3>(spec, tensor_role::key)}; }
+    tensor_view<const Input, 3> x_v() const { return {v.data(), extents_of<3>(spec, tensor_role::value)}; }
+    mha_parameters<Input> params() const { return parameters_of<Input>(spec, w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o); }
 };
 
 /// Runs the case through attnref's templates under Policy. Inputs are first converted (rounded) to
@@ -178,8 +177,8 @@ case_outputs_of<Policy> compute_case(const case_spec& spec, const case_data& dat
     attention_options o = options_for(spec, data, threads, algorithm, block);
     o.rows = rows;
     case_outputs_of<Policy> r;
-    const std::size_t out_size = spec.kind == case_kind::sdpa ? d.batch * d.heads * d.query_length * d.head_dim_v
-                                                               : d.batch * d.query_length * d.output_dim;
+    std::size_t out_size = 1;
+    for (std::size_t e : output_shape(spec)) out_size *= e;
     r.output = tensor<typename Policy::output_type, 1>({out_size});
     if (spec.outputs.weights) r.weights = tensor<typename Policy::weights_type, 1>({d.batch * d.heads * d.query_length * d.key_length});
     if (spec.outputs.lse) r.lse = tensor<typename Policy::accumulate_type, 1>({d.batch * d.heads * d.query_length});
@@ -192,10 +191,7 @@ case_outputs_of<Policy> compute_case(const case_spec& spec, const case_data& dat
         tensor_view<typename Policy::output_type, 4> out{r.output.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}};
         scaled_dot_product_attention_into<Policy>(in.sdpa_q(), in.sdpa_k(), in.sdpa_v(), o, out, weights, lse);
     } else {
-        mha_options mo;
-        mo.heads = d.heads;
-        mo.kv_heads = d.kv_heads;
-        mo.attention = o;
+        const mha_options mo = mha_options_of(spec, o);
         tensor_view<typename Policy::output_type, 3> out{r.output.data(), {d.batch, d.query_length, d.output_dim}};
         multi_head_attention_into<Policy>(in.x_q(), in.x_k(), in.x_v(), in.params(), mo, out, weights, lse, tensor_view<typename Policy::storage_type, 4>{});
     }
@@ -213,39 +209,28 @@ struct case_views {
     mha_parameters<double> w;
     mha_options mo;
     bool sdpa() const { return spec->kind == case_kind::sdpa; }
-    tensor_view<const double, 4> weights(std::span<const double> p) const {
-        const case_shapes& d = spec->shapes;
-        return {p.data(), {d.batch, d.heads, d.query_length, d.key_length}};
-    }
+    tensor_view<const double, 4> weights(std::span<const double> p) const { return {p.data(), extents_of<4>(*spec, tensor_role::weights)}; }
 };
 
 inline case_views views_of(const case_spec& spec, const case_data& data, std::size_t threads = 0) {
-    const case_shapes& d = spec.shapes;
     case_views c{&spec, options_for(spec, data, threads, softmax_algorithm::shifted_division, 64), {}, {}, {}, {}, {}, {}, {}, {}};
+    using R = tensor_role;
     if (c.sdpa()) {
-        c.q = {data.query.data(), {d.batch, d.heads, d.query_length, d.head_dim_qk}};
-        c.k = {data.key.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_qk}};
-        c.v = {data.value.data(), {d.batch, d.kv_heads, d.key_length, d.head_dim_v}};
+        c.q = {data.query.data(), extents_of<4>(spec, R::query)};
+        c.k = {data.key.data(), extents_of<4>(spec, R::key)};
+        c.v = {data.value.data(), extents_of<4>(spec, R::value)};
         return c;
     }
-    c.x_q = {data.query.data(), {d.batch, d.query_length, d.model_dim}};
-    c.x_k = {data.key.data(), {d.batch, d.key_length, d.model_dim}};
-    c.x_v = {data.value.data(), {d.batch, d.key_length, d.model_dim}};
-    c.w.w_q = {data.w_q.data(), {d.model_dim, d.heads * d.head_dim_qk}};
-    c.w.w_k = {data.w_k.data(), {d.model_dim, d.kv_heads * d.head_dim_qk}};
-    c.w.w_v = {data.w_v.data(), {d.model_dim, d.kv_heads * d.head_dim_v}};
-    c.w.w_o = {data.w_o.data(), {d.heads * d.head_dim_v, d.output_dim}};
-    if (spec.conventions.projection_bias) {
-        c.w.b_q = {data.b_q.data(), {data.b_q.size()}};
-        c.w.b_k = {data.b_k.data(), {data.b_k.size()}};
-        c.w.b_v = {data.b_v.data(), {data.b_v.size()}};
-        c.w.b_o = {data.b_o.data(), {data.b_o.size()}};
-    }
-    c.mo.heads = d.heads;
-    c.mo.kv_heads = d.kv_heads;
-    c.mo.attention = c.o;
+    c.x_q = {data.query.data(), extents_of<3>(spec, R::query)};
+    c.x_k = {data.key.data(), extents_of<3>(spec, R::key)};
+    c.x_v = {data.value.data(), extents_of<3>(spec, R::value)};
+    c.w = parameters_of<double>(spec, data.w_q, data.w_k, data.w_v, data.w_o, data.b_q, data.b_k, data.b_v, data.b_o);
+    c.mo = mha_options_of(spec, c.o);
     return c;
 }
+
+/// A golden case's problem (the views point into the case's data).
+inline forward_problem problem_of(const case_views& c) { return {c.sdpa(), c.q, c.k, c.v, c.x_q, c.x_k, c.x_v, c.w, c.o, c.mo}; }
 
 /// The case's exact logits S (B, H, Sq, Sk), in double.
 inline tensor<double, 4> exact_logits(const case_views& c) {

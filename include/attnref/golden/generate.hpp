@@ -20,6 +20,7 @@
 #include "attnref/backward.hpp"
 #include "attnref/certify.hpp"
 #include "attnref/fast_certify.hpp"
+#include "attnref/certify/fast/problem_of.hpp"
 #include "attnref/formats.hpp"
 #include "attnref/multiprecision.hpp"
 #include "attnref/golden/case.hpp"
@@ -144,22 +145,6 @@ inline void check_generate_memory(const case_spec& spec, certification_method me
                      safe_io_detail::gib(max_memory()) + " (raise it with --max-memory)");
 }
 
-/// The case's inputs as the fast path's problem; views into `c`'s data.
-inline fast::fast_problem fast_problem_for(const case_views& c) {
-    fast::fast_problem p;
-    p.options = c.o;
-    if (c.sdpa()) {
-        p.q = c.q, p.k = c.k, p.v = c.v;
-        return p;
-    }
-    p.mha = true;
-    p.heads = c.mo.heads;
-    p.kv_heads = c.mo.kv_heads;
-    p.x_q = c.x_q, p.x_k = c.x_k, p.x_v = c.x_v;
-    p.params = c.w;
-    return p;
-}
-
 /// The certification target of an output copy named in a case's outputs.targets (or "float64");
 /// the names are binary_format's (validated by the manifest reader).
 inline certify::binary_format target_format(const std::string& name) {
@@ -175,7 +160,7 @@ inline certify::result certify_case_fast(const case_spec& spec, const case_data&
     std::vector<certify::binary_format> targets{certify::float64_target};
     for (const std::string& t : spec.outputs.targets) targets.push_back(target_format(t));
     options.threads = threads;
-    return fast::certify_fast(fast_problem_for(views_of(spec, data, threads)), spec.outputs.weights, spec.outputs.lse, targets, options,
+    return fast::certify_fast(fast::fast_problem_of(problem_of(views_of(spec, data, threads))), spec.outputs.weights, spec.outputs.lse, targets, options,
                               stats);
 }
 

@@ -1,12 +1,12 @@
 #pragma once
 /// \file golden/manifest.hpp
-/// Owns golden case descriptions and their JSON — the one strict reader and the one writer
-/// (to_json), the enum names both ways (kind_name …, from_name) — for the suite file
-/// (golden/suite.json, schema "attnref.suite") and the per-case manifest
-/// (golden/<case>/manifest.json, schema "attnref.golden"), both written as version 2 and read in
-/// versions 1 and 2 (version 1 has no gradients), both documented field by field in golden/README.md;
-/// the shapes a case implies (inputs, outputs and, for backward cases, the gradients) and its memory
-/// estimate.
+/// Owns golden case descriptions' JSON — the one strict reader (parse_manifest, parse_suite) and
+/// the enum names both ways (kind_name …, from_name); the writer (to_json, manifest_text) is
+/// golden/manifest_writer.hpp — for the suite file (golden/suite.json, schema "attnref.suite") and
+/// the per-case manifest (golden/<case>/manifest.json, schema "attnref.golden"), both written as
+/// version 2 and read in versions 1 and 2 (version 1 has no gradients), both documented field by
+/// field in golden/README.md. The case types are golden/case_spec.hpp's, the tensors a case implies
+/// golden/layout.hpp's (views of problem.hpp's role table), its memory estimate golden/memory.hpp's.
 ///
 /// Parsing is strict: unknown fields, wrong types and out-of-range values are errors, and every
 /// error is one line naming the file and the field, e.g.
@@ -30,6 +30,8 @@
 #include "attnref/binary_format.hpp"
 #include "attnref/certify_report.hpp"
 #include "attnref/generator.hpp"
+#include "attnref/golden/case_spec.hpp"
+#include "attnref/golden/layout.hpp"
 
 // Used by the definitions below.
 #include "attnref/golden/safe_io.hpp"
@@ -50,144 +52,6 @@ inline constexpr const char* suite_schema = "attnref.suite";
 /// outputs.gradients (backward cases: the grad_output input and the certified gradient roles).
 inline constexpr int schema_version = 2;
 inline constexpr int min_schema_version = 1;
-
-enum class case_kind { sdpa, mha };
-
-struct case_shapes {
-    std::size_t batch = 1, heads = 2, kv_heads = 2, query_length = 8, key_length = 8, head_dim_qk = 8, head_dim_v = 8;
-    std::size_t model_dim = 0, output_dim = 0;  ///< mha only (0 and JSON null for sdpa)
-};
-
-struct case_conventions {
-    std::optional<double> scale;  ///< nullopt: 1/√dk
-    scale_placement placement = scale_placement::on_product;
-    std::optional<double> softcap;
-    std::vector<double> alibi_slopes;
-    bool causal = false;
-    causal_alignment alignment = causal_alignment::top_left;
-    std::ptrdiff_t diagonal_offset = 0;
-    std::optional<sliding_window> window;
-    std::vector<std::size_t> key_lengths;
-    bool boolean_mask = false;
-    mask_polarity polarity = mask_polarity::true_means_attend;
-    bool additive_mask = false;
-    bool seed_mask = false;
-    empty_row_policy empty_rows = empty_row_policy::zero;
-    bool projection_bias = false;  ///< mha only
-};
-
-/// One input file a "files" case was made from (`attnref generate --inputs-from`, user_inputs.hpp):
-/// its role, the dtype it was given in ('<f8', '<f4', '<f2', bfloat16 bits '<u2', masks '|b1') and the
-/// sha256 of the file as given. The case stores the values themselves as '<f8' like any other case.
-struct input_file_record {
-    std::string role, dtype, sha256;
-};
-
-/// Name of inputs.generator for a case whose inputs came from the user's files.
-inline constexpr const char* files_generator = "files";
-
-struct case_inputs {
-    generator::input_format format = generator::input_format::float64;
-    std::uint64_t seed = 0;
-    generator::input_family family;
-    /// Inputs from the user's files (inputs.generator "files": no seed, no family; the stored
-    /// inputs are the case's own .npy files), not from the generator.
-    bool from_files = false;
-    std::vector<input_file_record> files;  ///< from_files only: one per input role, in input_layout order
-};
-
-struct case_outputs {
-    bool weights = true;
-    bool lse = true;
-    std::vector<std::string> targets;  ///< extra correctly rounded copies: float32, bfloat16, float16
-    /// Backward case (schema version 2): the grad_output input and the certified gradients
-    /// (gradient_layout). Needs weights and lse. Written to JSON only when true, so a forward
-    /// case's manifest differs from version 1 in schema_version alone.
-    bool gradients = false;
-};
-
-/// Everything needed to regenerate a case.
-struct case_spec {
-    std::string name;
-    std::string description;
-    case_kind kind = case_kind::sdpa;
-    case_shapes shapes;
-    case_conventions conventions;
-    case_inputs inputs;
-    case_outputs outputs;
-};
-
-/// One stored tensor.
-struct tensor_entry {
-    std::string role;
-    std::optional<std::string> target;  ///< correctly rounded copies only
-    std::string file;
-    std::string dtype;
-    std::vector<std::size_t> shape;
-    std::string sha256;
-};
-
-struct reference_info {
-    std::string method;                ///< how the values were certified (reference_method_fast or _mpfi text)
-    std::vector<int> precisions_bits;  ///< every precision the certification computed at
-    std::vector<certify::tensor_report> certification;  ///< reference.certification[]; JSON "role" is .tensor
-};
-
-/// The manifest's reference.method text for each way generate certifies (certification_method).
-inline constexpr const char* reference_method_mpfi =
-    "mpfi-interval: attnref's templates in MPFI interval arithmetic; each stored value is the common rounding "
-    "(to nearest even) of both interval ends, precision raised Ziv-style until every element agrees";
-inline constexpr const char* reference_method_fast =
-    "double-double then mpfi-interval: every element computed in double-double with a rigorous error bound "
-    "(include/attnref/fast_certify.hpp; 106 in precisions_bits) and stored where value +- bound rounds (to nearest "
-    "even) to one value; the query rows holding undecided elements recomputed in MPFI interval arithmetic through "
-    "attnref's templates, each stored value the common rounding of both interval ends, precision raised Ziv-style";
-
-/// Backward cases append this to reference.method: their gradients are certified by the MPFI ladder
-/// (the fast path is forward-only), whichever method certified output, weights and lse.
-inline constexpr const char* reference_method_gradients_suffix =
-    "; gradients: mpfi-interval through attnref's templated backward (include/attnref/backward.hpp), each stored value the "
-    "common rounding (to nearest even) of both interval ends, the whole backward recomputed Ziv-style at the next precision "
-    "until every element agrees; exact zeros of the backward decided from the mask alone (golden/README.md)";
-
-struct manifest {
-    case_spec spec;
-    reference_info reference;
-    std::vector<tensor_entry> tensors;
-};
-
-/// The roles a case generates as inputs, in file order, with their stored shapes.
-struct input_tensor_layout {
-    generator::role role;
-    std::vector<std::size_t> shape;
-};
-inline std::vector<input_tensor_layout> input_layout(const case_spec& spec);
-/// Shapes of output, weights and lse.
-inline std::vector<std::size_t> output_shape(const case_spec& spec);
-inline std::vector<std::size_t> weights_shape(const case_spec& spec);
-inline std::vector<std::size_t> lse_shape(const case_spec& spec);
-
-/// A certified gradient of a backward case (outputs.gradients): its role name and shape.
-struct gradient_tensor_layout {
-    std::string role;
-    std::vector<std::size_t> shape;
-};
-/// The certified gradients of a backward case, in file order (empty unless outputs.gradients):
-/// sdpa grad_query (B, H, Sq, dk), grad_key (B, Hkv, Sk, dk), grad_value (B, Hkv, Sk, dv); mha
-/// grad_query, grad_key, grad_value (w.r.t. the embeddings x_q, x_k, x_v), grad_w_q, grad_w_k, grad_w_v,
-/// grad_w_o (the weights' shapes) and, with projection_bias, grad_b_q, grad_b_k, grad_b_v, grad_b_o.
-inline std::vector<gradient_tensor_layout> gradient_layout(const case_spec& spec);
-
-/// A tensor a case's manifest must list: role, target copy (nullopt: the float64 values), the
-/// '.npy' descr and the shape, all implied by the case description. Inputs are '<f8' (the boolean
-/// mask '|b1'); outputs '<f8', their float32 copies '<f4', float16 '<f2', bfloat16 '<u2' (bits).
-struct expected_tensor {
-    std::string role;
-    std::optional<std::string> target;
-    std::string dtype;
-    std::vector<std::size_t> shape;
-};
-inline std::vector<expected_tensor> expected_tensors(const case_spec& spec);
 
 /// Fills the family's affine map for every real-valued role the case generates (defaults from
 /// generator::default_affine where the suite gave none) and validates the whole spec.
@@ -644,69 +508,8 @@ std::optional<E> from_name(std::string_view n) {
 }
 
 inline std::vector<input_tensor_layout> input_layout(const case_spec& s) {
-    using generator::role;
-    const case_shapes& d = s.shapes;
     std::vector<input_tensor_layout> out;
-    if (s.kind == case_kind::sdpa) {
-        out.push_back({role::query, {d.batch, d.heads, d.query_length, d.head_dim_qk}});
-        out.push_back({role::key, {d.batch, d.kv_heads, d.key_length, d.head_dim_qk}});
-        out.push_back({role::value, {d.batch, d.kv_heads, d.key_length, d.head_dim_v}});
-    } else {
-        out.push_back({role::query, {d.batch, d.query_length, d.model_dim}});
-        out.push_back({role::key, {d.batch, d.key_length, d.model_dim}});
-        out.push_back({role::value, {d.batch, d.key_length, d.model_dim}});
-        out.push_back({role::w_q, {d.model_dim, d.heads * d.head_dim_qk}});
-        out.push_back({role::w_k, {d.model_dim, d.kv_heads * d.head_dim_qk}});
-        out.push_back({role::w_v, {d.model_dim, d.kv_heads * d.head_dim_v}});
-        out.push_back({role::w_o, {d.heads * d.head_dim_v, d.output_dim}});
-        if (s.conventions.projection_bias) {
-            out.push_back({role::b_q, {d.heads * d.head_dim_qk}});
-            out.push_back({role::b_k, {d.kv_heads * d.head_dim_qk}});
-            out.push_back({role::b_v, {d.kv_heads * d.head_dim_v}});
-            out.push_back({role::b_o, {d.output_dim}});
-        }
-    }
-    const std::vector<std::size_t> mask_shape{d.batch, d.heads, d.query_length, d.key_length};
-    if (s.conventions.boolean_mask) out.push_back({role::mask, mask_shape});
-    if (s.conventions.additive_mask) out.push_back({role::additive_mask, mask_shape});
-    if (s.conventions.seed_mask) out.push_back({role::seed_mask, mask_shape});
-    if (s.outputs.gradients) out.push_back({role::grad_output, output_shape(s)});
-    return out;
-}
-
-inline std::vector<std::size_t> output_shape(const case_spec& s) {
-    const case_shapes& d = s.shapes;
-    if (s.kind == case_kind::sdpa) return {d.batch, d.heads, d.query_length, d.head_dim_v};
-    return {d.batch, d.query_length, d.output_dim};
-}
-inline std::vector<std::size_t> weights_shape(const case_spec& s) {
-    return {s.shapes.batch, s.shapes.heads, s.shapes.query_length, s.shapes.key_length};
-}
-inline std::vector<std::size_t> lse_shape(const case_spec& s) { return {s.shapes.batch, s.shapes.heads, s.shapes.query_length}; }
-
-inline std::vector<gradient_tensor_layout> gradient_layout(const case_spec& s) {
-    const case_shapes& d = s.shapes;
-    std::vector<gradient_tensor_layout> out;
-    if (!s.outputs.gradients) return out;
-    if (s.kind == case_kind::sdpa) {
-        out.push_back({"grad_query", {d.batch, d.heads, d.query_length, d.head_dim_qk}});
-        out.push_back({"grad_key", {d.batch, d.kv_heads, d.key_length, d.head_dim_qk}});
-        out.push_back({"grad_value", {d.batch, d.kv_heads, d.key_length, d.head_dim_v}});
-        return out;
-    }
-    out.push_back({"grad_query", {d.batch, d.query_length, d.model_dim}});
-    out.push_back({"grad_key", {d.batch, d.key_length, d.model_dim}});
-    out.push_back({"grad_value", {d.batch, d.key_length, d.model_dim}});
-    out.push_back({"grad_w_q", {d.model_dim, d.heads * d.head_dim_qk}});
-    out.push_back({"grad_w_k", {d.model_dim, d.kv_heads * d.head_dim_qk}});
-    out.push_back({"grad_w_v", {d.model_dim, d.kv_heads * d.head_dim_v}});
-    out.push_back({"grad_w_o", {d.heads * d.head_dim_v, d.output_dim}});
-    if (s.conventions.projection_bias) {
-        out.push_back({"grad_b_q", {d.heads * d.head_dim_qk}});
-        out.push_back({"grad_b_k", {d.kv_heads * d.head_dim_qk}});
-        out.push_back({"grad_b_v", {d.kv_heads * d.head_dim_v}});
-        out.push_back({"grad_b_o", {d.output_dim}});
-    }
+    for (const role_tensor& t : roles_of(s, role_direction::input, s.selection())) out.push_back({generator_role(t.role), t.shape});
     return out;
 }
 
@@ -770,119 +573,6 @@ inline void complete_and_validate(case_spec& s, const std::string& file, const s
         fail("conventions.alibi_slopes", "expected one slope per head");
     if (s.conventions.key_lengths.size() != 0 && s.conventions.key_lengths.size() != s.shapes.batch)
         fail("conventions.key_lengths", "expected one length per batch");
-}
-
-inline json to_json(const case_spec& s) {
-    json j;
-    j["name"] = s.name;
-    j["description"] = s.description;
-    j["kind"] = kind_name(s.kind);
-    const case_shapes& d = s.shapes;
-    json sh;
-    sh["batch"] = d.batch;
-    sh["heads"] = d.heads;
-    sh["kv_heads"] = d.kv_heads;
-    sh["query_length"] = d.query_length;
-    sh["key_length"] = d.key_length;
-    sh["head_dim_qk"] = d.head_dim_qk;
-    sh["head_dim_v"] = d.head_dim_v;
-    sh["model_dim"] = s.kind == case_kind::mha ? json(d.model_dim) : json(nullptr);
-    sh["output_dim"] = s.kind == case_kind::mha ? json(d.output_dim) : json(nullptr);
-    j["shapes"] = sh;
-    const case_conventions& c = s.conventions;
-    json cv;
-    cv["scale"] = manifest_detail::optional_number(c.scale);
-    cv["scale_placement"] = placement_name(c.placement);
-    cv["softcap"] = manifest_detail::optional_number(c.softcap);
-    cv["alibi_slopes"] = c.alibi_slopes;
-    cv["causal"] = c.causal;
-    cv["causal_alignment"] = alignment_name(c.alignment);
-    cv["diagonal_offset"] = static_cast<std::int64_t>(c.diagonal_offset);
-    if (c.window) {
-        json w;
-        w["left"] = c.window->left ? json(*c.window->left) : json(nullptr);
-        w["right"] = c.window->right ? json(*c.window->right) : json(nullptr);
-        cv["window"] = w;
-    } else {
-        cv["window"] = nullptr;
-    }
-    cv["key_lengths"] = c.key_lengths;
-    cv["boolean_mask"] = c.boolean_mask;
-    cv["mask_polarity"] = polarity_name(c.polarity);
-    cv["additive_mask"] = c.additive_mask;
-    cv["seed_mask"] = c.seed_mask;
-    cv["empty_rows"] = empty_rows_name(c.empty_rows);
-    cv["softmax_algorithm"] = "shifted_division";
-    cv["projection"] = manifest_detail::projection_layout;
-    cv["projection_bias"] = c.projection_bias;
-    cv["gqa_mapping"] = manifest_detail::gqa_mapping;
-    j["conventions"] = cv;
-    const generator::input_family& f = s.inputs.family;
-    json fam;
-    fam["name"] = f.name;
-    json roles = json::object();
-    for (const input_tensor_layout& t : input_layout(s)) {
-        const std::string n(generator::role_name(t.role));
-        if (auto it = f.roles.find(n); it != f.roles.end()) roles[n] = json{{"scale", it->second.scale}, {"offset", it->second.offset}};
-    }
-    fam["roles"] = roles;
-    fam["query_feature0"] = manifest_detail::optional_number(f.query_feature0);
-    fam["key_feature0"] = manifest_detail::optional_number(f.key_feature0);
-    fam["key_feature0_keys"] = f.key_feature0_keys;
-    fam["tied_keys"] = f.tied_keys;
-    fam["negate_odd_value_rows"] = f.negate_odd_value_rows;
-    fam["mask_true_probability"] = f.mask_true_probability;
-    fam["additive_inf_probability"] = f.additive_inf_probability;
-    json in;
-    in["format"] = generator::format_name(s.inputs.format);
-    if (s.inputs.from_files) {
-        in["generator"] = files_generator;
-        in["seed"] = nullptr;
-        in["family"] = nullptr;
-        json files = json::array();
-        for (const input_file_record& e : s.inputs.files) files.push_back(json{{"role", e.role}, {"dtype", e.dtype}, {"sha256", e.sha256}});
-        in["files"] = files;
-    } else {
-        in["generator"] = generator::name;
-        in["seed"] = s.inputs.seed;
-        in["family"] = fam;
-    }
-    j["inputs"] = in;
-    json outputs{{"weights", s.outputs.weights}, {"lse", s.outputs.lse}};
-    if (s.outputs.gradients) outputs["gradients"] = true;
-    outputs["targets"] = s.outputs.targets;
-    j["outputs"] = outputs;
-    return j;
-}
-
-inline std::string manifest_text(const manifest& m) {
-    json j;
-    j["schema"] = manifest_schema;
-    j["schema_version"] = schema_version;
-    const json spec = to_json(m.spec);
-    for (auto it = spec.begin(); it != spec.end(); ++it) j[it.key()] = it.value();
-    json ref;
-    ref["method"] = m.reference.method;
-    ref["precisions_bits"] = m.reference.precisions_bits;
-    json cert = json::array();
-    for (const certify::tensor_report& r : m.reference.certification)
-        cert.push_back(json{{"role", r.tensor}, {"target", r.target}, {"elements", r.elements}, {"certified", r.certified},
-                            {"escalated", r.escalated}, {"precisions_bits", r.precisions_bits}});
-    ref["certification"] = cert;
-    j["reference"] = ref;
-    json tensors = json::array();
-    for (const tensor_entry& t : m.tensors) {
-        json e;
-        e["role"] = t.role;
-        if (t.target) e["target"] = *t.target;
-        e["file"] = t.file;
-        e["dtype"] = t.dtype;
-        e["shape"] = t.shape;
-        e["sha256"] = t.sha256;
-        tensors.push_back(e);
-    }
-    j["tensors"] = tensors;
-    return j.dump(2) + "\n";
 }
 
 inline manifest parse_manifest(const std::string& text, const std::string& file) {
@@ -978,22 +668,6 @@ inline manifest parse_manifest(const std::string& text, const std::string& file)
     return m;
 }
 
-inline std::vector<expected_tensor> expected_tensors(const case_spec& s) {
-    std::vector<expected_tensor> out;
-    for (const input_tensor_layout& t : input_layout(s))
-        out.push_back({std::string(generator::role_name(t.role)), std::nullopt, t.role == generator::role::mask ? "|b1" : "<f8", t.shape});
-    std::vector<std::pair<std::string, std::vector<std::size_t>>> outputs{{"output", output_shape(s)}};
-    if (s.outputs.weights) outputs.emplace_back("weights", weights_shape(s));
-    if (s.outputs.lse) outputs.emplace_back("lse", lse_shape(s));
-    for (const gradient_tensor_layout& g : gradient_layout(s)) outputs.emplace_back(g.role, g.shape);
-    for (const auto& [name, shape] : outputs) {
-        out.push_back({name, std::nullopt, "<f8", shape});
-        for (const std::string& target : s.outputs.targets)
-            out.push_back({name, target, describe(*format_from_name(target)).npy_descr, shape});
-    }
-    return out;
-}
-
 inline std::vector<case_spec> parse_suite(const std::string& text, const std::string& file) {
     const json j = manifest_detail::parse_json(text, file);
     const manifest_detail::reader root(j, file, "", false);
@@ -1014,26 +688,8 @@ inline std::vector<case_spec> parse_suite(const std::string& text, const std::st
 
 inline std::string read_text(const std::string& file) { return read_file_capped(file, max_json_bytes); }
 
-inline std::uint64_t case_memory_estimate(const case_spec& spec, std::uint64_t bytes_per_value) {
-    std::uint64_t values = 0;
-    for (const input_tensor_layout& t : input_layout(spec)) values = safe_io_detail::sat_add(values, safe_io_detail::sat_count(t.shape));
-    values = safe_io_detail::sat_add(values, safe_io_detail::sat_mul(4, safe_io_detail::sat_count(output_shape(spec))));
-    values = safe_io_detail::sat_add(values, safe_io_detail::sat_mul(4, safe_io_detail::sat_count(weights_shape(spec))));
-    values = safe_io_detail::sat_add(values, safe_io_detail::sat_mul(2, safe_io_detail::sat_count(lse_shape(spec))));
-    for (const gradient_tensor_layout& g : gradient_layout(spec))  // golden, candidate, bounds and their terms
-        values = safe_io_detail::sat_add(values, safe_io_detail::sat_mul(4, safe_io_detail::sat_count(g.shape)));
-    return safe_io_detail::sat_mul(values, bytes_per_value);
-}
-
-inline void check_case_memory(const case_spec& spec, const std::string& file, std::uint64_t bytes_per_value) {
-    const std::uint64_t estimate = case_memory_estimate(spec, bytes_per_value);
-    if (estimate <= max_memory()) return;
-    const case_shapes& d = spec.shapes;
-    throw data_error(file + ": field 'shapes': the case would need about " +
-                     (estimate == UINT64_MAX ? std::string("more than 2^64 bytes") : safe_io_detail::gib(estimate)) + " (B=" + std::to_string(d.batch) +
-                     " H=" + std::to_string(d.heads) + " Sq=" + std::to_string(d.query_length) + " Sk=" + std::to_string(d.key_length) +
-                     " dk=" + std::to_string(d.head_dim_qk) + " dv=" + std::to_string(d.head_dim_v) + "), above the limit of " +
-                     safe_io_detail::gib(max_memory()) + " (raise it with --max-memory)");
-}
-
 }  // namespace attnref::golden
+
+// The writer and the memory estimates (declared above).
+#include "attnref/golden/manifest_writer.hpp"
+#include "attnref/golden/memory.hpp"

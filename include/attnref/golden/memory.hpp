@@ -74,4 +74,26 @@ inline void require_memory(std::uint64_t estimate, const case_spec& spec, const 
                      "), above the limit of " + safe_io_detail::gib(max_memory()) + " (raise it with --max-memory)");
 }
 
+inline std::uint64_t case_memory_estimate(const case_spec& spec, std::uint64_t bytes_per_value) {
+    std::uint64_t values = 0;
+    for (const input_tensor_layout& t : input_layout(spec)) values = safe_io_detail::sat_add(values, safe_io_detail::sat_count(t.shape));
+    values = safe_io_detail::sat_add(values, safe_io_detail::sat_mul(4, safe_io_detail::sat_count(output_shape(spec))));
+    values = safe_io_detail::sat_add(values, safe_io_detail::sat_mul(4, safe_io_detail::sat_count(weights_shape(spec))));
+    values = safe_io_detail::sat_add(values, safe_io_detail::sat_mul(2, safe_io_detail::sat_count(lse_shape(spec))));
+    for (const gradient_tensor_layout& g : gradient_layout(spec))  // golden, candidate, bounds and their terms
+        values = safe_io_detail::sat_add(values, safe_io_detail::sat_mul(4, safe_io_detail::sat_count(g.shape)));
+    return safe_io_detail::sat_mul(values, bytes_per_value);
+}
+
+inline void check_case_memory(const case_spec& spec, const std::string& file, std::uint64_t bytes_per_value) {
+    const std::uint64_t estimate = case_memory_estimate(spec, bytes_per_value);
+    if (estimate <= max_memory()) return;
+    const case_shapes& d = spec.shapes;
+    throw data_error(file + ": field 'shapes': the case would need about " +
+                     (estimate == UINT64_MAX ? std::string("more than 2^64 bytes") : safe_io_detail::gib(estimate)) + " (B=" + std::to_string(d.batch) +
+                     " H=" + std::to_string(d.heads) + " Sq=" + std::to_string(d.query_length) + " Sk=" + std::to_string(d.key_length) +
+                     " dk=" + std::to_string(d.head_dim_qk) + " dv=" + std::to_string(d.head_dim_v) + "), above the limit of " +
+                     safe_io_detail::gib(max_memory()) + " (raise it with --max-memory)");
+}
+
 }  // namespace attnref::golden
