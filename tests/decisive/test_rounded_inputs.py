@@ -18,6 +18,8 @@
 - Declared policies put each rounding in its own format: an fp8 P-cast kernel PASSes declared (and a row
   off by 10% FAILs), a bf16_fp32acc kernel PASSes on logits near 1000, and the implied invariant
   sum over keys of dK = 0 does not make a bf16 gradient check INCONCLUSIVE (dK times 1.5 FAILs).
+- P = exp(S - lse) pins weights whose logits are pushed down by 1e9 to the underflow floor: a float32
+  kernel's weights and lse PASS on sdpa_seed_mask, a seed-masked key with weight 1e-3 FAILs.
 """
 import json
 import os
@@ -153,6 +155,22 @@ p = run("check", "--golden", ez, "--json", j, "--grad-query", f"{eb}/grad_query.
         "--grad-value", f"{eb}/grad_value.npy", "--backward-algorithm", "textbook", "--policy", "bf16_fp32acc")
 v = json.load(open(j)) if os.path.exists(j) else {}
 expect(v.get("verdict") == "FAIL", f"bf16 dK times 1.5: FAIL (got {v.get('verdict')})")
+
+# 6. A float32 kernel with its weights and lse on sdpa_seed_mask (logits pushed down by 1e9): the invariant
+# P = exp(S - lse) pins those keys' weights to the underflow floor (to every order) instead of reporting a
+# vacuous relative bound: PASS; the same weights with one such key given weight 1e-3 FAIL.
+sm = os.path.join(golden, "sdpa_seed_mask")
+sf = os.path.join(work, "seed_f32")
+run("run", "--golden", sm, "--arith", "float32", "--out", sf)
+p = run("check", "--golden", sm, "--output", f"{sf}/output.npy", "--weights", f"{sf}/weights.npy", "--lse", f"{sf}/lse.npy")
+expect(p.returncode == 0 and p.stdout.rstrip().endswith("PASS"), "float32 with --weights --lse on sdpa_seed_mask: PASS (" + p.stdout[-200:] + p.stderr[-200:] + ")")
+w = np.load(f"{sf}/weights.npy")
+gw = np.load(os.path.join(sm, "weights.npy"))
+at = tuple(np.argwhere(gw == 0)[0])
+w[at] = np.float32(1e-3)
+np.save(f"{work}/seed_w_wrong.npy", w)
+p = run("check", "--golden", sm, "--output", f"{sf}/output.npy", "--weights", f"{work}/seed_w_wrong.npy", "--lse", f"{sf}/lse.npy")
+expect(p.returncode == 1 and "FAIL" in p.stdout, "a seed-masked key given weight 1e-3: FAIL (" + p.stdout[-300:] + ")")
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)
