@@ -239,8 +239,19 @@ constexpr invariant_report weights_match_lse(tensor_view<const T, 4> p, tensor_v
                     double rel = static_cast<double>(sk + 3) * u + 2 * (u + 0x1p-53) * (detail::abs_value(s) + detail::abs_value(l) + 1);
                     rel += u_weights + u_lse * detail::abs_value(l);
                     if (!logit_error.empty()) rel += math::expm1(2 * logit_error[(b * heads + h) * sq + i]);
-                    if (!(rel < 1)) r.vacuous = true;  // p̂ could be 0 or twice p: nothing is pinned
-                    const double bound = rel * expected + floor;
+                    double bound = rel * expected + floor;
+                    if (!(rel < 1)) {
+                        // The relative form no longer pins p̂ (it could be 0 or twice p). To every order, the
+                        // exponent's perturbation (the logit's and lse's errors above, as an absolute error of
+                        // s − lse) is at most d and p̂ ≤ exp(s − lse + d)·(1 + the softmax's own roundings): a
+                        // logit pushed far below the row's (a seed mask's −1e9) still pins p̂ to the underflow
+                        // floor, which is a claim, not a vacuous bound.
+                        const double d = 2 * (u + 0x1p-53) * (detail::abs_value(s) + detail::abs_value(l) + 1) + u_lse * detail::abs_value(l) +
+                                         (logit_error.empty() ? 0.0 : 2 * logit_error[(b * heads + h) * sq + i]);
+                        const double envelope = math::exp(s - l + d) * (1 + static_cast<double>(sk + 3) * u + u_weights) * (1 + 0x1p-40);
+                        if (envelope <= floor) bound = envelope + floor;  // p̂ ∈ [0, envelope + floor]; NaN: not pinned
+                        else r.vacuous = true;
+                    }
                     const double deviation = detail::abs_value(detail::to_double(p(b, h, i, j)) - expected);
                     r.record(deviation <= bound, deviation, bound, {b, h, i, j});
                 }

@@ -105,6 +105,8 @@ inline std::optional<tolerance::policy_roundoffs> roundoffs_of_policy(std::strin
         auto u = []<class T>(std::type_identity<T>) { return std::ldexp(1.0, -std::numeric_limits<T>::digits); };
         r = tolerance::policy_roundoffs{u(std::type_identity<typename P::storage_type>{}), u(std::type_identity<typename P::accumulate_type>{}),
                              u(std::type_identity<typename P::weights_type>{}), u(std::type_identity<typename P::output_type>{})};
+        r->logits = u(std::type_identity<logits_storage_t<P>>{});
+        r->weights_scale = weights_scale_v<P>;
     });
     return r;
 }

@@ -15,6 +15,11 @@
 - A kernel casting P to bf16 before P·V (fp32_p_bf16) is not a float32 kernel: undeclared it FAILs;
   declared (--policy fp32_p_bf16) it PASSes; a float32 output off by 10% in one row still FAILs when it
   declares fp32_p_bf16; a policy whose output format is not the candidate's is exit 2.
+- Declared policies put each rounding in its own format: an fp8 P-cast kernel PASSes declared (and a row
+  off by 10% FAILs), a bf16_fp32acc kernel PASSes on logits near 1000, and the implied invariant
+  sum over keys of dK = 0 does not make a bf16 gradient check INCONCLUSIVE (dK times 1.5 FAILs).
+- P = exp(S - lse) pins weights whose logits are pushed down by 1e9 to the underflow floor: a float32
+  kernel's weights and lse PASS on sdpa_seed_mask, a seed-masked key with weight 1e-3 FAILs.
 """
 import json
 import os
@@ -112,6 +117,60 @@ p, v = check("--output", f"{pb}/output.npy", "--policy", "bf16_fp32acc")
 expect(p.returncode == 2 and "--policy" in p.stderr, "a policy whose output format is not the candidate's: exit 2 naming --policy")
 p, v = check("--output", f"{pb}/output.npy", "--policy", "no_such_policy")
 expect(p.returncode == 2 and "--policy" in p.stderr, "an unknown policy: exit 2 naming --policy")
+
+# 5. Declared policies, each rounding in its own format (docs/verdicts-by-format.md): an fp8 P-cast kernel
+# (P·256 rounded to e4m3 before P·V, float32 otherwise) PASSes declared (its bound was vacuous when every
+# storage rounding was counted at e4m3's 2^-4); the same output off by 10% in one row FAILs.
+f8 = os.path.join(work, "p_fp8")
+run("run", "--golden", case, "--arith", "fp32_p_fp8e4m3_s256", "--out", f8)
+p, v = check("--output", f"{f8}/output.npy", "--policy", "fp32_p_fp8e4m3_s256")
+expect(v.get("verdict") == "PASS", f"fp8 P-cast kernel declared: PASS (got {v.get('verdict')}: {v.get('reason')})")
+o = np.load(f"{f8}/output.npy")
+o[0, 0, 0, :] *= np.float32(1.10)
+np.save(f"{work}/wrong_fp8.npy", o)
+p, v = check("--output", f"{work}/wrong_fp8.npy", "--policy", "fp32_p_fp8e4m3_s256")
+expect(v.get("verdict") == "FAIL", f"an fp8 P-cast output off by 10% in one row, declared: FAIL (got {v.get('verdict')})")
+# A bf16 kernel with float32 logits (declared bf16_fp32acc) on logits near 1000: the scale constant rounds
+# in float32, not bf16, so the bound is no longer vacuous.
+offset = os.path.join(golden, "sdpa_adv_logit_offset_1000")
+lo = os.path.join(work, "offset_bf16")
+run("run", "--golden", offset, "--arith", "bf16_fp32acc", "--out", lo)
+p = run("check", "--golden", offset, "--output", f"{lo}/output.npy", "--policy", "bf16_fp32acc")
+expect(p.returncode == 0 and "PASS" in p.stdout, "bf16_fp32acc declared on logits near 1000: PASS (" + p.stdout[-300:] + p.stderr + ")")
+# The sum over keys of dK = 0 is implied by dK's own comparison: its vacuous bound on a bf16 kernel's
+# gradients no longer makes the check INCONCLUSIVE, while a wrong dK (x1.5) still FAILs.
+ez = os.path.join(golden, "sdpa_bwd_empty_rows_zero")
+eb = os.path.join(work, "empty_bf16")
+run("run", "--golden", ez, "--arith", "bf16_fp32acc", "--out", eb)
+j = os.path.join(work, "ez.json")
+p = run("check", "--golden", ez, "--json", j, *grads(eb), "--backward-algorithm", "textbook", "--policy", "bf16_fp32acc")
+v = json.load(open(j)) if os.path.exists(j) else {}
+expect(v.get("verdict") == "PASS", f"bf16 gradients on sdpa_bwd_empty_rows_zero, declared: PASS (got {v.get('verdict')}: {v.get('reason')})")
+dk = np.load(f"{eb}/grad_key.npy")
+dkv = (dk.astype(np.uint32) << 16).view(np.float32).copy()
+dkv *= np.float32(1.5)
+np.save(f"{work}/dk_wrong.npy", ((dkv.view(np.uint32) + 0x7FFF + ((dkv.view(np.uint32) >> 16) & 1)) >> 16).astype(np.uint16))
+os.remove(j)
+p = run("check", "--golden", ez, "--json", j, "--grad-query", f"{eb}/grad_query.npy", "--grad-key", f"{work}/dk_wrong.npy",
+        "--grad-value", f"{eb}/grad_value.npy", "--backward-algorithm", "textbook", "--policy", "bf16_fp32acc")
+v = json.load(open(j)) if os.path.exists(j) else {}
+expect(v.get("verdict") == "FAIL", f"bf16 dK times 1.5: FAIL (got {v.get('verdict')})")
+
+# 6. A float32 kernel with its weights and lse on sdpa_seed_mask (logits pushed down by 1e9): the invariant
+# P = exp(S - lse) pins those keys' weights to the underflow floor (to every order) instead of reporting a
+# vacuous relative bound: PASS; the same weights with one such key given weight 1e-3 FAIL.
+sm = os.path.join(golden, "sdpa_seed_mask")
+sf = os.path.join(work, "seed_f32")
+run("run", "--golden", sm, "--arith", "float32", "--out", sf)
+p = run("check", "--golden", sm, "--output", f"{sf}/output.npy", "--weights", f"{sf}/weights.npy", "--lse", f"{sf}/lse.npy")
+expect(p.returncode == 0 and p.stdout.rstrip().endswith("PASS"), "float32 with --weights --lse on sdpa_seed_mask: PASS (" + p.stdout[-200:] + p.stderr[-200:] + ")")
+w = np.load(f"{sf}/weights.npy")
+gw = np.load(os.path.join(sm, "weights.npy"))
+at = tuple(np.argwhere(gw == 0)[0])
+w[at] = np.float32(1e-3)
+np.save(f"{work}/seed_w_wrong.npy", w)
+p = run("check", "--golden", sm, "--output", f"{sf}/output.npy", "--weights", f"{work}/seed_w_wrong.npy", "--lse", f"{sf}/lse.npy")
+expect(p.returncode == 1 and "FAIL" in p.stdout, "a seed-masked key given weight 1e-3: FAIL (" + p.stdout[-300:] + ")")
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

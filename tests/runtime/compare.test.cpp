@@ -316,6 +316,89 @@ BOOST_AUTO_TEST_CASE(forward_bound_covers_fp16_subnormal_outputs) {
                                                                                  << worst_without << ")");
 }
 
+// Declared policies (data_aware_scales::bound(e, policy_roundoffs)): each rounding in the format the
+// policy performs it in — P's storage in u_P (its underflow η(u_P)/S), the scale constant in the logits'
+// format, the rest in storage. attnref's kernels that follow the policy stay within it element by
+// element on adversarial inputs — random, logits offset by ~560 (a common offset the softmax removes),
+// six tied maximal keys, logits spread so far that P·256 is subnormal in e4m3, and the online softmax
+// (P rounded unnormalised per key block) — against the same attention in double. A weakened bound, P
+// stored 16× more precisely than declared (for bf16_fp32acc P and the output's final rounding, now a
+// linear term of its own, 64×), is exceeded: the test can catch a bound too tight.
+#include "attnref/kernel_models.hpp"
+
+namespace {
+struct declared_policy_run {
+    double worst = 0, worst_weakened = 0;
+};
+template <class Policy, class Storage>
+declared_policy_run run_declared_policy(const tol::policy_roundoffs& pr, const tol::policy_roundoffs& weakened) {
+    using namespace attnref;
+    declared_policy_run r;
+    for (int variant = 0; variant < 5; ++variant) {
+        const std::size_t sk = 64, dk = 8, dv = 8;
+        const auto seed = static_cast<std::uint64_t>(variant);
+        auto q = test::random_tensor<double, 4>({1, 2, 6, dk}, 811 + seed);
+        auto k = test::random_tensor<double, 4>({1, 2, sk, dk}, 911 + seed);
+        auto v = test::random_tensor<double, 4>({1, 2, sk, dv}, 1011 + seed);
+        attention_options o;
+        o.threads = 1;
+        if (variant == 1)  // logits near 566: q_0 = k_j0 = 40 (+ the noise of k)
+            for (std::size_t n = 0; n < q.size(); n += dk) q.storage()[n] = 40, k.storage()[n] = 40 + k.storage()[n] * 0x1p-4;
+        if (variant == 2)  // six tied maximal keys (copies of key 0, q·k_0 made the largest), other values apart
+            for (std::size_t h = 0; h < 2; ++h)
+                for (std::size_t j = 0; j < 6; ++j)
+                    for (std::size_t c = 0; c < dk; ++c) k(0, h, j, c) = 3 * (c % 2 ? 1.0 : -1.0), q(0, h, j, c) = c % 2 ? 1.0 : -1.0;
+        if (variant == 3)  // logits spread over ±40: weights down to 1e-17, P·256 subnormal in e4m3 below 2^-6
+            for (double& x : q.storage()) x *= 12;
+        if (variant == 4) {  // FlashAttention's online softmax: P rounded unnormalised, per block of 16 keys
+            o.softmax.algorithm = softmax_algorithm::online;
+            o.softmax.block_size = 16;
+            for (double& x : q.storage()) x *= 4;
+        }
+        for (auto* t : {&q, &k, &v})
+            for (double& x : t->storage()) x = static_cast<double>(Storage(x));  // inputs exact in the storage format
+        const tensor<double, 4> qc = q, kc = k, vc = v;
+        const auto exact = scaled_dot_product_attention<uniform_precision<double>>(qc.view(), kc.view(), vc.view(), o);
+        const auto qs = test::cast<Storage>(q), ks = test::cast<Storage>(k), vs = test::cast<Storage>(v);
+        const auto got = scaled_dot_product_attention<Policy>(qs.view(), ks.view(), vs.view(), o);
+        const tensor<double, 4> p = exact.weights;
+        const tol::data_aware_scales s = tol::sdpa_scales(qc.view(), kc.view(), vc.view(), p.view(), o, true);
+        for (std::size_t e = 0; e < s.size(); ++e) {
+            const double err = std::fabs(static_cast<double>(got.output[e]) - exact.output[e]);
+            r.worst = std::max(r.worst, err / s.bound(e, pr));
+            r.worst_weakened = std::max(r.worst_weakened, err / s.bound(e, weakened));
+        }
+    }
+    return r;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(declared_policy_bounds_hold_for_kernels_that_follow_them) {
+    using namespace attnref;
+    struct named {
+        const char* name;
+        declared_policy_run r;
+    };
+    const double u32 = 0x1p-24, u16 = 0x1p-8;
+    // policy_roundoffs{storage, accumulate, weights (P), output, logits (0: in accumulate), P's static scale}
+    const named runs[] = {
+        {"fp32_p_fp8e4m3_s256",
+         run_declared_policy<with_weights_scale<precision_policy<float, float, float8_e4m3, float>, 256.0>, float>(
+             {u32, u32, 0x1p-4, u32, 0, 256}, {u32, u32, 0x1p-8, u32, 0, 256})},
+        {"fp32_p_fp8e4m3 (no scale)", run_declared_policy<precision_policy<float, float, float8_e4m3, float>, float>(
+                                          {u32, u32, 0x1p-4, u32, 0, 1}, {u32, u32, 0x1p-8, u32, 0, 1})},
+        {"fp32_p_bf16", run_declared_policy<precision_policy<float, float, bfloat16, float>, float>({u32, u32, u16, u32, 0, 1},
+                                                                                                  {u32, u32, 0x1p-12, u32, 0, 1})},
+        {"bf16_fp32acc", run_declared_policy<precision_policy<bfloat16, float, bfloat16, bfloat16>, bfloat16>(
+                             {u16, u32, u16, u16, 0, 1}, {u16, u32, 0x1p-14, 0x1p-14, 0, 1})},  // weakened: P and the output rounding 64x
+    };
+    for (const named& n : runs) {
+        BOOST_TEST(n.r.worst <= 1.0, n.name << ": worst |error| / bound " << n.r.worst);
+        BOOST_TEST(n.r.worst_weakened > 1.0, n.name << ": the weakened bound is exceeded: " << n.r.worst_weakened);
+        BOOST_TEST_MESSAGE(n.name << ": worst |error| / declared bound = " << n.r.worst << " (weakened: " << n.r.worst_weakened << ")");
+    }
+}
+
 // The bound drivers (tolerance/data_aware.hpp, worst_case.hpp) split their rows over threads and
 // run vectorised inner loops (tolerance/parallel_bounds.hpp): every term and every element bound
 // must be the same, bit for bit, on 1, 2 and 3 threads. Shapes with odd head dimensions and key
@@ -361,6 +444,8 @@ void check_same(const tol::data_aware_scales& a, const tol::data_aware_scales& b
     BOOST_TEST(same_bits(a.logit_var, b.logit_var), what << ": logit_var");
     BOOST_TEST(same_bits(a.row_logit_var, b.row_logit_var), what << ": row_logit_var");
     BOOST_TEST(same_bits(a.row_logit_linear, b.row_logit_linear), what << ": row_logit_linear");
+    BOOST_TEST(same_bits(a.sigma_linear, b.sigma_linear), what << ": sigma_linear");
+    BOOST_TEST(same_bits(a.output_value, b.output_value), what << ": output_value");
     BOOST_TEST(same_bits(a.worst_case.t0, b.worst_case.t0), what << ": worst-case t0");
     BOOST_TEST(same_bits(a.worst_case.t1, b.worst_case.t1), what << ": worst-case t1");
     BOOST_TEST(same_bits(a.worst_case.row_L, b.worst_case.row_L), what << ": worst-case row_L");

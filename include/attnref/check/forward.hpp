@@ -120,7 +120,7 @@ inline tensor_report judge_case_output(forward_reference& ref, std::span<const d
         return judged_output(tol::compare_ulp(candidate, expected, format), {}, format, candidate, expected, row);
     std::vector<double> bounds;
     if (model == tol::tolerance_model::data_aware) {
-        bounds = policy ? tol::element_bounds(ref.scales(), policy->widest_storage(), policy->accumulate)  // a declared policy's roundoffs
+        bounds = policy ? tol::element_bounds(ref.scales(), *policy)  // a declared policy's roundoffs, each where it rounds
                         : tol::element_bounds(ref.scales(), format);
     } else if (model == tol::tolerance_model::worst_case) {
         bounds = tol::element_bounds(worst_case_scales_for(spec, lc.data, ref.weights()), format);

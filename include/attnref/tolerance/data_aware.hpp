@@ -49,6 +49,14 @@ struct data_aware_scales {
     std::vector<two_part> linear;       ///< worst-case terms summed as absolute values (correlated roundings, floor)
     std::vector<two_part> logit_var;    ///< the largest logit variance of the element's rows (second-order factor)
     std::vector<double> logit_linear;   ///< the largest linear logit perturbation, per u_acc (second-order factor)
+    /// σ_c = Σ_j p_j|v_jc| (through |W_o| for multi-head): the part of `linear.store` that is P's storage
+    /// rounding, counted twice there (P stored, and benchdnn's floor); the rest of linear.store is the
+    /// logit-level constants' rounding (scale, softcap, slopes: 3·Σ_j p_j·M_j·|v_jc − o_c|). Lets a
+    /// declared policy (bound(e, policy_roundoffs)) put each in its own format.
+    std::vector<double> sigma_linear;
+    /// The exact output value per element: its storage rounding, u²·o² in `independent.store`, is one
+    /// rounding of the computed value, which a declared policy bounds as such (bound(e, policy_roundoffs)).
+    std::vector<double> output_value;
     double lambda = data_aware_lambda;
     /// The rigorous worst-case bound of the same case: where it is smaller (short sums), it is used.
     worst_case_scales worst_case;
@@ -90,6 +98,40 @@ struct data_aware_scales {
         return w < b ? w : b;
     }
     double bound(std::size_t e, double u) const { return bound(e, u, u); }
+
+    /// The bound of a candidate that declares its policy (attnref check --policy): the same terms
+    /// (eqs. 15–22, 26), each rounding in the format the policy performs it in — storage roundings
+    /// (inputs, Q/K/V, head outputs, output, benchdnn's floor) in u_s = storage_but_weights(), P's
+    /// storage in u_P (its underflow η(u_P)/S with P's static scale S), the logit-level constants and
+    /// stored logits in logit_level() — instead of one u for all of them. Capped by the worst-case
+    /// bound of the policy's widest storage (valid for it). Without sigma_linear (scales built by hand):
+    /// bound(e, widest, accumulate).
+    double bound(std::size_t e, const policy_roundoffs& pr) const {
+        const double u_acc = pr.accumulate, u_s = pr.storage_but_weights(), u_p = pr.weights, u_c = pr.logit_level();
+        if (sigma_linear.size() != size() || output_value.size() != size()) return bound(e, pr.widest_storage(), u_acc);
+        const double ua2 = u_acc * u_acc, us2 = u_s * u_s;
+        const double eps = logit_epsilon(logit_var[e], logit_linear[e], u_s, u_acc);
+        const double g = error_bounds::second_order_factor(2 * eps);
+        const auto times = [](double a, double x) { return x == 0 ? 0.0 : a * x; };
+        // The output's own storage rounding, fl(ô) = ô(1 + δ) with |δ| ≤ u_out, comes last:
+        // |fl(ô) − o| ≤ (1 + u_out)·|ô − o| + u_out·|o|. Its u²·o² leaves the variance (the rest of
+        // independent.store, summed in double from nonnegative terms, up to relative 2⁻⁴⁰).
+        const double o2 = output_value[e] * output_value[e], ist = independent[e].store;
+        const double ind_store = std::max(0.0, ist - o2) + 0x1p-40 * ist;
+        const double var = times(g * g, coupled[e].acc * ua2 + coupled[e].store * us2) + independent[e].acc * ua2 + ind_store * us2;
+        // linear.store = 2σ + C, both summed in double from nonnegative terms: C ≤ linear.store − 2σ
+        // up to the two sums' rounding (relative 2⁻³⁰ covers 2²² terms).
+        const double sg = sigma_linear[e], st = linear[e].store;
+        const double consts = std::max(0.0, st - 2 * sg) + 0x1p-30 * st;
+        const double lin = linear[e].acc * u_acc + sg * (u_p + u_s) + consts * u_c;
+        const double eta_p = error_bounds::underflow_eta(u_p) / pr.weights_scale;
+        const double under = worst_case.underflow.size() == size() ? times(g, worst_case.underflow[e].at_policy(u_s, u_acc, eta_p)) : 0.0;
+        const double b = ((lambda * std::sqrt(var) + times(g, lin) + under) * (1 + pr.output) + pr.output * std::fabs(output_value[e])) *
+                         (1 + 0x1p-40);
+        if (worst_case.size() != size()) return b;
+        const double w = worst_case.bound(e, pr.widest_storage(), u_acc);
+        return w < b ? w : b;
+    }
 };
 
 namespace detail {
@@ -108,6 +150,7 @@ struct head_inputs {
 struct head_terms {
     std::vector<two_part> coupled, independent, linear, logit_var;  // logit_var per (b,h,i)
     std::vector<double> logit_linear, out;                          // logit_linear per (b,h,i); out = o per (b,h,i,c)
+    std::vector<double> sigma;                                      // σ_c = Σ_j p_j|v_jc| per (b,h,i,c)
 };
 
 /// The data-aware terms of one attention (eqs. 15–19 of docs/error-bounds.md). `logits`
@@ -122,6 +165,7 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
     t.independent.assign(t.coupled.size(), {});
     t.linear.assign(t.coupled.size(), {});
     t.out.assign(t.coupled.size(), 0.0);
+    t.sigma.assign(t.coupled.size(), 0.0);
     t.logit_var.assign(batch * heads * sq, {});
     t.logit_linear.assign(batch * heads * sq, 0.0);
     // Var(v)'s two halves apart, for the vectorised per-key loop (kernels::key_contribution).
@@ -225,6 +269,7 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
                     ind[c].acc += n * sigma[c] * sigma[c];
                     ind[c].store += o[c] * o[c];
                     lin[c].store += sigma[c];
+                    t.sigma[row * dv + c] = sigma[c];
                 }
                 t.logit_var[row] = eps_var;
                 t.logit_linear[row] = eps_lin;
@@ -261,6 +306,8 @@ inline data_aware_scales sdpa_scales(tensor_view<const double, 4> q, tensor_view
     r.logit_var.resize(r.coupled.size());
     r.logit_linear.resize(r.coupled.size());
     for (std::size_t e = 0; e < r.coupled.size(); ++e) r.logit_var[e] = t.logit_var[e / dv], r.logit_linear[e] = t.logit_linear[e / dv];
+    r.sigma_linear = std::move(t.sigma);
+    r.output_value = std::move(t.out);
     r.row_logit_var = std::move(t.logit_var);
     r.row_logit_linear = std::move(t.logit_linear);
     r.n_keys = k.extents[2];
@@ -345,12 +392,17 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
     const std::size_t total = d.batch * sq * eo;
     r.coupled.assign(total, {}), r.independent.assign(total, {}), r.linear.assign(total, {});
     r.logit_var.assign(total, {}), r.logit_linear.assign(total, 0.0);
+    r.sigma_linear.assign(total, 0.0);
+    r.output_value.assign(total, 0.0);
+    std::vector<double> wo_abs(H * dv * eo);  // |W_o|, for σ through |W_o| (sigma_linear)
+    for (std::size_t m = 0; m < H * dv; ++m)
+        for (std::size_t l = 0; l < eo; ++l) wo_abs[m * eo + l] = detail::abs_d(w.w_o(m, l));
     // Output rows (b, i) on the threads, each computed alone in the same order whatever the split;
     // a row's terms are summed in row-local arrays (the two_part halves apart) and stored at its end.
     ::attnref::detail::parallel_for(d.batch * sq, o.attention.threads, [&](std::size_t out_index) {
             const std::size_t b = out_index / sq, i = out_index % sq;
             std::vector<two_part> head_cpl(H);
-            std::vector<double> y(eo), y2(eo), ypos(eo), yneg(eo), cpl_a(eo), cpl_s(eo), ind_a(eo), ind_s(eo), lin_a(eo), lin_s(eo);
+            std::vector<double> y(eo), y2(eo), ypos(eo), yneg(eo), cpl_a(eo), cpl_s(eo), ind_a(eo), ind_s(eo), lin_a(eo), lin_s(eo), sig(eo);
             const std::size_t out_row = (b * sq + i) * eo;
             two_part eps_var;
             double eps_lin = 0;
@@ -371,13 +423,16 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
                     kernels::output_projection({t.out[at], G, t.independent[at].acc, t.independent[at].store, t.linear[at].acc, t.linear[at].store},
                                                &w.w_o(h * dv + c, 0), eo, ind_a.data(), ind_s.data(), lin_a.data(), lin_s.data(), y.data(),
                                                y2.data(), ypos.data(), yneg.data());
+                    kernels::scaled_add2(t.sigma[at], 0, &wo_abs[(h * dv + c) * eo], eo, sig.data(), nullptr);  // Σ |W_o|·σ
                 }
             }
             for (std::size_t l = 0; l < eo; ++l) {
                 r.coupled[out_row + l] = {cpl_a[l], cpl_s[l]};
                 r.independent[out_row + l] = {ind_a[l], ind_s[l]};
                 r.linear[out_row + l] = {lin_a[l], lin_s[l]};
+                r.sigma_linear[out_row + l] = sig[l];
                 const double bl = w.b_o.empty() ? 0.0 : w.b_o[l], yl = y[l] + bl;
+                r.output_value[out_row + l] = yl;
                 const double m = detail::partial_sum_bound(ypos[l] + (bl > 0 ? bl : 0.0), yneg[l] + (bl < 0 ? -bl : 0.0));
                 // W_o's products and H·dv additions (+ bias) in u_acc; rounding W_o, b_o and y to storage.
                 r.independent[out_row + l] += two_part{y2[l] + (hd + 1) * m * m, (inputs_exact ? 0.0 : y2[l] + bl * bl) + yl * yl};
@@ -389,6 +444,14 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
     r.row_logit_linear = std::move(t.logit_linear);
     r.n_keys = sk;
     return r;
+}
+
+/// The data-aware bounds of a candidate that declares its precision policy
+/// (data_aware_scales::bound(e, policy_roundoffs): each rounding in the format the policy performs it in).
+inline std::vector<double> element_bounds(const data_aware_scales& s, const policy_roundoffs& pr) {
+    std::vector<double> b(s.size());
+    for (std::size_t n = 0; n < b.size(); ++n) b[n] = s.bound(n, pr);
+    return b;
 }
 
 }  // namespace attnref::tolerance

@@ -47,6 +47,14 @@ constexpr double accumulate_roundoff(candidate_format f) {
 /// instead of assuming the format's default (accumulate_roundoff).
 struct policy_roundoffs {
     double storage = 0, accumulate = 0, weights = 0, output = 0;
+    /// The unit roundoff of the format the logits are stored in before the softmax (0: they stay in
+    /// the accumulation format, as FlashAttention's kernels keep them), and the static scale S by which
+    /// P is multiplied before its rounding to `weights` (kernel_models.hpp; 1: none).
+    double logits = 0, weights_scale = 1;
+    /// The roundoff of everything stored but P: inputs, Q/K/V, head outputs, output.
+    constexpr double storage_but_weights() const { return storage > output ? storage : output; }
+    /// The roundoff of the logit-level constants (scale, softcap, slopes) and of the logits' storage.
+    constexpr double logit_level() const { return logits > accumulate ? logits : accumulate; }
     /// The largest storage-side roundoff: the `u` of the forward bounds, which count every storage
     /// rounding (inputs, Q/K/V, P, head outputs, output) with one unit roundoff.
     constexpr double widest_storage() const {

@@ -24,11 +24,20 @@ namespace attnref::tolerance {
 /// Coefficients of the storage underflow term (eq. 26): an element's absolute error gains
 /// acc·η(u_acc) + store·η(u), η = error_bounds::underflow_eta the absolute error of a rounding into
 /// the subnormal range, counted over every rounding the output depends on.
+/// `weights` holds the part of the storage coefficient that comes from storing P before P·V (a declared
+/// policy may store P in another format than the rest: at_policy).
 struct underflow_coefficients {
-    double acc = 0, store = 0;
+    double acc = 0, store = 0, weights = 0;
     double at(double u, double u_acc) const {
-        const double a = acc == 0 ? 0.0 : acc * error_bounds::underflow_eta(u_acc), s = store == 0 ? 0.0 : store * error_bounds::underflow_eta(u);
+        const double st = store + weights;
+        const double a = acc == 0 ? 0.0 : acc * error_bounds::underflow_eta(u_acc), s = st == 0 ? 0.0 : st * error_bounds::underflow_eta(u);
         return a + s;
+    }
+    /// With P's storage apart: its absolute underflow error eta_p (η of P's format divided by P's static scale).
+    double at_policy(double u, double u_acc, double eta_p) const {
+        const double a = acc == 0 ? 0.0 : acc * error_bounds::underflow_eta(u_acc), s = store == 0 ? 0.0 : store * error_bounds::underflow_eta(u),
+                     w = weights == 0 ? 0.0 : weights * eta_p;
+        return a + s + w;
     }
 };
 
@@ -139,9 +148,10 @@ inline void head_scales(tensor_view<const double, 4> q_abs, tensor_view<const do
                         const double va = v_abs(b, g, j, c), w = abs_d(pj) * (va + s_row[c]);
                         const underflow_coefficients ev = err(in.v, ((b * kv + g) * sk + j) * dv + c);
                         t.acc += w * le_acc[j] + abs_d(pj) * ev.acc + 4 * va;
-                        t.store += w * le_store[j] + abs_d(pj) * ev.store + va;
+                        t.store += w * le_store[j] + abs_d(pj) * ev.store;
+                        t.weights += va;  // P_j stored
                     }
-                    u_row[c] = {t.acc * (1 + 0x1p-40), t.store * (1 + 0x1p-40)};
+                    u_row[c] = {t.acc * (1 + 0x1p-40), t.store * (1 + 0x1p-40), t.weights * (1 + 0x1p-40)};
                 }
             }
 }
@@ -254,6 +264,7 @@ inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q,
                         underflow_coefficients& ru = r.underflow[(b * sq + i) * eo + e];
                         ru.acc += wa * hu.acc;
                         ru.store += wa * hu.store + s;
+                        ru.weights += wa * hu.weights;
                         if (s == 0) continue;
                         r.t0[(b * sq + i) * eo + e] += s * wa;
                         r.t1[(b * sq + i) * eo + e] += l_row * s * wa;
@@ -265,7 +276,7 @@ inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q,
         const double bo = w.b_o.empty() ? 0.0 : detail::abs_d(w.b_o[n % eo]);
         r.t0[n] = (r.t0[n] + bo) * (1 + 0x1p-46);
         r.t1[n] *= 1 + 0x1p-46;
-        r.underflow[n].acc *= 1 + 0x1p-40, r.underflow[n].store *= 1 + 0x1p-40;
+        r.underflow[n].acc *= 1 + 0x1p-40, r.underflow[n].store *= 1 + 0x1p-40, r.underflow[n].weights *= 1 + 0x1p-40;
     }
     const std::size_t em = x_q.extents[2];
     r.n_keys = d.key_length;
