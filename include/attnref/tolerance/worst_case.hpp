@@ -114,70 +114,85 @@ inline void head_scales(tensor_view<const double, 4> q_abs, tensor_view<const do
         for (std::size_t n = 0; n < q_abs.size(); ++n) eq_a[n] = err(in.q, n).acc, eq_s[n] = err(in.q, n).store;
         for (std::size_t n = 0; n < v_abs.size(); ++n) ev_a[n] = err(in.v, n).acc, ev_s[n] = err(in.v, n).store;
     }
-    // Rows (b, h, i) on the threads, each computed alone (every sum over j and over c in the order of
-    // the scalar loops), so no value depends on the thread count.
+    // Blocks of row_block rows (b, h, i) on the threads, the keys in tiles of key_tile (a multiple of
+    // the pack) that the block's rows go through in turn while the tile is in cache; every row still
+    // takes its keys in order (each sum over j and over c in the order of the scalar loops), so no
+    // value depends on the blocking or the thread count.
+    constexpr std::size_t row_block = 16, key_tile = 32 * simd::lanes;
     const std::size_t rows = batch * heads * sq;
-    ::attnref::detail::parallel_for(rows, threads, [&](std::size_t row) {
-        const std::size_t b = row / (heads * sq), h = row / sq % heads, i = row % sq, g = h / group;
-        std::vector<double> le_acc(underflow ? sk : 0), le_store(underflow ? sk : 0);
-        double& l_row = L[row];
-        double* s_row = &sigma[row * dv];
-        const double* q = &q_abs(b, h, i, 0);
-        const std::size_t kt_at = (b * kv + g) * dk * sk;
+    ::attnref::detail::parallel_for((rows + row_block - 1) / row_block, threads, [&](std::size_t task) {
+        const std::size_t r0 = task * row_block, nr = std::min(row_block, rows - r0);
+        std::vector<double> le_acc(underflow ? nr * sk : 0), le_store(underflow ? nr * sk : 0);
         kernels::worst_key_dots dots;
-        auto live = [&](std::size_t j) { return p(b, h, i, j) != 0; };  // masked or underflowed keys add nothing (NaN weights do)
-        auto key = [&](std::size_t j, double dot) {
-            const double pj = p(b, h, i, j);
-            const double s = logits(b, h, i, j);
-            const double m = s_abs * dot * (1 + 0x1p-50) + (std::isfinite(s) ? abs_d(s) : 0.0);
-            if (m > l_row) l_row = m;
-            kernels::scaled_add2(abs_d(pj), 0, &v_abs(b, g, j, 0), dv, s_row, nullptr);  // σ_c += |p_j|·|v_jc|
-        };
-        for (std::size_t j0 = 0; j0 < sk; j0 += simd::lanes) {
-            const std::size_t n = std::min(simd::lanes, sk - j0);
-            bool any = false;
-            for (std::size_t l = 0; l < n; ++l) any = any || live(j0 + l);
-            if (!any) continue;
-            if (n == simd::lanes) {
-                kernels::worst_key_block(q, underflow ? &eq_a[row * dk] : nullptr, underflow ? &eq_s[row * dk] : nullptr, &kT[kt_at + j0],
-                                         underflow ? &ek_a[kt_at + j0] : nullptr, underflow ? &ek_s[kt_at + j0] : nullptr, sk, dk, s_abs, la0,
-                                         dots);
-            } else {  // the row's last keys, one at a time (the same operations per key)
-                for (std::size_t l = 0; l < n; ++l) {
-                    double dot = 0, la = la0, ls = 0;
-                    for (std::size_t c = 0; c < dk; ++c) {
-                        const double k = kT[kt_at + c * sk + j0 + l];
-                        dot += q[c] * k;
-                        if (!underflow) continue;
-                        la += s_abs * (eq_a[row * dk + c] * k + q[c] * ek_a[kt_at + c * sk + j0 + l]);
-                        ls += s_abs * (eq_s[row * dk + c] * k + q[c] * ek_s[kt_at + c * sk + j0 + l]);
+        for (std::size_t jt = 0; jt < sk; jt += key_tile)
+            for (std::size_t k = 0; k < nr; ++k) {
+                const std::size_t row = r0 + k, b = row / (heads * sq), h = row / sq % heads, i = row % sq, g = h / group;
+                double& l_row = L[row];
+                double* s_row = &sigma[row * dv];
+                const double* q = &q_abs(b, h, i, 0);
+                const std::size_t kt_at = (b * kv + g) * dk * sk;
+                auto live = [&](std::size_t j) { return p(b, h, i, j) != 0; };  // masked or underflowed keys add nothing (NaN weights do)
+                for (std::size_t j0 = jt; j0 < std::min(sk, jt + key_tile); j0 += simd::lanes) {
+                    const std::size_t n = std::min(simd::lanes, sk - j0);
+                    bool any = false;
+                    for (std::size_t l = 0; l < n; ++l) any = any || live(j0 + l);
+                    if (!any) continue;
+                    if (n == simd::lanes) {
+                        kernels::worst_key_block(q, underflow ? &eq_a[row * dk] : nullptr, underflow ? &eq_s[row * dk] : nullptr, &kT[kt_at + j0],
+                                                 underflow ? &ek_a[kt_at + j0] : nullptr, underflow ? &ek_s[kt_at + j0] : nullptr, sk, dk, s_abs,
+                                                 la0, dots);
+                    } else {  // the row's last keys, one at a time (the same operations per key)
+                        for (std::size_t l = 0; l < n; ++l) {
+                            double dot = 0, la = la0, ls = 0;
+                            for (std::size_t c = 0; c < dk; ++c) {
+                                const double kc = kT[kt_at + c * sk + j0 + l];
+                                dot += q[c] * kc;
+                                if (!underflow) continue;
+                                la += s_abs * (eq_a[row * dk + c] * kc + q[c] * ek_a[kt_at + c * sk + j0 + l]);
+                                ls += s_abs * (eq_s[row * dk + c] * kc + q[c] * ek_s[kt_at + c * sk + j0 + l]);
+                            }
+                            dots.dot[l] = dot, dots.la[l] = la, dots.ls[l] = ls;
+                        }
                     }
-                    dots.dot[l] = dot, dots.la[l] = la, dots.ls[l] = ls;
+                    for (std::size_t l = 0; l < n; ++l) {
+                        const std::size_t j = j0 + l;
+                        if (!live(j)) continue;
+                        const double pj = p(b, h, i, j), s = logits(b, h, i, j);
+                        const double m = s_abs * dots.dot[l] * (1 + 0x1p-50) + (std::isfinite(s) ? abs_d(s) : 0.0);
+                        if (m > l_row) l_row = m;
+                        kernels::scaled_add2(abs_d(pj), 0, &v_abs(b, g, j, 0), dv, s_row, nullptr);  // σ_c += |p_j|·|v_jc|
+                        // (eq. 26) the logit's absolute underflow: q's and k's through s·qᵀk, and the dot
+                        // product's dk products and the scale's multiplications (η_acc each).
+                        if (underflow) le_acc[k * sk + j] = dots.la[l], le_store[k * sk + j] = dots.ls[l];
+                    }
                 }
             }
-            for (std::size_t l = 0; l < n; ++l) {
-                if (!live(j0 + l)) continue;
-                key(j0 + l, dots.dot[l]);
-                // (eq. 26) the logit's absolute underflow: q's and k's through s·qᵀk, and the dot
-                // product's dk products and the scale's multiplications (η_acc each).
-                if (underflow) le_acc[j0 + l] = dots.la[l], le_store[j0 + l] = dots.ls[l];
-            }
-        }
-        for (std::size_t c = 0; c < dv; ++c) s_row[c] *= 1 + 0x1p-48;  // this sum's own rounding, upward
+        for (std::size_t k = 0; k < nr; ++k)
+            for (std::size_t c = 0; c < dv; ++c) sigma[(r0 + k) * dv + c] *= 1 + 0x1p-48;  // this sum's own rounding, upward
         if (!underflow) return;
         // (eq. 26) Δo_c = Σ_j p_j (v_jc − o_c) ΔS_j + Σ_j p_j Δv_jc + Σ_j ΔP_j v_jc + P·V's products
         // + o's storage, with |v_jc − o_c| ≤ |v_jc| + σ_c and ΔP_j ≤ η(storage) + 4η_acc (exp, division).
-        underflow_coefficients* u_row = &(*underflow)[row * dv];
-        double n_live = 0;
-        for (std::size_t j = 0; j < sk; ++j) n_live += live(j) ? 1 : 0;
-        std::vector<double> ta(dv, n_live + 1), ts(dv, 1.0);
-        for (std::size_t j = 0; j < sk; ++j) {
-            if (!live(j)) continue;
-            const std::size_t at = ((b * kv + g) * sk + j) * dv;
-            kernels::worst_underflow_key(abs_d(p(b, h, i, j)), le_acc[j], le_store[j], &v_abs(b, g, j, 0), &ev_a[at], &ev_s[at], s_row, dv,
-                                         ta.data(), ts.data());
+        std::vector<double> ta(nr * dv), ts(nr * dv, 1.0);
+        for (std::size_t k = 0; k < nr; ++k) {
+            const std::size_t row = r0 + k;
+            double n_live = 0;
+            for (std::size_t j = 0; j < sk; ++j) n_live += p.data[row * sk + j] != 0 ? 1 : 0;
+            std::fill_n(&ta[k * dv], dv, n_live + 1);
         }
-        for (std::size_t c = 0; c < dv; ++c) u_row[c] = {ta[c] * (1 + 0x1p-40), ts[c] * (1 + 0x1p-40)};
+        for (std::size_t jt = 0; jt < sk; jt += key_tile)
+            for (std::size_t k = 0; k < nr; ++k) {
+                const std::size_t row = r0 + k, b = row / (heads * sq), h = row / sq % heads, i = row % sq, g = h / group;
+                for (std::size_t j = jt; j < std::min(sk, jt + key_tile); ++j) {
+                    const double pj = p(b, h, i, j);
+                    if (!(pj != 0)) continue;
+                    const std::size_t at = ((b * kv + g) * sk + j) * dv;
+                    kernels::worst_underflow_key(abs_d(pj), le_acc[k * sk + j], le_store[k * sk + j], &v_abs(b, g, j, 0), &ev_a[at], &ev_s[at],
+                                                 &sigma[row * dv], dv, &ta[k * dv], &ts[k * dv]);
+                }
+            }
+        for (std::size_t k = 0; k < nr; ++k)
+            for (std::size_t c = 0; c < dv; ++c)
+                (*underflow)[(r0 + k) * dv + c] = {ta[k * dv + c] * (1 + 0x1p-40), ts[k * dv + c] * (1 + 0x1p-40)};
     });
 }
 
