@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -624,6 +626,55 @@ BOOST_AUTO_TEST_CASE(vacuous_bounds_are_inconclusive) {
     BOOST_TEST(report_json(r).find("\"verdict\": \"INCONCLUSIVE\"") != std::string::npos);
     BOOST_TEST(report_junit(r).find("type=\"INCONCLUSIVE\"") != std::string::npos);
     fs::remove_all(work);
+}
+
+// The decoys computed row by row (check/decoy_rows.hpp): every row equals the whole decoy forward
+// pass's (forward_output of each decoy problem, computed in one call), bit for bit, whichever rows a
+// pass asks for; and the rule's report equals judge_with_decoys' (every decoy computed whole) for
+// bounds that every decoy fails at once, that they fail only in the last row (every chunk computed),
+// and that a decoy passes (the report names it).
+BOOST_AUTO_TEST_CASE(decoys_row_by_row_match_whole_decoys) {
+    using F = tol::candidate_format;
+    std::size_t decoy_notes = 0, passes = 0;
+    for (const char* name : {"mha_bias_gqa", "mha_seed_mask", "mha_cross_attention", "sdpa_alibi_causal", "sdpa_additive_mask",
+                             "sdpa_empty_rows_nan", "sdpa_gqa"}) {
+        BOOST_TEST_CONTEXT(name) {
+            const golden_case g = load(golden_dir / name);
+            const forward_problem p = problem_of(views_of(g.lc.m.spec, g.lc.data));
+            const std::size_t row = output_shape(g.lc.m.spec).back(), rows = g.expected.size() / row;
+            std::deque<decoy_detail::head_projection> shared;
+            for (const decoy_problem& dp : decoy_problems(p)) {
+                const std::vector<double> whole = forward_output(dp.p);
+                decoy_detail::row_forward fwd(dp.p, shared);
+                std::vector<std::uint8_t> pass(rows, 0);
+                for (const std::size_t phase : {0, 1, 2}) {  // rows ≡ 1 (mod 3), then ≡ 2, then ≡ 0
+                    for (std::size_t r = 0; r < rows; ++r) pass[r] = (r + 2) % 3 == phase;
+                    fwd.compute(pass);
+                }
+                BOOST_TEST(fwd.output().size() == whole.size());
+                BOOST_TEST(std::memcmp(fwd.output().data(), whole.data(), whole.size() * sizeof(double)) == 0, dp.name);
+            }
+            // Bounds relative to each row's scale max|expected|: c = 1e-9 (every decoy fails at once), 0.9
+            // (within the scale: a decoy may pass), and 0.9 but for 1e-9 in the last row.
+            std::vector<double> scale(rows, 0.0);
+            for (std::size_t e = 0; e < g.expected.size(); ++e)
+                if (std::isfinite(g.expected[e])) scale[e / row] = std::max(scale[e / row], std::fabs(g.expected[e]));
+            for (const int kind : {0, 1, 2}) {
+                std::vector<double> bounds(g.expected.size());
+                for (std::size_t e = 0; e < bounds.size(); ++e)
+                    bounds[e] = (kind == 0 || (kind == 2 && e / row == rows - 1) ? 1e-9 : 0.9) * scale[e / row];
+                const tensor_report a = judge_with_decoys(g.expected, g.expected, F::float64, bounds, row, p);
+                const tensor_report b = judge_with_decoy_rows(g.expected, g.expected, F::float64, bounds, row, p);
+                BOOST_TEST((a.verdict == b.verdict), kind);
+                BOOST_TEST(a.note == b.note, kind);
+                BOOST_TEST(a.untrustworthy == b.untrustworthy);
+                decoy_notes += b.note.find("trivially wrong output") != std::string::npos;
+                passes += b.verdict == verdict::pass;
+            }
+        }
+    }
+    BOOST_TEST(decoy_notes >= 1u);  // a decoy passed somewhere: the whole-decoy path was reached
+    BOOST_TEST(passes >= 1u);       // and the decoys failed somewhere
 }
 
 // --tolerance ulp: values of opposite signs are 2·(their magnitudes' counts) apart, never a wrapped

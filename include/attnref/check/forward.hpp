@@ -19,6 +19,7 @@
 #include "attnref/invariants.hpp"
 #include "attnref/tolerance.hpp"
 #include "attnref/check/candidate.hpp"
+#include "attnref/check/decoy_rows.hpp"
 #include "attnref/check/judgment.hpp"
 #include "attnref/check/verdict.hpp"
 #include "attnref/golden/case.hpp"
@@ -131,7 +132,7 @@ inline tensor_report judge_case_output(forward_reference& ref, std::span<const d
     } else {  // baseline: FlashAttention's rule, one number for the tensor
         bounds.assign(expected.size(), tol::baseline_bound(expected, naive_output(spec, lc.data, format), format));
     }
-    return judge_with_decoys(candidate, expected, format, bounds, row, problem_of(ref.views()));
+    return judge_with_decoy_rows(candidate, expected, format, bounds, row, problem_of(ref.views()));
 }
 
 /// Judges the candidate's weights and lse (those given) against the case into `res`: invariants.hpp's

@@ -57,40 +57,55 @@ inline std::vector<double> forward_output(const forward_problem& p) {
     return std::vector<double>(out.data(), out.data() + out.size());
 }
 
+/// A decoy's problem: a forward_problem whose output is the decoy, with the storage its changed
+/// views point into (kept on the heap: moving it keeps the views valid).
+struct decoy_problem {
+    std::string name;
+    forward_problem p;
+    std::vector<double> zeros, zero_bias, additive;
+};
+
 /// The problem's decoys: uniform weights (the mean of V over the attendable keys: every logit 0 —
 /// q = 0, or W_q = b_q = 0 — with ALiBi and finite additive masks dropped), and the softmax at twice
-/// and at half the temperature (the scale ×1/2 and ×2). Three forward passes in double.
-inline std::vector<decoy> decoy_outputs(const forward_problem& p) {
-    std::vector<decoy> r;
+/// and at half the temperature (the scale ×1/2 and ×2), as problems (forward_output gives each).
+inline std::vector<decoy_problem> decoy_problems(const forward_problem& p) {
+    std::vector<decoy_problem> r;
+    r.reserve(3);
     {
-        forward_problem u = p;
-        std::vector<double> zeros(p.sdpa ? p.q.size() : p.w.w_q.size(), 0.0), zero_bias(p.sdpa ? 0 : p.w.b_q.size(), 0.0);
+        decoy_problem& d = r.emplace_back(decoy_problem{"uniform weights: the mean of V", p, {}, {}, {}});
+        forward_problem& u = d.p;
+        d.zeros.assign(p.sdpa ? p.q.size() : p.w.w_q.size(), 0.0);
+        d.zero_bias.assign(p.sdpa ? 0 : p.w.b_q.size(), 0.0);
         if (p.sdpa) {
-            u.q = {zeros.data(), p.q.extents};
+            u.q = {d.zeros.data(), p.q.extents};
         } else {
-            u.w.w_q = {zeros.data(), p.w.w_q.extents};
-            if (!p.w.b_q.empty()) u.w.b_q = {zero_bias.data(), p.w.b_q.extents};
+            u.w.w_q = {d.zeros.data(), p.w.w_q.extents};
+            if (!p.w.b_q.empty()) u.w.b_q = {d.zero_bias.data(), p.w.b_q.extents};
         }
         attention_options& o = p.sdpa ? u.o : u.mo.attention;
         o.alibi_slopes = {};
-        std::vector<double> additive;
         if (o.mask.additive.present()) {
             const tensor_view<const double, 4> a = o.mask.additive.values;
-            additive.assign(a.data, a.data + a.size());
-            for (double& x : additive)
+            d.additive.assign(a.data, a.data + a.size());
+            for (double& x : d.additive)
                 if (std::isfinite(x)) x = 0;
-            o.mask.additive.values = {additive.data(), a.extents};
+            o.mask.additive.values = {d.additive.data(), a.extents};
         }
-        r.push_back({"uniform weights: the mean of V", forward_output(u)});
     }
     const attention_options& o = p.sdpa ? p.o : p.mo.attention;
     const std::size_t dk = p.sdpa ? p.q.extents[3] : p.w.w_q.extents[1] / p.mo.heads;
     const double scale = o.scale ? *o.scale : 1 / std::sqrt(static_cast<double>(dk));
     for (const double c : {2.0, 0.5}) {
-        forward_problem s = p;
-        (p.sdpa ? s.o : s.mo.attention).scale = scale * c;
-        r.push_back({fmt::format("the softmax with the scale x{}", c), forward_output(s)});
+        decoy_problem& d = r.emplace_back(decoy_problem{fmt::format("the softmax with the scale x{}", c), p, {}, {}, {}});
+        (p.sdpa ? d.p.o : d.p.mo.attention).scale = scale * c;
     }
+    return r;
+}
+
+/// The problem's decoys (decoy_problems), each computed whole: three forward passes in double.
+inline std::vector<decoy> decoy_outputs(const forward_problem& p) {
+    std::vector<decoy> r;
+    for (const decoy_problem& d : decoy_problems(p)) r.push_back({d.name, forward_output(d.p)});
     return r;
 }
 

@@ -181,45 +181,58 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
                 kT[to] = in.k.data[from], vkT_acc[to] = in.var_k[from].acc, vkT_store[to] = in.var_k[from].store;
             }
     for (std::size_t e = 0; e < in.var_q.size(); ++e) vq_acc[e] = in.var_q[e].acc, vq_store[e] = in.var_q[e].store;
-    // Rows (b, h, i) in blocks on the threads; each row is computed alone, in the same order whatever
-    // the split.
-    constexpr std::size_t block = 8;
+    // Rows (b, h, i) in blocks on the threads, the keys of each pass in tiles of key_tile (a multiple
+    // of the pack) that the block's rows go through in turn while the tile is in cache; every row
+    // still takes its keys in order in each pass, so no value depends on the blocking or the split.
+    constexpr std::size_t block = 8, key_tile = 32 * simd::lanes;
     const std::size_t rows = batch * heads * sq;
     ::attnref::detail::parallel_for((rows + block - 1) / block, threads, [&](std::size_t task) {
-    std::vector<double> sigma(dv), k2(dk), d2(dv), acc(6 * dv);
-    double *cpl_a = acc.data(), *cpl_s = cpl_a + dv, *lin_a = cpl_s + dv, *lin_s = lin_a + dv, *ind_a = lin_s + dv, *ind_s = ind_a + dv;
-    for (std::size_t row = task * block; row < std::min(rows, (task + 1) * block); ++row) {
-                const std::size_t b = row / (heads * sq), h = row / sq % heads, i = row % sq, g = h / group;
+    const std::size_t r0 = task * block, nr = std::min(block, rows - r0);
+    std::vector<double> sigma_all(nr * dv, 0.0), k2_all(nr * dk, 0.0), d2_all(nr * dv, 0.0), acc_all(nr * 6 * dv, 0.0), m_all(nr);
+    std::vector<two_part> eps_var_all(nr);
+    std::vector<double> eps_lin_all(nr, 0.0);
+    auto for_tiles = [&](auto&& body) {  // body(k, row, b, h, i, g, j_begin, j_end)
+        for (std::size_t jt = 0; jt < sk; jt += key_tile)
+            for (std::size_t k = 0; k < nr; ++k) {
+                const std::size_t row = r0 + k, b = row / (heads * sq), h = row / sq % heads, i = row % sq, g = h / group;
+                body(k, row, b, h, i, g, jt, std::min(sk, jt + key_tile));
+            }
+    };
+    for (std::size_t k = 0; k < nr; ++k) m_all[k] = -std::numeric_limits<double>::infinity();
+    // Pass 1: o_c += p_j v_jc, σ_c += p_j |v_jc|, Σ_j p_j k_jc², the largest finite logit.
+    for_tiles([&](std::size_t k, std::size_t row, std::size_t b, std::size_t h, std::size_t i, std::size_t g, std::size_t j0, std::size_t j1) {
+        double* o = &t.out[row * dv];
+        for (std::size_t j = j0; j < j1; ++j) {
+            const double pj = p(b, h, i, j);
+            if (!(pj > 0)) continue;  // false for 0 and NaN
+            const double sj = logits(b, h, i, j);
+            if (std::isfinite(sj)) m_all[k] = std::max(m_all[k], sj);
+            kernels::weighted_value(pj, &in.v(b, g, j, 0), dv, o, &sigma_all[k * dv]);
+            kernels::weighted_square(pj, &in.k(b, g, j, 0), dk, &k2_all[k * dk]);
+        }
+    });
+    // Pass 2: Σ_j p_j (v_jc − o_c)².
+    for_tiles([&](std::size_t k, std::size_t row, std::size_t b, std::size_t h, std::size_t i, std::size_t g, std::size_t j0, std::size_t j1) {
+        for (std::size_t j = j0; j < j1; ++j) {
+            const double pj = p(b, h, i, j);
+            if (!(pj > 0)) continue;
+            kernels::weighted_deviation_square(pj, &in.v(b, g, j, 0), &t.out[row * dv], dv, &d2_all[k * dv]);
+        }
+    });
+    // Pass 3: the per-key logit terms and their contributions to the row's terms.
+    for_tiles([&](std::size_t k, std::size_t row, std::size_t b, std::size_t h, std::size_t i, std::size_t g, std::size_t j0, std::size_t j1) {
                 const double* q = &in.q(b, h, i, 0);
                 const two_part* vq = &in.var_q[row * dk];
-                double* o = &t.out[row * dv];
-                two_part* cpl = &t.coupled[row * dv];
-                two_part* ind = &t.independent[row * dv];
-                two_part* lin = &t.linear[row * dv];
+                const double* o = &t.out[row * dv];
+                double* acc = &acc_all[k * 6 * dv];
+                double *cpl_a = acc, *cpl_s = cpl_a + dv, *lin_a = cpl_s + dv, *lin_s = lin_a + dv, *ind_a = lin_s + dv, *ind_s = ind_a + dv;
                 auto live = [&](std::size_t j) { return p(b, h, i, j) > 0; };  // false for 0 and NaN
-                double m = -std::numeric_limits<double>::infinity();
-                std::fill(sigma.begin(), sigma.end(), 0.0);
-                std::fill(k2.begin(), k2.end(), 0.0);
-                std::fill(d2.begin(), d2.end(), 0.0);
-                std::fill(acc.begin(), acc.end(), 0.0);
-                for (std::size_t j = 0; j < sk; ++j) {
-                    if (!live(j)) continue;
-                    const double pj = p(b, h, i, j), sj = logits(b, h, i, j);
-                    if (std::isfinite(sj)) m = std::max(m, sj);
-                    kernels::weighted_value(pj, &in.v(b, g, j, 0), dv, o, sigma.data());      // o_c += p_j v_jc, σ_c += p_j |v_jc|
-                    kernels::weighted_square(pj, &in.k(b, g, j, 0), dk, k2.data());           // Σ_j p_j k_jc²
-                }
-                for (std::size_t j = 0; j < sk; ++j) {
-                    if (!live(j)) continue;
-                    kernels::weighted_deviation_square(p(b, h, i, j), &in.v(b, g, j, 0), o, dv, d2.data());  // Σ_j p_j (v_jc − o_c)²
-                }
-                two_part vqk;  // Σ_c Var(q_c)·Σ_j p_j k_jc²
-                for (std::size_t c = 0; c < dk; ++c) vqk += k2[c] * vq[c];
-                two_part eps_var;
-                double eps_lin = 0;
+                const double m = m_all[k];
+                two_part& eps_var = eps_var_all[k];
+                double& eps_lin = eps_lin_all[k];
                 kernels::key_dots block_dots;
                 const std::size_t kt_at = (b * kv + g) * dk * sk;
-                for (std::size_t j = 0; j < sk; ++j) {
+                for (std::size_t j = j0; j < j1; ++j) {
                     const std::size_t lane = j % simd::lanes;
                     const bool packed = j - lane + simd::lanes <= sk;  // j's pack of keys lies within the row
                     if (packed && lane == 0) {  // the dot products of keys j … j + lanes − 1 at once, when one is live
@@ -237,14 +250,14 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
                         qk2 = block_dots.qk2[lane], qka = block_dots.qka[lane], qkp = block_dots.qkp[lane], qkn = block_dots.qkn[lane];
                         var_k_dot = {block_dots.vk_a[lane], block_dots.vk_s[lane]}, var_q_dot = {block_dots.vq_a[lane], block_dots.vq_s[lane]};
                     } else {
-                        const double* k = &in.k(b, g, j, 0);
+                        const double* kr = &in.k(b, g, j, 0);
                         const two_part* vk = &in.var_k[((b * kv + g) * sk + j) * dk];
                         for (std::size_t c = 0; c < dk; ++c) {
-                            const double x = q[c] * k[c];
+                            const double x = q[c] * kr[c];
                             qk2 += x * x, qka += abs_d(x);
                             (x > 0 ? qkp : qkn) += abs_d(x);
                             var_k_dot += (q[c] * q[c]) * vk[c];
-                            var_q_dot += (k[c] * k[c]) * vq[c];
+                            var_q_dot += (kr[c] * kr[c]) * vq[c];
                         }
                     }
                     const double mag = s * qka + (std::isfinite(sj) ? abs_d(sj) : 0.0);  // M_j
@@ -262,6 +275,21 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
                     kernels::key_contribution({pj, per_key.acc, per_key.store, shifted + 4, mag}, &in.v(b, g, j, 0), o, &vv_acc[vrow],
                                               &vv_store[vrow], dv, cpl_a, cpl_s, lin_a, lin_s, ind_a, ind_s);
                 }
+    });
+    for (std::size_t k = 0; k < nr; ++k) {
+                const std::size_t row = r0 + k;
+                const two_part* vq = &in.var_q[row * dk];
+                const double* o = &t.out[row * dv];
+                const double* sigma = &sigma_all[k * dv];
+                const double* k2 = &k2_all[k * dk];
+                const double* d2 = &d2_all[k * dv];
+                const double* acc = &acc_all[k * 6 * dv];
+                const double *cpl_a = acc, *cpl_s = cpl_a + dv, *lin_a = cpl_s + dv, *lin_s = lin_a + dv, *ind_a = lin_s + dv, *ind_s = ind_a + dv;
+                two_part* cpl = &t.coupled[row * dv];
+                two_part* ind = &t.independent[row * dv];
+                two_part* lin = &t.linear[row * dv];
+                two_part vqk;  // Σ_c Var(q_c)·Σ_j p_j k_jc²
+                for (std::size_t c = 0; c < dk; ++c) vqk += k2[c] * vq[c];
                 for (std::size_t c = 0; c < dv; ++c) {
                     cpl[c] = {cpl_a[c], cpl_s[c]}, ind[c] = {ind_a[c], ind_s[c]}, lin[c] = {lin_a[c], lin_s[c]};
                     cpl[c] += (s2 * d2[c]) * vqk;
@@ -271,8 +299,8 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
                     lin[c].store += sigma[c];
                     t.sigma[row * dv + c] = sigma[c];
                 }
-                t.logit_var[row] = eps_var;
-                t.logit_linear[row] = eps_lin;
+                t.logit_var[row] = eps_var_all[k];
+                t.logit_linear[row] = eps_lin_all[k];
     }
     });
     return t;

@@ -261,4 +261,76 @@ inline void key_dot_block(const double* q, const double* vq_a, const double* vq_
     simd::store(r.vk_a, ka), simd::store(r.vk_s, ks), simd::store(r.vq_a, qa), simd::store(r.vq_s, qs);
 }
 
+/// The worst-case bound's per-key sums (detail::head_scales) for `lanes` consecutive keys at once
+/// (lane = key; each lane sums over c = 0 … dk − 1 in order, as the scalar loop does for its key).
+/// kT, ek_a, ek_s: |K| and its underflow coefficients' halves transposed, element (c, j) at
+/// c·stride + j, offset to the block's first key; q, eq_a, eq_s: the query row and its halves.
+///   dot += q_c·k_jc;  la += s·(eq_a,c·k_jc + q_c·ek_a,jc);  ls += s·(eq_s,c·k_jc + q_c·ek_s,jc)
+/// (la starts at la0, ls at 0; ek_a null: no underflow sums).
+struct worst_key_dots {
+    double dot[simd::lanes], la[simd::lanes], ls[simd::lanes];
+};
+inline void worst_key_block(const double* q, const double* eq_a, const double* eq_s, const double* kT, const double* ek_a, const double* ek_s,
+                            std::size_t stride, std::size_t dk, double s, double la0, worst_key_dots& r) {
+    simd::pack dot = simd::splat(0);
+    if (!ek_a) {
+        for (std::size_t c = 0; c < dk; ++c) dot += simd::splat(q[c]) * simd::load(kT + c * stride);
+        simd::store(r.dot, dot);
+        return;
+    }
+    simd::pack la = simd::splat(la0), ls = simd::splat(0);
+    const simd::pack S = simd::splat(s);
+    for (std::size_t c = 0; c < dk; ++c) {
+        const simd::pack k = simd::load(kT + c * stride), qc = simd::splat(q[c]);
+        dot += qc * k;
+        la += S * (simd::splat(eq_a[c]) * k + qc * simd::load(ek_a + c * stride));
+        ls += S * (simd::splat(eq_s[c]) * k + qc * simd::load(ek_s + c * stride));
+    }
+    simd::store(r.dot, dot), simd::store(r.la, la), simd::store(r.ls, ls);
+}
+
+/// One key's contribution to a head-output row's underflow coefficients (detail::head_scales,
+/// eq. 26), lanes over the features c: with a = |p_j|, v = |v_jc|, w = a·(v + σ_c),
+///   ta += (w·la + a·ev_a,c) + 4·v;  ts += w·ls + a·ev_s,c;  tw += v (P_j stored).
+inline void worst_underflow_key(double a, double la, double ls, const double* v, const double* ev_a, const double* ev_s, const double* sigma,
+                                std::size_t n, double* ta, double* ts, double* tw) {
+    std::size_t c = 0;
+    const simd::pack A = simd::splat(a), LA = simd::splat(la), LS = simd::splat(ls), FOUR = simd::splat(4);
+    for (; c + simd::lanes <= n; c += simd::lanes) {
+        const simd::pack va = simd::load(v + c), w = A * (va + simd::load(sigma + c));
+        simd::store(ta + c, simd::load(ta + c) + ((w * LA + A * simd::load(ev_a + c)) + FOUR * va));
+        simd::store(ts + c, simd::load(ts + c) + (w * LS + A * simd::load(ev_s + c)));
+        simd::store(tw + c, simd::load(tw + c) + va);
+    }
+    for (; c < n; ++c) {
+        const double va = v[c], w = a * (va + sigma[c]);
+        ta[c] += w * la + a * ev_a[c] + 4 * va;
+        ts[c] += w * ls + a * ev_s[c];
+        tw[c] += va;
+    }
+}
+
+/// One head-output element (σ = s, L·σ = ls, underflow hu_a, hu_s, hu_w) through a row of |W_o|
+/// (mha_worst_case_scales), lanes over the outputs l with w = |W_o[m, l]|:
+///   ua += w·hu_a;  us += w·hu_s + s;  uw += w·hu_w;  and, when s ≠ 0, t0 += s·w, t1 += ls·w.
+inline void worst_output_projection(double s, double ls, double hu_a, double hu_s, double hu_w, const double* w, std::size_t n, double* ua,
+                                    double* us, double* uw, double* t0, double* t1) {
+    std::size_t l = 0;
+    const simd::pack S = simd::splat(s), LS = simd::splat(ls), HA = simd::splat(hu_a), HS = simd::splat(hu_s), HW = simd::splat(hu_w);
+    for (; l + simd::lanes <= n; l += simd::lanes) {
+        const simd::pack wl = simd::load(w + l);
+        simd::store(ua + l, simd::load(ua + l) + wl * HA);
+        simd::store(us + l, simd::load(us + l) + (wl * HS + S));
+        simd::store(uw + l, simd::load(uw + l) + wl * HW);
+    }
+    for (; l < n; ++l) ua[l] += w[l] * hu_a, us[l] += w[l] * hu_s + s, uw[l] += w[l] * hu_w;
+    if (s == 0) return;
+    for (l = 0; l + simd::lanes <= n; l += simd::lanes) {
+        const simd::pack wl = simd::load(w + l);
+        simd::store(t0 + l, simd::load(t0 + l) + S * wl);
+        simd::store(t1 + l, simd::load(t1 + l) + LS * wl);
+    }
+    for (; l < n; ++l) t0[l] += s * w[l], t1[l] += ls * w[l];
+}
+
 }  // namespace attnref::tolerance::kernels

@@ -17,7 +17,9 @@
 #include "attnref/error_bounds.hpp"
 #include "attnref/multi_head_attention.hpp"
 #include "attnref/tensor.hpp"
+#include "attnref/parallel.hpp"
 #include "attnref/tolerance/names.hpp"
+#include "attnref/tolerance/parallel_bounds.hpp"
 
 namespace attnref::tolerance {
 
@@ -94,7 +96,7 @@ struct input_underflow {
 inline void head_scales(tensor_view<const double, 4> q_abs, tensor_view<const double, 4> k_abs,
                         tensor_view<const double, 4> v_abs, tensor_view<const double, 4> logits,
                         tensor_view<const double, 4> p, double scale, std::vector<double>& L, std::vector<double>& sigma,
-                        std::vector<underflow_coefficients>* underflow = nullptr, input_underflow in = {}) {
+                        std::vector<underflow_coefficients>* underflow = nullptr, input_underflow in = {}, std::size_t threads = 0) {
     const auto [batch, heads, sq, dk] = q_abs.extents;
     const std::size_t kv = k_abs.extents[1], sk = k_abs.extents[2], dv = v_abs.extents[3], group = heads / kv;
     L.assign(batch * heads * sq, 0.0);
@@ -102,58 +104,105 @@ inline void head_scales(tensor_view<const double, 4> q_abs, tensor_view<const do
     if (underflow) underflow->assign(sigma.size(), {});
     const underflow_coefficients stored{0, 1};
     auto err = [&](std::span<const underflow_coefficients> e, std::size_t n) { return e.empty() ? stored : e[n]; };
-    std::vector<double> pj_all(sk), le_acc(sk), le_store(sk);
-    const double s_abs = abs_d(scale), s_factor = std::max(1.0, s_abs);
-    for (std::size_t b = 0; b < batch; ++b)
-        for (std::size_t h = 0; h < heads; ++h)
-            for (std::size_t i = 0; i < sq; ++i) {
-                double& l_row = L[(b * heads + h) * sq + i];
-                double* s_row = &sigma[((b * heads + h) * sq + i) * dv];
-                const std::size_t g = h / group;
-                for (std::size_t j = 0; j < sk; ++j) {
-                    const double pj = p(b, h, i, j);
-                    pj_all[j] = pj;
-                    if (!(pj != 0)) continue;  // masked or underflowed keys (and NaN rows) add nothing
-                    double dot = 0;
-                    for (std::size_t c = 0; c < dk; ++c) dot += q_abs(b, h, i, c) * k_abs(b, g, j, c);
-                    const double s = logits(b, h, i, j);
-                    const double m = s_abs * dot * (1 + 0x1p-50) + (std::isfinite(s) ? abs_d(s) : 0.0);
-                    if (m > l_row) l_row = m;
-                    for (std::size_t c = 0; c < dv; ++c) s_row[c] += abs_d(pj) * v_abs(b, g, j, c);
-                    if (underflow) {
+    const double s_abs = abs_d(scale), s_factor = std::max(1.0, s_abs), la0 = static_cast<double>(dk + 4) * s_factor;
+    // |K| and its underflow coefficients' halves transposed per (b, g) to (c, j), for the per-key sums
+    // a pack of keys at a time (kernels::worst_key_block); q's and v's halves apart.
+    std::vector<double> kT(k_abs.size()), ek_a, ek_s, eq_a, eq_s, ev_a, ev_s;
+    if (underflow) ek_a.resize(k_abs.size()), ek_s.resize(k_abs.size());
+    for (std::size_t bg = 0; bg < batch * kv; ++bg)
+        for (std::size_t j = 0; j < sk; ++j)
+            for (std::size_t c = 0; c < dk; ++c) {
+                const std::size_t from = (bg * sk + j) * dk + c, to = (bg * dk + c) * sk + j;
+                kT[to] = k_abs.data[from];
+                if (!underflow) continue;
+                const underflow_coefficients e = err(in.k, from);
+                ek_a[to] = e.acc, ek_s[to] = e.store;
+            }
+    if (underflow) {
+        eq_a.resize(q_abs.size()), eq_s.resize(q_abs.size()), ev_a.resize(v_abs.size()), ev_s.resize(v_abs.size());
+        for (std::size_t n = 0; n < q_abs.size(); ++n) eq_a[n] = err(in.q, n).acc, eq_s[n] = err(in.q, n).store;
+        for (std::size_t n = 0; n < v_abs.size(); ++n) ev_a[n] = err(in.v, n).acc, ev_s[n] = err(in.v, n).store;
+    }
+    // Blocks of row_block rows (b, h, i) on the threads, the keys in tiles of key_tile (a multiple of
+    // the pack) that the block's rows go through in turn while the tile is in cache; every row still
+    // takes its keys in order (each sum over j and over c in the order of the scalar loops), so no
+    // value depends on the blocking or the thread count.
+    constexpr std::size_t row_block = 16, key_tile = 32 * simd::lanes;
+    const std::size_t rows = batch * heads * sq;
+    ::attnref::detail::parallel_for((rows + row_block - 1) / row_block, threads, [&](std::size_t task) {
+        const std::size_t r0 = task * row_block, nr = std::min(row_block, rows - r0);
+        std::vector<double> le_acc(underflow ? nr * sk : 0), le_store(underflow ? nr * sk : 0);
+        kernels::worst_key_dots dots;
+        for (std::size_t jt = 0; jt < sk; jt += key_tile)
+            for (std::size_t k = 0; k < nr; ++k) {
+                const std::size_t row = r0 + k, b = row / (heads * sq), h = row / sq % heads, i = row % sq, g = h / group;
+                double& l_row = L[row];
+                double* s_row = &sigma[row * dv];
+                const double* q = &q_abs(b, h, i, 0);
+                const std::size_t kt_at = (b * kv + g) * dk * sk;
+                auto live = [&](std::size_t j) { return p(b, h, i, j) != 0; };  // masked or underflowed keys add nothing (NaN weights do)
+                for (std::size_t j0 = jt; j0 < std::min(sk, jt + key_tile); j0 += simd::lanes) {
+                    const std::size_t n = std::min(simd::lanes, sk - j0);
+                    bool any = false;
+                    for (std::size_t l = 0; l < n; ++l) any = any || live(j0 + l);
+                    if (!any) continue;
+                    if (n == simd::lanes) {
+                        kernels::worst_key_block(q, underflow ? &eq_a[row * dk] : nullptr, underflow ? &eq_s[row * dk] : nullptr, &kT[kt_at + j0],
+                                                 underflow ? &ek_a[kt_at + j0] : nullptr, underflow ? &ek_s[kt_at + j0] : nullptr, sk, dk, s_abs,
+                                                 la0, dots);
+                    } else {  // the row's last keys, one at a time (the same operations per key)
+                        for (std::size_t l = 0; l < n; ++l) {
+                            double dot = 0, la = la0, ls = 0;
+                            for (std::size_t c = 0; c < dk; ++c) {
+                                const double kc = kT[kt_at + c * sk + j0 + l];
+                                dot += q[c] * kc;
+                                if (!underflow) continue;
+                                la += s_abs * (eq_a[row * dk + c] * kc + q[c] * ek_a[kt_at + c * sk + j0 + l]);
+                                ls += s_abs * (eq_s[row * dk + c] * kc + q[c] * ek_s[kt_at + c * sk + j0 + l]);
+                            }
+                            dots.dot[l] = dot, dots.la[l] = la, dots.ls[l] = ls;
+                        }
+                    }
+                    for (std::size_t l = 0; l < n; ++l) {
+                        const std::size_t j = j0 + l;
+                        if (!live(j)) continue;
+                        const double pj = p(b, h, i, j), s = logits(b, h, i, j);
+                        const double m = s_abs * dots.dot[l] * (1 + 0x1p-50) + (std::isfinite(s) ? abs_d(s) : 0.0);
+                        if (m > l_row) l_row = m;
+                        kernels::scaled_add2(abs_d(pj), 0, &v_abs(b, g, j, 0), dv, s_row, nullptr);  // σ_c += |p_j|·|v_jc|
                         // (eq. 26) the logit's absolute underflow: q's and k's through s·qᵀk, and the dot
                         // product's dk products and the scale's multiplications (η_acc each).
-                        double la = static_cast<double>(dk + 4) * s_factor, ls = 0;
-                        for (std::size_t c = 0; c < dk; ++c) {
-                            const std::size_t nq = ((b * heads + h) * sq + i) * dk + c, nk = ((b * kv + g) * sk + j) * dk + c;
-                            const underflow_coefficients eq = err(in.q, nq), ek = err(in.k, nk);
-                            la += s_abs * (eq.acc * k_abs(b, g, j, c) + q_abs(b, h, i, c) * ek.acc);
-                            ls += s_abs * (eq.store * k_abs(b, g, j, c) + q_abs(b, h, i, c) * ek.store);
-                        }
-                        le_acc[j] = la, le_store[j] = ls;
+                        if (underflow) le_acc[k * sk + j] = dots.la[l], le_store[k * sk + j] = dots.ls[l];
                     }
-                }
-                for (std::size_t c = 0; c < dv; ++c) s_row[c] *= 1 + 0x1p-48;  // this sum's own rounding, upward
-                if (!underflow) continue;
-                // (eq. 26) Δo_c = Σ_j p_j (v_jc − o_c) ΔS_j + Σ_j p_j Δv_jc + Σ_j ΔP_j v_jc + P·V's products
-                // + o's storage, with |v_jc − o_c| ≤ |v_jc| + σ_c and ΔP_j ≤ η(storage) + 4η_acc (exp, division).
-                underflow_coefficients* u_row = &(*underflow)[((b * heads + h) * sq + i) * dv];
-                double live = 0;
-                for (std::size_t j = 0; j < sk; ++j) live += pj_all[j] != 0 ? 1 : 0;
-                for (std::size_t c = 0; c < dv; ++c) {
-                    underflow_coefficients t{live + 1, 1};
-                    for (std::size_t j = 0; j < sk; ++j) {
-                        const double pj = pj_all[j];
-                        if (!(pj != 0)) continue;
-                        const double va = v_abs(b, g, j, c), w = abs_d(pj) * (va + s_row[c]);
-                        const underflow_coefficients ev = err(in.v, ((b * kv + g) * sk + j) * dv + c);
-                        t.acc += w * le_acc[j] + abs_d(pj) * ev.acc + 4 * va;
-                        t.store += w * le_store[j] + abs_d(pj) * ev.store;
-                        t.weights += va;  // P_j stored
-                    }
-                    u_row[c] = {t.acc * (1 + 0x1p-40), t.store * (1 + 0x1p-40), t.weights * (1 + 0x1p-40)};
                 }
             }
+        for (std::size_t k = 0; k < nr; ++k)
+            for (std::size_t c = 0; c < dv; ++c) sigma[(r0 + k) * dv + c] *= 1 + 0x1p-48;  // this sum's own rounding, upward
+        if (!underflow) return;
+        // (eq. 26) Δo_c = Σ_j p_j (v_jc − o_c) ΔS_j + Σ_j p_j Δv_jc + Σ_j ΔP_j v_jc + P·V's products
+        // + o's storage, with |v_jc − o_c| ≤ |v_jc| + σ_c and ΔP_j ≤ η(storage) + 4η_acc (exp, division).
+        std::vector<double> ta(nr * dv), ts(nr * dv, 1.0), tw(nr * dv, 0.0);
+        for (std::size_t k = 0; k < nr; ++k) {
+            const std::size_t row = r0 + k;
+            double n_live = 0;
+            for (std::size_t j = 0; j < sk; ++j) n_live += p.data[row * sk + j] != 0 ? 1 : 0;
+            std::fill_n(&ta[k * dv], dv, n_live + 1);
+        }
+        for (std::size_t jt = 0; jt < sk; jt += key_tile)
+            for (std::size_t k = 0; k < nr; ++k) {
+                const std::size_t row = r0 + k, b = row / (heads * sq), h = row / sq % heads, i = row % sq, g = h / group;
+                for (std::size_t j = jt; j < std::min(sk, jt + key_tile); ++j) {
+                    const double pj = p(b, h, i, j);
+                    if (!(pj != 0)) continue;
+                    const std::size_t at = ((b * kv + g) * sk + j) * dv;
+                    kernels::worst_underflow_key(abs_d(pj), le_acc[k * sk + j], le_store[k * sk + j], &v_abs(b, g, j, 0), &ev_a[at], &ev_s[at],
+                                                 &sigma[row * dv], dv, &ta[k * dv], &ts[k * dv], &tw[k * dv]);
+                }
+            }
+        for (std::size_t k = 0; k < nr; ++k)
+            for (std::size_t c = 0; c < dv; ++c)
+                (*underflow)[(r0 + k) * dv + c] = {ta[k * dv + c] * (1 + 0x1p-40), ts[k * dv + c] * (1 + 0x1p-40), tw[k * dv + c] * (1 + 0x1p-40)};
+    });
 }
 
 inline std::vector<double> abs_of(std::span<const double> x) {
@@ -174,7 +223,8 @@ inline worst_case_scales sdpa_worst_case_scales(tensor_view<const double, 4> q, 
     const double scale = ::attnref::detail::logit_scale<double>(options, q.extents[3]);
     std::vector<double> L, sigma;
     worst_case_scales r;
-    detail::head_scales({qa.data(), q.extents}, {ka.data(), k.extents}, {va.data(), v.extents}, logits, p, scale, L, sigma, &r.underflow);
+    detail::head_scales({qa.data(), q.extents}, {ka.data(), k.extents}, {va.data(), v.extents}, logits, p, scale, L, sigma, &r.underflow, {},
+                        options.threads);
     r.n_keys = k.extents[2];
     r.n_dot = q.extents[3] + 4;
     r.n_extra = 0;
@@ -208,7 +258,7 @@ inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q,
         const std::vector<double> ba = b.empty() ? std::vector<double>{} : detail::abs_of({b.data, b.size()});
         linear_into<uniform_precision<double>>(
             tensor_view<const double, 3>{xa.data(), x.extents}, tensor_view<const double, 2>{Wa.data(), W.extents},
-            b.empty() ? tensor_view<const double, 1>{} : tensor_view<const double, 1>{ba.data(), b.extents}, y.view(), 1, "projection");
+            b.empty() ? tensor_view<const double, 1>{} : tensor_view<const double, 1>{ba.data(), b.extents}, y.view(), o.attention.threads, "projection");
         for (std::size_t n = 0; n < y.size(); ++n) y[n] *= 1 + 0x1p-48;
         return split_heads<double>(y.view(), heads);
     };
@@ -240,7 +290,7 @@ inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q,
     const double scale = ::attnref::detail::logit_scale<double>(o.attention, d.head_dim_qk);
     std::vector<double> L, sigma;
     std::vector<underflow_coefficients> head_under;
-    detail::head_scales(qah.view(), kah.view(), vah.view(), logits, p, scale, L, sigma, &head_under, {qu, ku, vu});
+    detail::head_scales(qah.view(), kah.view(), vah.view(), logits, p, scale, L, sigma, &head_under, {qu, ku, vu}, o.attention.threads);
     // Through W_o: t0_l = Σ_m σ_m|W_o,ml|, t1_l = Σ_m L_m σ_m|W_o,ml|, m = (h, c) merged.
     const std::size_t H = d.heads, sq = d.query_length, dv = d.head_dim_v, eo = d.output_dim;
     worst_case_scales r;
@@ -248,29 +298,46 @@ inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q,
     r.t1.assign(d.batch * sq * eo, 0.0);
     // (eq. 26) y_l = Σ_m h_m W_o,ml + b_l: the heads' underflow through |W_o|, H·dv products (u_acc),
     // W_o rounded (times |h_m| ≤ σ_m), b_o rounded and y stored.
-    r.underflow.assign(d.batch * sq * eo, underflow_coefficients{static_cast<double>(H * dv) + 1, 2});
+    r.underflow.assign(d.batch * sq * eo, {});
     r.row_L.assign(d.batch * sq, 0.0);
     r.row_length = eo;
-    for (std::size_t b = 0; b < d.batch; ++b)
-        for (std::size_t i = 0; i < sq; ++i)
-            for (std::size_t h = 0; h < H; ++h) {
-                const double l_row = L[(b * H + h) * sq + i];
-                r.row_L[b * sq + i] = std::max(r.row_L[b * sq + i], l_row);
-                for (std::size_t c = 0; c < dv; ++c) {
-                    const double s = sigma[((b * H + h) * sq + i) * dv + c];
-                    const underflow_coefficients hu = head_under[((b * H + h) * sq + i) * dv + c];
-                    for (std::size_t e = 0; e < eo; ++e) {
-                        const double wa = detail::abs_d(w.w_o(h * dv + c, e));
-                        underflow_coefficients& ru = r.underflow[(b * sq + i) * eo + e];
-                        ru.acc += wa * hu.acc;
-                        ru.store += wa * hu.store + s;
-                        ru.weights += wa * hu.weights;
-                        if (s == 0) continue;
-                        r.t0[(b * sq + i) * eo + e] += s * wa;
-                        r.t1[(b * sq + i) * eo + e] += l_row * s * wa;
-                    }
+    // Output rows (b, i) in blocks on the threads: a block reads each row of |W_o| once for all its
+    // rows, and every row sums over m = (h, c) in order, whatever the split
+    // (kernels::worst_output_projection).
+    std::vector<double> wo_abs(w.w_o.size());
+    for (std::size_t n = 0; n < wo_abs.size(); ++n) wo_abs[n] = detail::abs_d(w.w_o.data[n]);
+    constexpr std::size_t block = 8;
+    const std::size_t rows = d.batch * sq;
+    ::attnref::detail::parallel_for((rows + block - 1) / block, o.attention.threads, [&](std::size_t task) {
+        const std::size_t r0 = task * block, nr = std::min(block, rows - r0);
+        std::vector<double> acc(5 * nr * eo);  // per row: underflow acc, store, weights, t0, t1
+        for (std::size_t k = 0; k < nr; ++k) {
+            std::fill_n(&acc[5 * k * eo], eo, static_cast<double>(H * dv) + 1);
+            std::fill_n(&acc[(5 * k + 1) * eo], eo, 2.0);
+            std::fill_n(&acc[(5 * k + 2) * eo], 3 * eo, 0.0);
+        }
+        for (std::size_t h = 0; h < H; ++h)
+            for (std::size_t c = 0; c < dv; ++c) {
+                const double* wa = &wo_abs[(h * dv + c) * eo];
+                for (std::size_t k = 0; k < nr; ++k) {
+                    const std::size_t b = (r0 + k) / sq, i = (r0 + k) % sq, hr = (b * H + h) * sq + i;
+                    const double l_row = L[hr], s = sigma[hr * dv + c];
+                    const underflow_coefficients hu = head_under[hr * dv + c];
+                    double* a = &acc[5 * k * eo];
+                    kernels::worst_output_projection(s, l_row * s, hu.acc, hu.store, hu.weights, wa, eo, a, a + eo, a + 2 * eo, a + 3 * eo,
+                                                     a + 4 * eo);
                 }
             }
+        for (std::size_t k = 0; k < nr; ++k) {
+            const std::size_t b = (r0 + k) / sq, i = (r0 + k) % sq, out = (b * sq + i) * eo;
+            for (std::size_t h = 0; h < H; ++h) r.row_L[b * sq + i] = std::max(r.row_L[b * sq + i], L[(b * H + h) * sq + i]);
+            const double* a = &acc[5 * k * eo];
+            for (std::size_t l = 0; l < eo; ++l) {
+                r.underflow[out + l] = {a[l], a[eo + l], a[2 * eo + l]};
+                r.t0[out + l] = a[3 * eo + l], r.t1[out + l] = a[4 * eo + l];
+            }
+        }
+    });
     // The output bias: adding it rounds once more, relative to |y| ≤ t0 + |b_o|.
     for (std::size_t n = 0; n < r.t0.size(); ++n) {
         const double bo = w.b_o.empty() ? 0.0 : detail::abs_d(w.b_o[n % eo]);
