@@ -1,4 +1,4 @@
-# The Python package's pytest examples (issue 12): one pytest process (torch is slow to import),
+# The Python package's pytest examples (docs/python.md): one pytest process (torch is slow to import),
 # Debian's /usr/bin/python3, the package imported from the build tree.
 add_test(NAME python_examples
   COMMAND /usr/bin/python3 -m pytest -q -p no:cacheprovider ${PROJECT_SOURCE_DIR}/examples/python)
