@@ -94,6 +94,13 @@ void bind_judge_gradients(py::module_& m, const call& (*call_of)(py::handle));  
 
 PYBIND11_MODULE(_attnref, m) {
     m.doc() = "attnref's compiled core; use the package `attnref`.";
+    // The names of the conventions' enums, from their C++ tables (name_table.hpp): the keywords' choices.
+    py::dict enum_names;
+    enum_names["scale_placement"] = names_of(scale_placement_names);
+    enum_names["causal_alignment"] = names_of(causal_alignment_names);
+    enum_names["mask_polarity"] = names_of(mask_polarity_names);
+    enum_names["empty_row_policy"] = names_of(empty_row_policy_names);
+    m.attr("_enum_names") = enum_names;
     static py::exception<certify::uncertified_error> uncertified(m, "UncertifiedError", PyExc_ArithmeticError);
     py::register_exception_translator([](std::exception_ptr p) {
         try {
