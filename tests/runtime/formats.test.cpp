@@ -60,13 +60,13 @@ struct published;
 template <>
 struct published<bfloat16> : published_facts<8, -126, 0x1.FEp127, 0x7F80, 0x8000, true> {};
 template <>
-struct published<float16> : published_facts<11, -14, 65504, 0x7C00, 0x8000, true> {};
+struct published<float16> : published_facts<11, -14, 65504.0, 0x7C00, 0x8000, true> {};
 template <>
-struct published<float8_e4m3> : published_facts<4, -6, 448, 0, 0x80, false> {
+struct published<float8_e4m3> : published_facts<4, -6, 448.0, 0, 0x80, false> {
     static constexpr std::uint32_t nan = 0x7F;  // the only NaN: S.1111.111
 };
 template <>
-struct published<float8_e5m2> : published_facts<3, -14, 57344, 0x7C, 0x80, true> {};
+struct published<float8_e5m2> : published_facts<3, -14, 57344.0, 0x7C, 0x80, true> {};
 
 /// The expected result of a rounding: either exact bits, or "some NaN".
 struct expected {
