@@ -40,51 +40,17 @@
 #include "attnref/npy.hpp"
 #include "attnref/tolerance.hpp"
 #include "attnref/golden/check.hpp"
+#include "torch_mha.hpp"
 
 namespace fs = std::filesystem;
 namespace tol = attnref::tolerance;
 using namespace attnref;
 using namespace attnref::golden;
 
-extern char** environ;
-
 namespace {
-/// Runs bench/torch_mha.py BATCH LENGTH MODEL_DIM HEADS THREADS REPEATS through posix_spawn
-/// (argument vector, no shell) and reads its line "wall cpu"; false when it fails.
+/// PyTorch's float64 forward of the case's shape (bench/torch_mha.hpp); false when it fails.
 bool torch_forward(const std::string& python, const case_shapes& d, std::size_t threads, std::size_t repeats, double& wall, double& cpu) {
-    std::vector<std::string> args{python, ATTNREF_BENCH_DIR "/torch_mha.py", std::to_string(d.batch), std::to_string(d.query_length),
-                                  std::to_string(d.model_dim), std::to_string(d.heads), std::to_string(threads), std::to_string(repeats)};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::vector<std::string> env;
-    for (char** e = environ; *e; ++e)
-        if (std::strncmp(*e, "OPENBLAS_NUM_THREADS=", 21) && std::strncmp(*e, "OMP_NUM_THREADS=", 16) && std::strncmp(*e, "MKL_NUM_THREADS=", 16))
-            env.emplace_back(*e);
-    for (const char* v : {"OPENBLAS_NUM_THREADS=", "OMP_NUM_THREADS=", "MKL_NUM_THREADS="}) env.push_back(v + std::to_string(threads));
-    std::vector<char*> envp;
-    for (std::string& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    int fds[2];
-    if (::pipe(fds) != 0) return false;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    pid_t pid = 0;
-    const int rc = ::posix_spawn(&pid, python.c_str(), &fa, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&fa);
-    ::close(fds[1]);
-    std::string out;
-    char buf[256];
-    if (rc == 0)
-        for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
-    ::close(fds[0]);
-    if (rc != 0) return false;
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return false;
-    return std::sscanf(out.c_str(), "%lf %lf", &wall, &cpu) == 2;
+    return bench::torch_mha_seconds(python, d.batch, d.query_length, d.model_dim, d.heads, threads, repeats, wall, cpu);
 }
 
 double process_cpu_seconds() {

@@ -42,8 +42,7 @@
 #include "attnref/multiprecision.hpp"
 #include "attnref/golden/generate.hpp"
 #include "attnref/golden/manifest.hpp"
-
-extern char** environ;
+#include "torch_mha.hpp"
 
 using namespace attnref;
 using namespace attnref::golden;
@@ -81,53 +80,15 @@ double seconds(F&& f) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-/// Runs bench/torch_mha.py with posix_spawn (argument vector, no shell) and reads its one line:
-/// best wall seconds, and the CPU seconds of that run (into cpu).
+/// PyTorch's float64 forward of shape s (bench/torch_mha.hpp): best wall seconds, and the CPU
+/// seconds of that run (into cpu); -1 when it fails.
 double torch_seconds(const std::string& python, const shape& s, std::size_t threads, int repeats, double& cpu) {
     cpu = -1;
-    const std::string script = ATTNREF_BENCH_DIR "/torch_mha.py";
-    std::vector<std::string> args{python, script, std::to_string(s.batch), std::to_string(s.length), std::to_string(s.model_dim),
-                                  std::to_string(s.heads), std::to_string(threads), std::to_string(repeats)};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::vector<std::string> env_store;
-    for (char** e = environ; *e; ++e)
-        if (std::strncmp(*e, "OPENBLAS_NUM_THREADS=", 21) && std::strncmp(*e, "OMP_NUM_THREADS=", 16) && std::strncmp(*e, "MKL_NUM_THREADS=", 16))
-            env_store.emplace_back(*e);
-    for (const char* v : {"OPENBLAS_NUM_THREADS=", "OMP_NUM_THREADS=", "MKL_NUM_THREADS="}) env_store.push_back(v + std::to_string(threads));
-    std::vector<char*> envp;
-    for (std::string& e : env_store) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    int fds[2];
-    if (pipe(fds) != 0) return -1;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, python.c_str(), &fa, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    if (rc != 0) {
-        close(fds[0]);
+    double wall = 0, c = 0;
+    if (!bench::torch_mha_seconds(python, s.batch, s.length, s.model_dim, s.heads, threads, static_cast<std::size_t>(repeats), wall, c))
         return -1;
-    }
-    std::string out;
-    char buf[256];
-    for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
-    try {
-        std::size_t used = 0;
-        const double wall = std::stod(out, &used);
-        cpu = std::stod(out.substr(used));
-        return wall;
-    } catch (...) {
-        return -1;
-    }
+    cpu = c;
+    return wall;
 }
 
 double user_cpu_seconds() {

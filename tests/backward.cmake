@@ -1,4 +1,4 @@
-# CTest registrations of gradient checking (issue 14 §3: `attnref check` for the backward); included
+# CTest registrations of gradient checking (`attnref check` for the backward, docs/backward.md); included
 # from tests/CMakeLists.txt. PyTorch runs through ${ATTNREF_PYTHON} (tests/core.cmake). Each test is a
 # handful of `attnref check` runs (≈ 0.1 s each) on the committed backward cases.
 if(TARGET attnref_cli AND NOT ATTNREF_SANITIZE)

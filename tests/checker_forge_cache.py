@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes a forged entry of the bound cache `attnref check` used to keep (removed in issue 9), keyed
+"""Writes a forged entry of the bound cache `attnref check` used to keep (since removed), keyed
 exactly as that cache keyed it, so that a build that still read the cache would use it.
 
     checker_forge_cache.py CACHE_HOME TOLERANCE_HPP CASE_DIR N_ELEMENTS BOUND

@@ -1,13 +1,14 @@
-# CTest registrations owned by the core work (issue 9/10); included from tests/CMakeLists.txt.
+# CTest registrations of the core library: soundness, floating-point environment, exhaustive math,
+# PyTorch comparisons, constant evaluation, certification methods; included from tests/CMakeLists.txt.
 
-# Floating-point environment (issue 9 §4): a consumer built with the headers directly and
+# Floating-point environment (docs/conventions.md): a consumer built with the headers directly and
 # -march=x86-64-v3 -ffp-contract=fast must refuse (naming -ffp-contract=off) or compute the
 # reference bits; under FE_UPWARD it must refuse.
 add_test(NAME fp_environment_consumer
   COMMAND ${CMAKE_COMMAND} -DSOURCE_DIR=${PROJECT_SOURCE_DIR} -DBINARY_DIR=${CMAKE_CURRENT_BINARY_DIR}
           -DCXX=${CMAKE_CXX_COMPILER} -P ${CMAKE_CURRENT_SOURCE_DIR}/fp_environment_consumer.cmake)
 
-# attnref::math exhaustively over all 2^32 floats, both cores (issue 9 §3): 130-160 s on this 2-core
+# attnref::math exhaustively over all 2^32 floats, both cores: 130-160 s on this 2-core
 # machine, which the CI budget (20 min for both workflows) cannot carry; label exhaustive, run by
 # `ctest --preset exhaustive`. CI's `math` asserts the same per-type table at 10^6 sampled points.
 if(NOT ATTNREF_SANITIZE)
@@ -21,20 +22,20 @@ endif()
 # (computed as an interval of width ~2^-134), and output element c is exactly (v_0c + v_1c + v_2c)/3
 # of float16 values; for seed 2, c = 6 is exactly halfway between two float16 numbers (found with
 # Python's exact fractions from golden/README.md's splitmix64-v1 recipe, independently of attnref),
-# so its float16 copy stays undecided at every rung. Before issue 9 this exited 2.
+# so its float16 copy stays undecided at every rung: exit 1 (undecided), not 2 (bad input).
 if(TARGET attnref_cli)
   add_test(NAME generate_uncertifiable_exits_1 COMMAND sh -c
     "$<TARGET_FILE:attnref_cli> generate --name uncertifiable_midpoint --kind sdpa --batch 1 --heads 1 --sq 1 --sk 3 --dk 1 --dv 8 --key-lengths 0 --empty-rows uniform --input-format float16 --targets float16 --seed 2 --quiet --out ${CMAKE_CURRENT_BINARY_DIR}/uncertifiable 2> ${CMAKE_CURRENT_BINARY_DIR}/uncertifiable.err; rc=$?; cat ${CMAKE_CURRENT_BINARY_DIR}/uncertifiable.err; test $rc -eq 1 && grep -q \"case 'uncertifiable_midpoint'.*tensor 'output' element (0, 0, 0, 6) target float16\" ${CMAKE_CURRENT_BINARY_DIR}/uncertifiable.err && test ! -e ${CMAKE_CURRENT_BINARY_DIR}/uncertifiable/uncertifiable_midpoint/manifest.json")
 endif()
 
-# The backward pass against PyTorch's autograd (issue 14 §4): Debian's python3-torch through the
+# The backward pass against PyTorch's autograd (docs/backward.md): Debian's python3-torch through the
 # Debian Python (the python3 first on PATH may lack numpy and torch).
 set(ATTNREF_PYTHON /usr/bin/python3 CACHE FILEPATH "Python with numpy and torch, for the PyTorch comparisons")
 if(TARGET backward_torch.test)
   target_compile_definitions(backward_torch.test PRIVATE ATTNREF_PYTHON="${ATTNREF_PYTHON}")
 endif()
 
-# The seed example constant-evaluated whole (issue 15): tests/static/seed_example.constexpr.cpp holds
+# The seed example constant-evaluated whole (docs/compile-time.md): tests/static/seed_example.constexpr.cpp holds
 # static_asserts over the constant-evaluated forward pass (rows of P sum to 1 within row_sum_bound,
 # weights masked by the seed mask exactly 0) and a main() that compares it bitwise with the run-time
 # result. Clang 14 evaluates the 21 M multiply-adds in about a minute; GCC 12 is far slower and uses
@@ -48,7 +49,7 @@ if(ATTNREF_CLANGXX AND NOT ATTNREF_SANITIZE)
   set_tests_properties(seed_example_constexpr PROPERTIES LABELS slow TIMEOUT 900)
 endif()
 
-# The two certification methods give the same bytes (issue 13): `generate --method mpfi` (the MPFI
+# The two certification methods give the same bytes (docs/fast-certify.md): `generate --method mpfi` (the MPFI
 # ladder alone) on cases from every family — soft-cap (whole case to MPFI in the fast path), empty
 # rows under nan, GQA, bf16 inputs with targets, MHA with biases and the seed example — writes
 # tensors identical to the committed ones, which `generate` (fast path) reproduces.
@@ -58,7 +59,7 @@ if(TARGET attnref_cli AND NOT ATTNREF_SANITIZE)
     WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 endif()
 
-# The suite's certified gradients (issue 14, golden backward cases): the manifest contract (version 1
+# The suite's certified gradients (golden backward cases, docs/backward.md): the manifest contract (version 1
 # still read, version 3 refused, gradients need weights and lse, tampered grad_output refused) and the
 # committed float64 gradients of three small backward cases against attnref's MPFR backward (>= 256
 # bits, both algorithms) and central finite differences of the 512-bit MPFR forward. Numerics-heavy

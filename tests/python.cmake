@@ -1,4 +1,4 @@
-# The Python package's pytest examples (issue 12): one pytest process (torch is slow to import),
+# The Python package's pytest examples (docs/python.md): one pytest process (torch is slow to import),
 # Debian's /usr/bin/python3, the package imported from the build tree. ATTNREF_BIN: the command whose
 # verdicts examples/python/test_input_formats.py compares attnref.check's with.
 add_test(NAME python_examples

@@ -1,4 +1,4 @@
-# Sharded generation (issue 13, "Beyond one machine"); included from tests/CMakeLists.txt. Each runs
+# Sharded generation (docs/sharding.md); included from tests/CMakeLists.txt. Each runs
 # the whole committed suite once (≈ 10 s on 2 cores): the optimised build only.
 if(TARGET attnref_cli AND NOT ATTNREF_SANITIZE)
   # N = 3 concurrent `generate --shard I/3` processes + `merge` = the committed suite, file for file;

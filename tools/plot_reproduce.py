@@ -40,6 +40,20 @@ def save(fig, path):
     plt.close(fig)
 
 
+def finish_axes(ax, xlabel, ylabel, title, legend=None, xlog2=False, ylog=True):
+    """Axis scales (log2 x when xlog2, log y when ylog), labels, title, legend (its keyword
+    arguments) and the light grid every figure uses."""
+    if xlog2:
+        ax.set_xscale("log", base=2)
+    if ylog:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(**(legend or {}))
+    ax.grid(True, alpha=0.3)
+
+
 def phi(x):
     return 0.5 * math.erfc(-x / math.sqrt(2))
 
@@ -94,12 +108,8 @@ def pcast(rows, out):
         err = [[max(f(r, "mse_ratio") - max(f(r, "mse_ratio_lo"), 1e-3), 0) for r in fw], [f(r, "mse_ratio_hi") - f(r, "mse_ratio") for r in fw]]
         ax.errorbar(d, y, yerr=err, fmt="o-", color=c, ms=4, capsize=2, label=f"attnref {fmt} S={s:g}")
     ax.axhline(1, color="k", lw=0.6)
-    ax.set_yscale("log")
-    ax.set_xlabel("sink strength Δ")
-    ax.set_ylabel("output MSE, forward / reverse order")
-    ax.set_title("FP8 P-cast: forward vs reverse key-block order (95% CI)")
-    ax.legend(fontsize=7)
-    ax.grid(True, alpha=0.3)
+    finish_axes(ax, "sink strength Δ", "output MSE, forward / reverse order",
+                "FP8 P-cast: forward vs reverse key-block order (95% CI)", {"fontsize": 7})
     save(fig, f"{out}/pcast_fp8_mse.svg")
 
     # 3. sensitivity: forward e4m3 S=1 minus closed form; reverse S=256 flushed fraction
@@ -171,13 +181,8 @@ def flash(rows, out):
         for x, v in zip(n, y):
             if lab == "main":
                 ax.annotate(f"{v:.2g}", (x, v), textcoords="offset points", xytext=(4, 4), fontsize=6)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("sequence length n (keys)")
-    ax.set_ylabel("RMS deviation from float64, ratio")
-    ax.set_title("bf16 FlashAttention vs materialised baseline (95% CI)")
-    ax.legend(fontsize=6)
-    ax.grid(True, alpha=0.3)
+    finish_axes(ax, "sequence length n (keys)", "RMS deviation from float64, ratio",
+                "bf16 FlashAttention vs materialised baseline (95% CI)", {"fontsize": 6}, xlog2=True)
     ax = axes[1]
     main = [r for r in rows if r["label"] == "main"]
     for i, kern in enumerate(["flash", "baseline", "baseline_p", "flash_pure", "baseline_pure"]):
@@ -188,13 +193,9 @@ def flash(rows, out):
                 color=colours[i % len(colours)], label=f"{kern} RMS")
         ax.plot([int(r["seq"]) for r in rs], [f(r, "max_dev") for r in rs], ":", color=colours[i % len(colours)], alpha=0.7,
                 label=f"{kern} max")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("sequence length n (keys)")
-    ax.set_ylabel("|output − float64 reference|")
-    ax.set_title(f"deviation per kernel (main: dk = {main[0]['head_dim']}, blocks of {main[0]['block']})")
-    ax.legend(fontsize=6, ncol=2)
-    ax.grid(True, alpha=0.3)
+    finish_axes(ax, "sequence length n (keys)", "|output − float64 reference|",
+                f"deviation per kernel (main: dk = {main[0]['head_dim']}, blocks of {main[0]['block']})", {"fontsize": 6, "ncol": 2},
+                xlog2=True)
     save(fig, f"{out}/flash_bf16.svg")
 
 

@@ -87,6 +87,15 @@ std::string judged_inputs(check_request& rq, const std::string& choice, std::opt
     return j.text;
 }
 
+/// A flag's choices: `before`, the names of an enum's table (name_table.hpp), then `after`.
+template <class E, std::size_t N>
+std::vector<std::string> with_names(std::vector<std::string> before, const std::pair<const char*, E> (&table)[N],
+                                    std::initializer_list<const char*> after) {
+    for (std::string& n : names_of(table)) before.push_back(std::move(n));
+    before.insert(before.end(), after.begin(), after.end());
+    return before;
+}
+
 /// The JSON report with the "inputs" line (and the declared policy) added.
 std::string with_inputs(const std::string& json, const std::string& inputs, const std::string& policy) {
     nlohmann::ordered_json j = nlohmann::ordered_json::parse(json);
@@ -121,25 +130,25 @@ void register_check(CLI::App& app) {
     c->add_option("--weights", a->weights, "candidate attention weights P .npy (invariants)");
     c->add_option("--lse", a->lse, "candidate log-sum-exp .npy (invariants)");
     c->add_option("--dtype", a->dtype, "candidate precision of every file (default: each file's own descr; '<u2' = bfloat16 bits)")
-        ->check(CLI::IsMember({"float64", "float32", "float16", "bfloat16"}));
+        ->check(CLI::IsMember(names_of(binary_format_names)));
     c->add_option("--tolerance", a->tolerance, "tolerance model")
-        ->check(CLI::IsMember({"data-aware", "worst-case", "assert-close", "ulp", "baseline"}))
+        ->check(CLI::IsMember(names_of(tol::tolerance_model_names)))
         ->capture_default_str();
     c->add_option("--empty-row-lse", a->empty_lse,
                   "the lse the candidate writes for fully masked rows: -inf (attnref, PyTorch, FlashAttention split-KV), "
                   "+inf (FlashAttention 2/3) or any")
-        ->check(CLI::IsMember({"-inf", "+inf", "any"}))
+        ->check(CLI::IsMember(names_of(empty_row_lse_names)))
         ->capture_default_str();
     c->add_option("--backward-algorithm", a->backward,
                   "the candidate's backward: textbook (dS from the forward's own normalised P, as autograd does: a tighter dQ bound), "
                   "flash (P recomputed from lse) or unknown")
-        ->check(CLI::IsMember({"textbook", "flash", "unknown"}))
+        ->check(CLI::IsMember(with_names({}, backward_algorithm_names, {"unknown"})))
         ->capture_default_str();
     c->add_option("--input-format", a->input_format,
                   "the format the candidate's inputs were in: the reference is certified for the golden inputs rounded to nearest "
                   "even to it (auto: the candidate's format when it is bfloat16 or float16, or a --policy is declared, and the case's inputs are not exact in it; "
                   "case: the case's own inputs)")
-        ->check(CLI::IsMember({"auto", "case", "float64", "float32", "bfloat16", "float16"}))
+        ->check(CLI::IsMember(with_names({"auto", "case"}, binary_format_names, {})))
         ->capture_default_str();
     std::string policy_help = "a declared precision policy (the names of run --arith): the bounds follow where it rounds:";
     for (const policy_entry& p : policy_names) policy_help += " " + std::string(p.name);
@@ -169,7 +178,7 @@ void register_check(CLI::App& app) {
             rq.policy = roundoffs_of_policy(a->policy);
             if (!rq.policy) throw data_error("command line: --policy: no policy '" + printable(a->policy) + "' (see attnref run --help)");
         }
-        rq.empty_lse = a->empty_lse == "+inf" ? empty_row_lse::plus_inf : a->empty_lse == "any" ? empty_row_lse::any : empty_row_lse::minus_inf;
+        rq.empty_lse = *value_in(empty_row_lse_names, a->empty_lse);  // checked by CLI11
         // --input-format: judge against the certified result of the inputs the candidate computed on.
         std::optional<rounded_case_dir> rounded;
         const std::string judged = judged_inputs(rq, a->input_format, rounded);

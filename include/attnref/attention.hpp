@@ -39,6 +39,7 @@
 #include "attnref/kernel_models.hpp"
 #include "attnref/mask.hpp"
 #include "attnref/math.hpp"
+#include "attnref/name_table.hpp"
 #include "attnref/parallel.hpp"
 #include "attnref/precision.hpp"
 #include "attnref/softmax.hpp"
@@ -52,6 +53,10 @@ enum class scale_placement {
     on_query,    ///< (s·q)·k: FlashAttention
     split_sqrt,  ///< (√s·q)·(√s·k): PyTorch's math backend, ONNX Attention
 };
+/// The names of the scale placements (golden manifests, the CLI, the Python keywords, studies), for
+/// name_in / value_in (name_table.hpp).
+inline constexpr std::pair<const char*, scale_placement> scale_placement_names[] = {
+    {"on_product", scale_placement::on_product}, {"on_query", scale_placement::on_query}, {"split_sqrt", scale_placement::split_sqrt}};
 
 /// Every convention of one attention call. The defaults are the seed chapter's formula with the
 /// conventions most libraries share; README.md maps each field to PyTorch, ONNX and FlashAttention.

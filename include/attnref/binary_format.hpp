@@ -220,8 +220,6 @@ struct format_description {
     double max_finite;      ///< the largest finite value
     int storage_bits;       ///< bits of one value
     const char* npy_descr;  ///< how golden .npy files store it: "<f8", "<f4", "<f2"; bit patterns "<u2", "|u1"
-    /// u = 2^-p, the unit roundoff of rounding to nearest.
-    constexpr double unit_roundoff() const { return pow2(-precision); }
     /// 2^min_exponent.
     constexpr double min_normal() const { return pow2(min_exponent); }
 
@@ -268,8 +266,12 @@ inline constexpr std::pair<const char*, binary_format> binary_format_names[] = {
 constexpr std::string_view format_name(binary_format f) { return describe(f).name; }
 constexpr std::optional<binary_format> format_from_name(std::string_view n) { return value_in(binary_format_names, n); }
 
-/// Unit roundoff u = 2^-p of the format.
-constexpr double unit_roundoff(binary_format f) { return describe(f).unit_roundoff(); }
+/// Unit roundoff u = 2^-p of the format (rounding to nearest), exact.
+constexpr double unit_roundoff(binary_format f) {
+    double u = 1;
+    for (int i = 0; i < describe(f).precision; ++i) u /= 2;
+    return u;
+}
 
 /// The bits of x rounded once (to nearest even, IEEE overflow) into f, in f's encoding.
 constexpr std::uint64_t encode(binary_format f, double x) {

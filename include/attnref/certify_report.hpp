@@ -12,10 +12,7 @@
 
 namespace attnref::certify {
 
-/// A target format of certification: its description (binary_format.hpp). `binary_format` is the
-/// name verify/ has used for it.
-using binary_format = format_description;
-
+/// The target formats of certification, as format_description values (binary_format.hpp).
 inline constexpr format_description float64_target = describe(attnref::binary_format::float64);
 inline constexpr format_description float32_target = describe(attnref::binary_format::float32);
 inline constexpr format_description bfloat16_target = describe(attnref::binary_format::bfloat16);

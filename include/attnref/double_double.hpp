@@ -42,7 +42,6 @@ using dd = double_word<double>;
 
 /// Relative error bound of one add / mul (docs/fast-certify.md (2)).
 inline constexpr double dd_eta = 0x1p-100;
-inline constexpr double unit_roundoff = 0x1p-53;
 
 /// Knuth's TwoSum: s + e == a + b exactly, s = RN(a + b).
 template <class T>

@@ -71,11 +71,6 @@ inline constexpr std::string_view role_name(role r) {
                                           "grad_output"};
     return names[static_cast<std::uint64_t>(r)];
 }
-inline std::optional<role> role_from_name(std::string_view n) {
-    for (std::uint64_t i = 1; i <= last_role_id; ++i)
-        if (role_name(static_cast<role>(i)) == n) return static_cast<role>(i);
-    return std::nullopt;
-}
 
 /// The (n+1)-th SplitMix64 output of the stream (seed, role).
 constexpr std::uint64_t bits(std::uint64_t seed, role r, std::uint64_t index) {

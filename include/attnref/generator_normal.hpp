@@ -27,12 +27,12 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <string_view>
 #include <vector>
 
 #include "attnref/binary_format.hpp"
 #include "attnref/generator.hpp"
+#include "attnref/name_table.hpp"
 
 namespace attnref::generator {
 
@@ -103,16 +103,7 @@ inline std::vector<double> generate_normal(std::uint64_t seed, role r, std::size
 enum class sink_placement { first, last, spread };
 inline constexpr std::pair<const char*, sink_placement> sink_placement_names[] = {
     {"first", sink_placement::first}, {"last", sink_placement::last}, {"spread", sink_placement::spread}};
-inline std::optional<sink_placement> sink_placement_from_name(std::string_view n) {
-    for (const auto& [name, p] : sink_placement_names)
-        if (n == name) return p;
-    return std::nullopt;
-}
-inline std::string_view sink_placement_name(sink_placement p) {
-    for (const auto& [name, q] : sink_placement_names)
-        if (p == q) return name;
-    return "";
-}
+inline constexpr std::string_view sink_placement_name(sink_placement p) { return name_in(sink_placement_names, p); }
 
 /// Attention sinks: k_sink keys whose logits are Δ above the others'.
 struct sink_family {

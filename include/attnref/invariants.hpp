@@ -75,6 +75,9 @@ struct invariant_report {
 /// hopper/softmax.h: `(sum == 0.f || sum != sum) ? (Split ? -INFINITY : INFINITY) : …`);
 /// `any` accepts every value there (the row's output and weights are still checked).
 enum class empty_row_lse { minus_inf, plus_inf, any };
+/// Their names (`attnref check --empty-row-lse`), for name_in / value_in (name_table.hpp).
+inline constexpr std::pair<const char*, empty_row_lse> empty_row_lse_names[] = {
+    {"-inf", empty_row_lse::minus_inf}, {"+inf", empty_row_lse::plus_inf}, {"any", empty_row_lse::any}};
 
 /// What the checks need to know about the call that produced the outputs: its masks, its
 /// empty-row policy and its lse convention for empty rows. Rows where every key is structurally
@@ -107,6 +110,14 @@ constexpr bool row_is_empty(const mask_options& m, std::size_t b, std::size_t h,
         if (!structurally_masked(m, b, h, i, j, sq, sk)) return false;
     return true;
 }
+/// f(b, h, i) for every query row of a (B, H, Sq, Sk) tensor, in row-major order.
+template <class F>
+constexpr void for_each_row(const extents_t<4>& e, F&& f) {
+    for (std::size_t b = 0; b < e[0]; ++b)
+        for (std::size_t h = 0; h < e[1]; ++h)
+            for (std::size_t i = 0; i < e[2]; ++i) f(b, h, i);
+}
+
 }  // namespace detail
 
 /// Half the smallest subnormal spacing of a format with p significand bits and minimum normal
@@ -174,17 +185,15 @@ constexpr invariant_report rows_sum_to_one(tensor_view<const T, 4> p, const inva
 template <class T>
 constexpr invariant_report masked_weights_are_zero(tensor_view<const T, 4> p, const invariant_context& ctx) {
     invariant_report r{"masked weights are exactly 0"};
-    const auto [batch, heads, sq, sk] = p.extents;
-    for (std::size_t b = 0; b < batch; ++b)
-        for (std::size_t h = 0; h < heads; ++h)
-            for (std::size_t i = 0; i < sq; ++i) {
-                if (detail::row_is_empty(ctx.mask, b, h, i, sq, sk)) continue;
-                for (std::size_t j = 0; j < sk; ++j) {
-                    if (!structurally_masked(ctx.mask, b, h, i, j, sq, sk)) continue;
-                    const double value = detail::to_double(p(b, h, i, j));
-                    r.record(value == 0, is_nan(value) ? 1 : detail::abs_value(value), 0, {b, h, i, j});
-                }
-            }
+    const std::size_t sq = p.extents[2], sk = p.extents[3];
+    detail::for_each_row(p.extents, [&](std::size_t b, std::size_t h, std::size_t i) {
+        if (detail::row_is_empty(ctx.mask, b, h, i, sq, sk)) return;
+        for (std::size_t j = 0; j < sk; ++j) {
+            if (!structurally_masked(ctx.mask, b, h, i, j, sq, sk)) continue;
+            const double value = detail::to_double(p(b, h, i, j));
+            r.record(value == 0, is_nan(value) ? 1 : detail::abs_value(value), 0, {b, h, i, j});
+        }
+    });
     return r;
 }
 
@@ -192,17 +201,15 @@ constexpr invariant_report masked_weights_are_zero(tensor_view<const T, 4> p, co
 template <class T>
 constexpr invariant_report weights_in_unit_interval(tensor_view<const T, 4> p, const invariant_context& ctx) {
     invariant_report r{"0 <= P <= 1"};
-    const auto [batch, heads, sq, sk] = p.extents;
-    for (std::size_t b = 0; b < batch; ++b)
-        for (std::size_t h = 0; h < heads; ++h)
-            for (std::size_t i = 0; i < sq; ++i) {
-                if (ctx.empty_rows == empty_row_policy::nan && detail::row_is_empty(ctx.mask, b, h, i, sq, sk)) continue;
-                for (std::size_t j = 0; j < sk; ++j) {
-                    const double value = detail::to_double(p(b, h, i, j));
-                    const bool pass = value >= 0 && value <= 1;
-                    r.record(pass, pass ? 0 : (value < 0 ? -value : value - 1), 0, {b, h, i, j});
-                }
-            }
+    const std::size_t sq = p.extents[2], sk = p.extents[3];
+    detail::for_each_row(p.extents, [&](std::size_t b, std::size_t h, std::size_t i) {
+        if (ctx.empty_rows == empty_row_policy::nan && detail::row_is_empty(ctx.mask, b, h, i, sq, sk)) return;
+        for (std::size_t j = 0; j < sk; ++j) {
+            const double value = detail::to_double(p(b, h, i, j));
+            const bool pass = value >= 0 && value <= 1;
+            r.record(pass, pass ? 0 : (value < 0 ? -value : value - 1), 0, {b, h, i, j});
+        }
+    });
     return r;
 }
 

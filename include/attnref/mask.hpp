@@ -22,17 +22,24 @@
 #include <string>
 #include <span>
 
+#include "attnref/name_table.hpp"
 #include "attnref/tensor.hpp"
 
 namespace attnref {
 
 enum class causal_alignment { top_left, bottom_right };
+/// The names of the mask conventions (golden manifests, the CLI, the Python keywords), for
+/// name_in / value_in (name_table.hpp).
+inline constexpr std::pair<const char*, causal_alignment> causal_alignment_names[] = {
+    {"top_left", causal_alignment::top_left}, {"bottom_right", causal_alignment::bottom_right}};
 
 /// Meaning of a `true` (nonzero) entry of a boolean mask.
 enum class mask_polarity {
     true_means_attend,  ///< PyTorch SDPA attn_mask, ONNX Attention, JAX, FlashAttention key_padding_mask
     true_means_masked,  ///< nn.MultiheadAttention key_padding_mask and bool attn_mask
 };
+inline constexpr std::pair<const char*, mask_polarity> mask_polarity_names[] = {
+    {"true_means_attend", mask_polarity::true_means_attend}, {"true_means_masked", mask_polarity::true_means_masked}};
 
 /// What a query row with no attendable key produces.
 enum class empty_row_policy {
@@ -40,6 +47,8 @@ enum class empty_row_policy {
     nan,      ///< weights NaN, output NaN, lse −inf: softmax over a row of −inf
     uniform,  ///< weights 1/Sk over all keys, output mean of V, lse −inf: what a finite fill (−1e9, JAX) gives
 };
+inline constexpr std::pair<const char*, empty_row_policy> empty_row_policy_names[] = {
+    {"zero", empty_row_policy::zero}, {"nan", empty_row_policy::nan}, {"uniform", empty_row_policy::uniform}};
 
 /// A mask tensor of logical shape (B, H, Sq, Sk) stored with extents (B or 1, H or 1, Sq, Sk):
 /// axes of extent 1 broadcast. `E` is std::uint8_t for boolean masks (nonzero = true) and double for

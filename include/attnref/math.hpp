@@ -85,19 +85,6 @@ struct format<__float128> {
 template <class T>
 concept BitCastable = std::is_same_v<T, float> || std::is_same_v<T, double>;
 
-template <class T>
-constexpr T infinity() {
-    return static_cast<T>(std::numeric_limits<double>::infinity());
-}
-template <class T>
-constexpr T quiet_nan() {
-    return static_cast<T>(std::numeric_limits<double>::quiet_NaN());
-}
-template <class T>
-constexpr bool is_nan(const T& x) {
-    return !(x == x);
-}
-
 // ---------------------------------------------------------------------------------------------
 // Exact powers of two.
 
@@ -509,7 +496,7 @@ template <class T>
 constexpr T log_kernel(T x) {
     using C = constants<T>;
     if (is_nan(x)) return x;
-    if (x < T(0)) return quiet_nan<T>();
+    if (x < T(0)) return quiet_NaN<T>();
     if (x == T(0)) return -infinity<T>();
     if (x == infinity<T>()) return x;
     decomposed<T> d = decompose(x);
@@ -525,7 +512,7 @@ template <class T>
 constexpr T log1p_kernel(T x) {
     using C = constants<T>;
     if (is_nan(x)) return x;
-    if (x < T(-1)) return quiet_nan<T>();
+    if (x < T(-1)) return quiet_NaN<T>();
     if (x == T(-1)) return -infinity<T>();
     if (x == infinity<T>()) return x;
     if ((x < T(0) ? -x : x) < C::tiny) return x;  // log1p(x) = x - x²/2 + ..., x²/2 < ulp(x)/2
@@ -545,7 +532,7 @@ constexpr T log1p_kernel(T x) {
 template <class T>
 constexpr T sqrt_kernel(T x) {
     if (is_nan(x) || x == T(0) || x == infinity<T>()) return x;  // sqrt(±0) = ±0
-    if (x < T(0)) return quiet_nan<T>();
+    if (x < T(0)) return quiet_NaN<T>();
     decomposed<T> d = decompose(x);
     if (d.e % 2 != 0) {  // make e even, f in [1, 4)
         d.f = d.f + d.f;
@@ -610,53 +597,35 @@ constexpr T tanh_kernel(T x) {
 /// above ln(max); results below the normal range are rounded once onto the subnormal grid, and
 /// underflow to +0 below ln(min subnormal / 2).
 /// Example: `static_assert(attnref::math::exp(0.0) == 1.0);`
-template <class T>
-constexpr T exp(const T& x) {
-    ATTNREF_MATH_DISPATCH(exp)
-}
+template <class T> constexpr T exp(const T& x) { ATTNREF_MATH_DISPATCH(exp) }
 
 /// Natural logarithm. Max error measured: 0.5322 ulp (float 0.5322 exhaustive, double 0.5190,
 /// long double 0.5225, __float128 0.5228). Domain: x >= 0 (subnormal x included).
 /// Special values: log(NaN) = NaN, log(x < 0) = NaN, log(±0) = -inf, log(+inf) = +inf, log(1) = +0.
-template <class T>
-constexpr T log(const T& x) {
-    ATTNREF_MATH_DISPATCH(log)
-}
+template <class T> constexpr T log(const T& x) { ATTNREF_MATH_DISPATCH(log) }
 
 /// log(1 + x), accurate for small x. Max error measured: 0.5327 ulp (float 0.5327 exhaustive,
 /// double 0.5283, long double 0.5257, __float128 0.5219). Domain: x >= -1.
 /// Special values: log1p(NaN) = NaN, log1p(x < -1) = NaN, log1p(-1) = -inf, log1p(+inf) = +inf,
 /// log1p(x) = x exactly for |x| < 2^-p (keeps ±0 and subnormals).
-template <class T>
-constexpr T log1p(const T& x) {
-    ATTNREF_MATH_DISPATCH(log1p)
-}
+template <class T> constexpr T log1p(const T& x) { ATTNREF_MATH_DISPATCH(log1p) }
 
 /// e^x - 1, accurate for small x. Max error measured: 0.5051 ulp (float 0.5051 exhaustive,
 /// double 0.5014, long double 0.5006, __float128 0.5003). Domain: all x.
 /// Special values: expm1(NaN) = NaN, expm1(+inf) = +inf, expm1(-inf) = -1, expm1(x) = x exactly for
 /// |x| < 2^-p (keeps ±0 and subnormals), -1 for x < -(p+2)·ln2, +inf above ln(max).
-template <class T>
-constexpr T expm1(const T& x) {
-    ATTNREF_MATH_DISPATCH(expm1)
-}
+template <class T> constexpr T expm1(const T& x) { ATTNREF_MATH_DISPATCH(expm1) }
 
 /// Square root. Max error measured: 0.5000 ulp (correctly rounded on every tested point, and on
 /// every float; not proven correctly rounded in general). Domain: x >= 0.
 /// Special values: sqrt(NaN) = NaN, sqrt(x < 0) = NaN, sqrt(±0) = ±0, sqrt(+inf) = +inf.
-template <class T>
-constexpr T sqrt(const T& x) {
-    ATTNREF_MATH_DISPATCH(sqrt)
-}
+template <class T> constexpr T sqrt(const T& x) { ATTNREF_MATH_DISPATCH(sqrt) }
 
 /// Hyperbolic tangent. Max error measured: 0.5024 ulp (float 0.5024 exhaustive, double 0.5021,
 /// long double 0.5011, __float128 0.5006). Domain: all x. Odd: tanh(-x) == -tanh(x) bitwise.
 /// Special values: tanh(NaN) = NaN, tanh(±inf) = ±1, tanh(±0) = ±0, tanh(x) = x for
 /// |x| < 2^-(p/2+1), ±1 for |x| > 0.35·(p+3) (where 1 - tanh(x) < 2^-(p+1)).
-template <class T>
-constexpr T tanh(const T& x) {
-    ATTNREF_MATH_DISPATCH(tanh)
-}
+template <class T> constexpr T tanh(const T& x) { ATTNREF_MATH_DISPATCH(tanh) }
 
 #undef ATTNREF_MATH_DISPATCH
 

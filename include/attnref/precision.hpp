@@ -19,6 +19,7 @@
 /// with exactly one stage in high precision to show that stage's share of the error.
 
 #include <type_traits>
+#include <vector>
 
 #include "attnref/scalar.hpp"
 
@@ -87,6 +88,15 @@ template <class To, class From>
 constexpr To convert(const From& x) {
     if constexpr (std::is_same_v<To, From>) return x;
     else return static_cast<To>(x);
+}
+
+/// Every element of x converted to To (convert above).
+template <class To, class From>
+std::vector<To> convert_all(const std::vector<From>& x) {
+    std::vector<To> r;
+    r.reserve(x.size());
+    for (const From& e : x) r.push_back(convert<To>(e));
+    return r;
 }
 
 }  // namespace attnref

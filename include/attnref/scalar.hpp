@@ -38,37 +38,29 @@ concept BuiltinFloatingPoint = std::is_same_v<std::remove_cv_t<T>, float> ||
 /// - name: a stable human-readable name used in reports and manifests.
 /// - builtin_type / unwrap / wrap (optional): for class types that wrap a BuiltinFloatingPoint
 ///   (Boost's float128), so that the constexpr math kernels can run on them.
+/// The facts std::numeric_limits<T> holds (digits, epsilon, infinity, quiet NaN).
 template <class T>
-struct scalar_traits {
+struct numeric_limits_traits {
     static constexpr int digits = std::numeric_limits<T>::digits;
     static constexpr T epsilon() { return std::numeric_limits<T>::epsilon(); }
-    static constexpr std::string_view name = "unnamed";
     static constexpr T infinity() { return std::numeric_limits<T>::infinity(); }
     static constexpr T quiet_NaN() { return std::numeric_limits<T>::quiet_NaN(); }
 };
 
+template <class T>
+struct scalar_traits : numeric_limits_traits<T> {
+    static constexpr std::string_view name = "unnamed";
+};
 template <>
-struct scalar_traits<float> {
-    static constexpr float infinity() { return __builtin_inff(); }
-    static constexpr float quiet_NaN() { return __builtin_nanf(""); }
-    static constexpr int digits = 24;
-    static constexpr float epsilon() { return 0x1p-23f; }
+struct scalar_traits<float> : numeric_limits_traits<float> {
     static constexpr std::string_view name = "float32";
 };
 template <>
-struct scalar_traits<double> {
-    static constexpr double infinity() { return __builtin_inf(); }
-    static constexpr double quiet_NaN() { return __builtin_nan(""); }
-    static constexpr int digits = 53;
-    static constexpr double epsilon() { return 0x1p-52; }
+struct scalar_traits<double> : numeric_limits_traits<double> {
     static constexpr std::string_view name = "float64";
 };
 template <>
-struct scalar_traits<long double> {
-    static constexpr long double infinity() { return __builtin_infl(); }
-    static constexpr long double quiet_NaN() { return __builtin_nanl(""); }
-    static constexpr int digits = std::numeric_limits<long double>::digits;
-    static constexpr long double epsilon() { return std::numeric_limits<long double>::epsilon(); }
+struct scalar_traits<long double> : numeric_limits_traits<long double> {
     static constexpr std::string_view name = std::numeric_limits<long double>::digits == 64 ? "x87_extended80"
                                              : std::numeric_limits<long double>::digits == 113 ? "binary128_long_double"
                                                                                               : "float64_long_double";

@@ -31,12 +31,20 @@
 #include <span>
 
 #include "attnref/mask.hpp"
+#include "attnref/name_table.hpp"
 #include "attnref/math.hpp"
 #include "attnref/scalar.hpp"
 
 namespace attnref {
 
 enum class softmax_algorithm { naive, shifted_division, division_free, online };
+/// The names of the softmax algorithms (golden manifests, `attnref run --softmax`), for name_in /
+/// value_in (name_table.hpp). Studies print shifted_division as "shifted" (study.hpp).
+inline constexpr std::pair<const char*, softmax_algorithm> softmax_algorithm_names[] = {
+    {"naive", softmax_algorithm::naive},
+    {"shifted_division", softmax_algorithm::shifted_division},
+    {"division_free", softmax_algorithm::division_free},
+    {"online", softmax_algorithm::online}};
 
 /// Order in which the online algorithm visits the key blocks [0, b), [b, 2b), ...
 enum class key_block_order { forward, reverse };

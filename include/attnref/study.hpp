@@ -104,20 +104,17 @@ inline std::optional<std::string> policy_from_name(std::string_view n) {
     return std::nullopt;
 }
 
-/// The names studies use for softmax algorithms and scale placements ("shifted_division" is
-/// accepted for "shifted").
-inline constexpr std::pair<const char*, softmax_algorithm> algorithm_names[] = {
-    {"naive", softmax_algorithm::naive}, {"shifted", softmax_algorithm::shifted_division},
-    {"division_free", softmax_algorithm::division_free}, {"online", softmax_algorithm::online}};
-inline constexpr std::pair<const char*, scale_placement> placement_names[] = {
-    {"on_product", scale_placement::on_product}, {"on_query", scale_placement::on_query}, {"split_sqrt", scale_placement::split_sqrt}};
-
-inline constexpr std::string_view algorithm_name(softmax_algorithm a) { return name_in(algorithm_names, a); }
-inline std::optional<softmax_algorithm> algorithm_from_name(std::string_view n) {
-    return n == "shifted_division" ? softmax_algorithm::shifted_division : value_in(algorithm_names, n);
+/// The names studies use for softmax algorithms and scale placements: softmax_algorithm_names and
+/// scale_placement_names, except that studies (their JSON, CSV and tables, docs/studies.md) call
+/// shifted_division "shifted"; both names are accepted.
+inline constexpr std::string_view algorithm_name(softmax_algorithm a) {
+    return a == softmax_algorithm::shifted_division ? "shifted" : name_in(softmax_algorithm_names, a);
 }
-inline constexpr std::string_view placement_name(scale_placement p) { return name_in(placement_names, p); }
-inline std::optional<scale_placement> placement_from_name(std::string_view n) { return value_in(placement_names, n); }
+inline std::optional<softmax_algorithm> algorithm_from_name(std::string_view n) {
+    return n == "shifted" ? softmax_algorithm::shifted_division : value_in(softmax_algorithm_names, n);
+}
+inline constexpr std::string_view placement_name(scale_placement p) { return name_in(scale_placement_names, p); }
+inline std::optional<scale_placement> placement_from_name(std::string_view n) { return value_in(scale_placement_names, n); }
 
 /// One point of a study.
 struct point {
@@ -213,13 +210,7 @@ run_outputs<Out> run_sdpa(const point& pt, const std::vector<double>& q, const s
                           const std::vector<double>& v, const std::vector<double>& additive) {
     using S = typename Policy::storage_type;
     const std::size_t sq = pt.queries, n = pt.seq, d = pt.head_dim;
-    auto as = [](const std::vector<double>& x) {
-        std::vector<S> r;
-        r.reserve(x.size());
-        for (double e : x) r.push_back(convert<S>(e));
-        return r;
-    };
-    const std::vector<S> qs = as(q), ks = as(k), vs = as(v);
+    const std::vector<S> qs = convert_all<S>(q), ks = convert_all<S>(k), vs = convert_all<S>(v);
     attention_options o;
     if (pt.logit_scale != 1 || pt.direct_logits) o.scale = scale_of(pt);
     o.placement = pt.placement;
@@ -242,8 +233,7 @@ inline run_outputs<reference_real> run_reference(const point& pt, const std::vec
                                                  const std::vector<double>& v, const std::vector<double>& additive) {
     using R = reference_real;
     const std::size_t sq = pt.queries, n = pt.seq, d = pt.head_dim;
-    auto as = [](const std::vector<double>& x) { return std::vector<R>(x.begin(), x.end()); };
-    const std::vector<R> qs = as(q), ks = as(k), vs = as(v);
+    const std::vector<R> qs = convert_all<R>(q), ks = convert_all<R>(k), vs = convert_all<R>(v);
     attention_options o;
     if (pt.logit_scale != 1 || pt.direct_logits) o.scale = scale_of(pt);
     o.placement = pt.placement;
@@ -259,22 +249,32 @@ inline run_outputs<reference_real> run_reference(const point& pt, const std::vec
     return out;
 }
 
+/// The unit roundoff of T where T is narrower than the arithmetic A (rounding into it adds error), else 0.
+template <class T, class A>
+double narrower_roundoff() {
+    return scalar_traits<T>::digits < scalar_traits<A>::digits ? static_cast<double>(attnref::unit_roundoff<T>()) : 0.0;
+}
+
+inline void require_positive_sizes(const point& pt) {
+    if (pt.queries == 0 || pt.seq == 0 || pt.head_dim == 0)
+        throw std::invalid_argument("study point: queries, seq and head_dim must be positive");
+}
+
 template <class Policy>
 result measure(const point& pt) {
+    using R = reference_real;
     using A = typename Policy::accumulate_type;
     using W = typename Policy::weights_type;
     using O = typename Policy::output_type;
-    using R = reference_real;
     const std::size_t sq = pt.queries, n = pt.seq, d = pt.head_dim;
-    if (sq == 0 || n == 0 || d == 0) throw std::invalid_argument("study point: queries, seq and head_dim must be positive");
+    require_positive_sizes(pt);
     result res;
     res.grad_bound_ratio.fill(std::numeric_limits<double>::quiet_NaN());
     res.grad_norm_rel.fill(std::numeric_limits<double>::quiet_NaN());
     res.grad_bound_norm_rel.fill(std::numeric_limits<double>::quiet_NaN());
     const double u = static_cast<double>(attnref::unit_roundoff<A>());
     res.u = u;
-    const double u_w = scalar_traits<W>::digits < scalar_traits<A>::digits ? static_cast<double>(attnref::unit_roundoff<W>()) : 0.0;
-    const double u_o = scalar_traits<O>::digits < scalar_traits<A>::digits ? static_cast<double>(attnref::unit_roundoff<O>()) : 0.0;
+    const double u_w = narrower_roundoff<W, A>(), u_o = narrower_roundoff<O, A>();
     const int out_digits = scalar_traits<O>::digits;
     const int out_emin = std::numeric_limits<O>::min_exponent - 1;
     const double s = scale_of(pt);
@@ -420,7 +420,7 @@ result measure_backward(const point& pt) {
     using O = typename Policy::output_type;
     using R = reference_real;
     const std::size_t sq = pt.queries, n = pt.seq, d = pt.head_dim;
-    if (sq == 0 || n == 0 || d == 0) throw std::invalid_argument("study point: queries, seq and head_dim must be positive");
+    require_positive_sizes(pt);
     // The reference must be well beyond the policy: 133 bits leave 20 bits over binary128's 113.
     if constexpr (scalar_traits<A>::digits > 113)
         throw std::invalid_argument("study: backward point of policy '" + pt.policy + "': its " + std::to_string(scalar_traits<A>::digits) +
@@ -431,10 +431,10 @@ result measure_backward(const point& pt) {
     res.stage_rms.fill(nan);
     const double u = static_cast<double>(attnref::unit_roundoff<A>());
     res.u = u;
-    const double u_storage = scalar_traits<O>::digits < scalar_traits<A>::digits ? static_cast<double>(attnref::unit_roundoff<O>()) : 0.0;
+    const double u_storage = narrower_roundoff<O, A>();
     // P stored narrower than the arithmetic (fp32_p_bf16, bf16_fp32acc …): backward_bounds.hpp's u_weights.
     using W = typename Policy::weights_type;
-    const double u_weights = scalar_traits<W>::digits < scalar_traits<A>::digits ? static_cast<double>(attnref::unit_roundoff<W>()) : 0.0;
+    const double u_weights = narrower_roundoff<W, A>();
     const binary_format fmt = format_of<S>();
     generator::input_family family;
     for (const char* role : {"query", "key"}) family.roles[role] = {1, 0};
@@ -452,15 +452,8 @@ result measure_backward(const point& pt) {
         const std::vector<double> k = generator::generate(family, seed, generator::role::key, {1, 1, n, d}, fmt);
         const std::vector<double> v = generator::generate(family, seed, generator::role::value, {1, 1, n, d}, fmt);
         const std::vector<double> g = generator::generate(family, seed + (std::uint64_t{1} << 32), generator::role::value, {1, 1, sq, d}, fmt);
-        auto as_s = [](const std::vector<double>& x) {
-            std::vector<S> r;
-            r.reserve(x.size());
-            for (double e : x) r.push_back(convert<S>(e));
-            return r;
-        };
-        auto as_r = [](const std::vector<double>& x) { return std::vector<R>(x.begin(), x.end()); };
-        const std::vector<S> qs = as_s(q), ks = as_s(k), vs = as_s(v), gs = as_s(g);
-        const std::vector<R> qr = as_r(q), kr = as_r(k), vr = as_r(v), gr = as_r(g);
+        const std::vector<S> qs = convert_all<S>(q), ks = convert_all<S>(k), vs = convert_all<S>(v), gs = convert_all<S>(g);
+        const std::vector<R> qr = convert_all<R>(q), kr = convert_all<R>(k), vr = convert_all<R>(v), gr = convert_all<R>(g);
         // The reference: forward (P, lse for the bound) and backward in mpfr_real<40>.
         attention_options ro = o;
         ro.softmax.algorithm = softmax_algorithm::shifted_division;

@@ -90,13 +90,9 @@ public:
     constexpr operator tensor_view<const T, Rank>() const { return view(); }
 
     template <class... I>
-    constexpr T& operator()(I... index) {
-        return view()(index...);
-    }
+    constexpr T& operator()(I... index) { return view()(index...); }
     template <class... I>
-    constexpr const T& operator()(I... index) const {
-        return view()(index...);
-    }
+    constexpr const T& operator()(I... index) const { return view()(index...); }
     constexpr T& operator[](std::size_t linear) { return storage_[linear]; }
     constexpr const T& operator[](std::size_t linear) const { return storage_[linear]; }
 
@@ -123,13 +119,9 @@ struct fixed_tensor {
     constexpr tensor_view<T, rank> view() { return {values.data(), extents}; }
     constexpr tensor_view<const T, rank> view() const { return {values.data(), extents}; }
     template <class... I>
-    constexpr T& operator()(I... index) {
-        return view()(index...);
-    }
+    constexpr T& operator()(I... index) { return view()(index...); }
     template <class... I>
-    constexpr const T& operator()(I... index) const {
-        return view()(index...);
-    }
+    constexpr const T& operator()(I... index) const { return view()(index...); }
 };
 
 /// Copies a view into an owning tensor (element type converted with static_cast).

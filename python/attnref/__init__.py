@@ -243,6 +243,10 @@ def _optional_float(x: Any, name: str, positive: bool = False) -> Optional[float
     return v
 
 
+# The names of the conventions' enums: the C++ tables beside each enum (name_table.hpp).
+_NAMES: Dict[str, List[str]] = _attnref._enum_names
+
+
 def _choice(x: Any, name: str, options: Sequence[str]) -> str:
     if not isinstance(x, str) or x not in options:
         raise ValueError(f"{name}: expected one of {', '.join(repr(o) for o in options)}, got {x!r}")
@@ -255,9 +259,9 @@ def _conventions(scale: Any, scale_placement: Any, causal: Any, alignment: Any, 
     if causal is True or causal is False:
         raise TypeError('causal: expected None, "top_left" (PyTorch is_causal) or "bottom_right" (FlashAttention), got a bool')
     if causal is not None:
-        _choice(causal, "causal", ("top_left", "bottom_right"))
+        _choice(causal, "causal", _NAMES["causal_alignment"])
     if alignment is not None:
-        _choice(alignment, "alignment", ("top_left", "bottom_right"))
+        _choice(alignment, "alignment", _NAMES["causal_alignment"])
         if causal is not None and alignment != causal:
             raise ValueError(f"alignment: {alignment!r} contradicts causal={causal!r} (they share one diagonal)")
     align = alignment or causal or "top_left"
@@ -289,13 +293,13 @@ def _conventions(scale: Any, scale_placement: Any, causal: Any, alignment: Any, 
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 0 or threads > _MAX_INT:
         raise ValueError(f"threads: expected an int from 0 (all cores) to 2**53, got {threads!r}")
     return dict(scale=_optional_float(scale, "scale", positive=True),
-                scale_placement=_choice(scale_placement, "scale_placement", ("on_product", "on_query", "split_sqrt")),
+                scale_placement=_choice(scale_placement, "scale_placement", _NAMES["scale_placement"]),
                 causal="none" if causal is None else "causal", alignment=align, diagonal_offset=int(diagonal_offset),
                 window_left=left, window_right=right, window=window is not None, key_lengths=lengths,
                 mask=None if mask is None else _mask4(mask, "mask", np.uint8),
-                mask_polarity=_choice(mask_polarity, "mask_polarity", ("true_means_attend", "true_means_masked")),
+                mask_polarity=_choice(mask_polarity, "mask_polarity", _NAMES["mask_polarity"]),
                 additive_mask=None if additive_mask is None else _mask4(additive_mask, "additive_mask", np.float64),
-                empty_rows=_choice(empty_rows, "empty_rows", ("zero", "nan", "uniform")),
+                empty_rows=_choice(empty_rows, "empty_rows", _NAMES["empty_row_policy"]),
                 softcap=_optional_float(softcap, "softcap", positive=True), alibi_slopes=slopes, threads=int(threads))
 
 

@@ -6,6 +6,8 @@ import numpy as np
 class UncertifiedError(ArithmeticError): ...
 class _Call: ...
 
+_enum_names: Dict[str, List[str]]
+
 def _make_call(kind: str, q: np.ndarray, k: np.ndarray, v: np.ndarray, w_q: Optional[np.ndarray], w_k: Optional[np.ndarray],
                w_v: Optional[np.ndarray], w_o: Optional[np.ndarray], b_q: Optional[np.ndarray], b_k: Optional[np.ndarray],
                b_v: Optional[np.ndarray], b_o: Optional[np.ndarray], heads: int, kv_heads: int, scale: Optional[float],

@@ -259,6 +259,30 @@ def _assert_golden(actual: Any, case: Any, dtype: Any, tolerance: str, weights: 
     raise error(f"{prefix}Attention {v.verdict} against golden case {case.name}: {v.reason}\n{v.text}")
 
 
+def _not_close(prefix: str, what: str, r: Dict[str, Any], shapes: Dict[str, Any], unit: str = "", note: str = "") -> str:
+    """The first lines of an AssertionError for a tensor the checker found not close: the count, the
+    worst element relative to its bound (with its index in the tensor's shape) and the largest
+    differences; each line ends in a newline."""
+    bad, n = r["violations"], r["elements"]
+    idx = _index(r["worst_index"], shapes[r["name"]])
+    return (f"{prefix}{what} {r['name']} is not close!\n\n"
+            f"Mismatched elements: {bad} / {n} ({100.0 * bad / max(n, 1):.1f}%)\n"
+            f"Greatest error relative to its bound: {r['worst_ratio']:.3g} at index {idx}\n"
+            f"  actual {r['worst_actual']!r} vs expected {r['worst_expected']!r}: "
+            f"|difference| {abs(r['worst_actual'] - r['worst_expected']):.3g}, bound {r['worst_bound']:.3g}{unit}\n"
+            f"Greatest absolute difference: {r['max_abs']:.3g}; greatest relative difference: {r['max_rel']:.3g}{note}\n")
+
+
+def _raise_broken_invariant(judged: Dict[str, Any], prefix: str, what: str, at: str, suffix: str, how: str) -> None:
+    """An AssertionError for the first invariant the checker found violated, if any: `what` names
+    the tensors, `at` the index's axes, `suffix` follows the bound."""
+    for i in judged["invariants"]:
+        if not i["ok"]:
+            raise AssertionError(f"{prefix}{what} violate the invariant '{i['name']}': {i['violations']} of "
+                                 f"{i['checked']} checks fail; the first at {at}{i['index']}: deviation {i['worst']:.3g}, "
+                                 f"bound {i['bound']:.3g}{suffix}\n{how}")
+
+
 def _raise_gradient_failure(judged: Dict[str, Any], shapes: Dict[str, Any], prefix: str, how: str) -> None:
     """An AssertionError for the checker's FAIL of the gradients: the first failing tensor, else
     the first violated invariant."""
@@ -266,24 +290,12 @@ def _raise_gradient_failure(judged: Dict[str, Any], shapes: Dict[str, Any], pref
         if r["verdict"] != "FAIL":
             continue
         bad, n = r["violations"], r["elements"]
-        idx = _index(r["worst_index"], shapes[r["name"]])
         # The checker's note starts with the count given above; keep what it adds (the bound used, GQA).
         extra = r["note"].split("; ", 1)[1] if r["note"].startswith(f"{bad} of {n} elements") and "; " in r["note"] else (
             "" if r["note"].startswith(f"{bad} of {n} elements") else r["note"])
         note = f" ({extra})" if extra else ""
-        raise AssertionError(
-            f"{prefix}Attention gradient {r['name']} is not close!\n\n"
-            f"Mismatched elements: {bad} / {n} ({100.0 * bad / max(n, 1):.1f}%)\n"
-            f"Greatest error relative to its bound: {r['worst_ratio']:.3g} at index {idx}\n"
-            f"  actual {r['worst_actual']!r} vs expected {r['worst_expected']!r}: "
-            f"|difference| {abs(r['worst_actual'] - r['worst_expected']):.3g}, bound {r['worst_bound']:.3g}\n"
-            f"Greatest absolute difference: {r['max_abs']:.3g}; greatest relative difference: {r['max_rel']:.3g}{note}\n"
-            f"{how}")
-    for i in judged["invariants"]:
-        if not i["ok"]:
-            raise AssertionError(f"{prefix}Attention gradients violate the invariant '{i['name']}': {i['violations']} of "
-                                 f"{i['checked']} checks fail; the first at (batch, kv head, key or feature, feature) "
-                                 f"{i['index']}: deviation {i['worst']:.3g}, bound {i['bound']:.3g}\n{how}")
+        raise AssertionError(_not_close(prefix, "Attention gradient", r, shapes, note=note) + how)
+    _raise_broken_invariant(judged, prefix, "Attention gradients", "(batch, kv head, key or feature, feature) ", "", how)
     raise AssertionError(f"{prefix}Attention gradients: FAIL: {judged['reason']}\n{how}")
 
 
@@ -364,22 +376,9 @@ def _judge_forward(a: np.ndarray, ref: Any, fmt: str, model: str, weights: Any, 
                                          f"declared empty_row_lse={empty_row_lse!r}\n{how}")
                 bad = r["violations"]  # non-finite mismatches (NaN or inf where the reference has another value) included
                 if bad:
-                    n = r["elements"]
-                    idx = _index(r["worst_index"], shapes[r["name"]])
                     unit = " ULP" if model == "ulp" else ""
-                    raise AssertionError(
-                        f"{prefix}Attention {r['name']} is not close!\n\n"
-                        f"Mismatched elements: {bad} / {n} ({100.0 * bad / max(n, 1):.1f}%)\n"
-                        f"Greatest error relative to its bound: {r['worst_ratio']:.3g} at index {idx}\n"
-                        f"  actual {r['worst_actual']!r} vs expected {r['worst_expected']!r}: "
-                        f"|difference| {abs(r['worst_actual'] - r['worst_expected']):.3g}, bound {r['worst_bound']:.3g}{unit}\n"
-                        f"Greatest absolute difference: {r['max_abs']:.3g}; greatest relative difference: {r['max_rel']:.3g}\n"
-                        f"{how}")
-            for i in judged["invariants"]:
-                if not i["ok"]:
-                    raise AssertionError(f"{prefix}Attention weights violate the invariant '{i['name']}': {i['violations']} of "
-                                         f"{i['checked']} checks fail; the first at index {i['index']}: deviation {i['worst']:.3g}, "
-                                         f"bound {i['bound']:.3g} (include/attnref/invariants.hpp)\n{how}")
+                    raise AssertionError(_not_close(prefix, "Attention", r, shapes, unit=unit) + how)
+            _raise_broken_invariant(judged, prefix, "Attention weights", "index ", " (include/attnref/invariants.hpp)", how)
             return
         for r in results:
             if r["vacuous_elements"]:

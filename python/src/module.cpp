@@ -41,13 +41,12 @@ extents_t<4> extents4(const py::array_t<E, py::array::c_style>& a, const char* n
             static_cast<std::size_t>(a.shape(3))};
 }
 
-template <class Enum>
-Enum parse(const std::string& value, const char* name, std::initializer_list<std::pair<const char*, Enum>> names) {
+/// The value called `value` in an enum's name table (name_table.hpp), or ValueError naming the keyword.
+template <class Enum, std::size_t N>
+Enum parse(const std::string& value, const char* name, const std::pair<const char*, Enum> (&names)[N]) {
+    if (const std::optional<Enum> e = value_in(names, value)) return *e;
     std::string known;
-    for (const auto& [n, e] : names) {
-        if (value == n) return e;
-        known += (known.empty() ? "" : ", ") + std::string("'") + n + "'";
-    }
+    for (const auto& [n, e] : names) known += (known.empty() ? "" : ", ") + std::string("'") + n + "'";
     throw std::invalid_argument(std::string(name) + ": expected one of " + known + ", got '" + value + "'");
 }
 
@@ -95,6 +94,13 @@ void bind_judge_gradients(py::module_& m, const call& (*call_of)(py::handle));  
 
 PYBIND11_MODULE(_attnref, m) {
     m.doc() = "attnref's compiled core; use the package `attnref`.";
+    // The names of the conventions' enums, from their C++ tables (name_table.hpp): the keywords' choices.
+    py::dict enum_names;
+    enum_names["scale_placement"] = names_of(scale_placement_names);
+    enum_names["causal_alignment"] = names_of(causal_alignment_names);
+    enum_names["mask_polarity"] = names_of(mask_polarity_names);
+    enum_names["empty_row_policy"] = names_of(empty_row_policy_names);
+    m.attr("_enum_names") = enum_names;
     static py::exception<certify::uncertified_error> uncertified(m, "UncertifiedError", PyExc_ArithmeticError);
     py::register_exception_translator([](std::exception_ptr p) {
         try {
@@ -131,14 +137,10 @@ PYBIND11_MODULE(_attnref, m) {
             c.heads = heads, c.kv_heads = kv_heads;
             conventions& cv = c.conv;
             cv.scale = scale;
-            cv.placement = parse<scale_placement>(placement, "scale_placement",
-                                                  {{"on_product", scale_placement::on_product},
-                                                   {"on_query", scale_placement::on_query},
-                                                   {"split_sqrt", scale_placement::split_sqrt}});
+            cv.placement = parse(placement, "scale_placement", scale_placement_names);
             cv.causal = causal == "causal";
             if (causal != "causal" && causal != "none") throw std::invalid_argument("causal: internal value '" + causal + "'");
-            cv.alignment = parse<causal_alignment>(alignment, "alignment",
-                                                   {{"top_left", causal_alignment::top_left}, {"bottom_right", causal_alignment::bottom_right}});
+            cv.alignment = parse(alignment, "alignment", causal_alignment_names);
             cv.diagonal_offset = static_cast<std::ptrdiff_t>(diagonal_offset);
             if (window) {
                 sliding_window w;
@@ -153,18 +155,13 @@ PYBIND11_MODULE(_attnref, m) {
                 cv.mask_extents = extents4(*mask, "mask");
                 cv.mask_values.assign(mask->data(), mask->data() + mask->size());
             }
-            cv.polarity = parse<mask_polarity>(polarity, "mask_polarity",
-                                               {{"true_means_attend", mask_polarity::true_means_attend},
-                                                {"true_means_masked", mask_polarity::true_means_masked}});
+            cv.polarity = parse(polarity, "mask_polarity", mask_polarity_names);
             if (additive) {
                 cv.additive_mask = true;
                 cv.additive_extents = extents4(*additive, "additive_mask");
                 cv.additive_values.assign(additive->data(), additive->data() + additive->size());
             }
-            cv.empty_rows = parse<empty_row_policy>(empty_rows, "empty_rows",
-                                                    {{"zero", empty_row_policy::zero},
-                                                     {"nan", empty_row_policy::nan},
-                                                     {"uniform", empty_row_policy::uniform}});
+            cv.empty_rows = parse(empty_rows, "empty_rows", empty_row_policy_names);
             cv.softcap = softcap;
             if (alibi) cv.alibi_slopes = *alibi;
             cv.threads = threads;

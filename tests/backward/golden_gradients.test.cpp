@@ -34,10 +34,13 @@
 #include "attnref/golden/case.hpp"
 #include "attnref/golden/generate.hpp"
 #include "attnref/multiprecision.hpp"
+#include "file_text.hpp"
 
 namespace fs = std::filesystem;
 using namespace attnref;
 using namespace attnref::golden;
+using attnref::test::read_file;
+using attnref::test::write_file;
 
 namespace {
 
@@ -62,16 +65,6 @@ struct scratch {
     }
 };
 
-std::string read_all(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-void write_all(const fs::path& p, const std::string& text) {
-    std::ofstream out(p, std::ios::binary | std::ios::trunc);
-    out << text;
-}
 std::string replaced(std::string text, const std::string& from, const std::string& to) {
     const std::size_t pos = text.find(from);
     BOOST_TEST_REQUIRE(pos != std::string::npos, from);
@@ -92,13 +85,13 @@ std::string load_error(const fs::path& dir) {
 BOOST_AUTO_TEST_CASE(version_1_manifest_loads_version_3_is_refused) {
     scratch s("version");
     const fs::path c = s.copy("sdpa_causal_top_left");
-    const std::string text = read_all(c / "manifest.json");
-    write_all(c / "manifest.json", replaced(text, "\"schema_version\": 2,", "\"schema_version\": 1,"));
+    const std::string text = read_file(c / "manifest.json");
+    write_file(c / "manifest.json", replaced(text, "\"schema_version\": 2,", "\"schema_version\": 1,"));
     const loaded_case lc = load_case(c);
     BOOST_TEST(!lc.m.spec.outputs.gradients);
     BOOST_TEST(lc.data.grad_output.empty());
     BOOST_TEST(lc.reference(*lc.entry("output")).size() == 2u * 2 * 8 * 8);
-    write_all(c / "manifest.json", replaced(text, "\"schema_version\": 2,", "\"schema_version\": 3,"));
+    write_file(c / "manifest.json", replaced(text, "\"schema_version\": 2,", "\"schema_version\": 3,"));
     const std::string e = load_error(c);
     BOOST_TEST(e.find("manifest.json: field 'schema_version': expected 1 or 2, got 3") != std::string::npos, e);
 }
@@ -125,14 +118,14 @@ BOOST_AUTO_TEST_CASE(backward_case_loads_with_grad_output_and_gradients) {
 BOOST_AUTO_TEST_CASE(gradients_need_weights_lse_and_version_2) {
     scratch s("fields");
     const fs::path c = s.copy("sdpa_bwd_basic");
-    const std::string text = read_all(c / "manifest.json");
-    write_all(c / "manifest.json", replaced(text, "\"weights\": true,", "\"weights\": false,"));
+    const std::string text = read_file(c / "manifest.json");
+    write_file(c / "manifest.json", replaced(text, "\"weights\": true,", "\"weights\": false,"));
     std::string e = load_error(c);
     BOOST_TEST(e.find("field 'outputs.weights': must be true when outputs.gradients is true") != std::string::npos, e);
-    write_all(c / "manifest.json", replaced(text, "\"lse\": true,", "\"lse\": false,"));
+    write_file(c / "manifest.json", replaced(text, "\"lse\": true,", "\"lse\": false,"));
     e = load_error(c);
     BOOST_TEST(e.find("field 'outputs.lse': must be true when outputs.gradients is true") != std::string::npos, e);
-    write_all(c / "manifest.json", replaced(text, "\"schema_version\": 2,", "\"schema_version\": 1,"));
+    write_file(c / "manifest.json", replaced(text, "\"schema_version\": 2,", "\"schema_version\": 1,"));
     e = load_error(c);
     BOOST_TEST(e.find("field 'outputs.gradients': gradients need schema_version 2") != std::string::npos, e);
     // The suite reader applies the same rules.
@@ -149,9 +142,9 @@ BOOST_AUTO_TEST_CASE(gradients_need_weights_lse_and_version_2) {
 BOOST_AUTO_TEST_CASE(tampered_grad_output_is_refused) {
     scratch s("tamper");
     const fs::path c = s.copy("sdpa_bwd_basic");
-    std::string bytes = read_all(c / "grad_output.npy");
+    std::string bytes = read_file(c / "grad_output.npy");
     bytes[bytes.size() - 3] ^= 0x01;  // one bit of the last value
-    write_all(c / "grad_output.npy", bytes);
+    write_file(c / "grad_output.npy", bytes);
     const std::string e = load_error(c);
     BOOST_TEST(e.find("grad_output.npy: sha256") != std::string::npos, e);
     BOOST_TEST(e.find(".sha256'") != std::string::npos, e);
@@ -169,7 +162,7 @@ BOOST_AUTO_TEST_CASE(python_reference_regenerates_grad_output) {
         command += " " + (golden_dir / c).string();
     const std::string log = (fs::temp_directory_path() / ("attnref-golden-gradients-py-" + std::to_string(::getpid()))).string();
     const int status = std::system((command + " > " + log).c_str());
-    const std::string out = read_all(log);
+    const std::string out = read_file(log);
     fs::remove(log);
     BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), "generator_reference.py found a difference:\n" << out);
     BOOST_TEST(out.find("grad_output.npy: identical") != std::string::npos, out);

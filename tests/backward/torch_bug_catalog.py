@@ -1,4 +1,4 @@
-"""The backward bug catalog through `attnref check` (issue 14 §3).
+"""The backward bug catalog through `attnref check` (docs/backward.md).
 
 Usage: torch_bug_catalog.py ATTNREF GOLDEN_DIR OUT_DIR [--loose CASE,…] [CASE ...]
 

@@ -1,4 +1,4 @@
-"""A PyTorch autograd client of `attnref check` for gradients (issue 14 §3).
+"""A PyTorch autograd client of `attnref check` for gradients (docs/backward.md).
 
 Usage: torch_check_client.py ATTNREF GOLDEN_DIR OUT_DIR DTYPE [--expect-inconclusive CASE,…] [CASE ...]
 

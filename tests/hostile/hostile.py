@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Hostile-input probes for the `attnref` command (issue 10), run by CTest (tests/hostile.cmake).
+"""Hostile-input probes for the `attnref` command (docs/hostile.md), run by CTest (tests/hostile.cmake).
 
     hostile.py ATTNREF GOLDEN_DIR WORK_DIR CATEGORY [--no-rlimit]
 

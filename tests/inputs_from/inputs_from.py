@@ -55,6 +55,18 @@ def fresh(path):
     return path
 
 
+def tampered_copy(case, where, name, tensor, index, delta):
+    """A copy of `case` at WORK/where/name with one element of `tensor`.npy moved by `delta` (the
+    manifest's sha256 no longer matches); returns the copy's directory."""
+    d = os.path.join(WORK, where, name)
+    shutil.rmtree(os.path.join(WORK, where), ignore_errors=True)
+    shutil.copytree(case, d)
+    x = np.load(os.path.join(d, tensor + ".npy"))
+    x[index] += delta
+    np.save(os.path.join(d, tensor + ".npy"), x)
+    return d
+
+
 # ---- an independent reference: mpmath at 256 bits --------------------------------------------
 
 def mp_softmax_rows(logits, allowed):
@@ -190,13 +202,8 @@ expect(rc == 1, f"the same with one element moved by 1% fails `attnref check` (e
 
 rc, so, se = run("generate", "--quiet", "--golden", case, "--verify")
 expect(rc == 0 and "identical" in so, f"generate --golden CASE --verify: identical (exit {rc})")
-tampered = os.path.join(WORK, "tampered")
-shutil.rmtree(tampered, ignore_errors=True)
-shutil.copytree(case, os.path.join(tampered, "mine"))
-x = np.load(os.path.join(tampered, "mine", "key.npy"))
-x[0, 0, 0, 0] += 1
-np.save(os.path.join(tampered, "mine", "key.npy"), x)
-rc, so, se = run("generate", "--quiet", "--golden", os.path.join(tampered, "mine"), "--verify")
+tampered = tampered_copy(case, "tampered", "mine", "key", (0, 0, 0, 0), 1)
+rc, so, se = run("generate", "--quiet", "--golden", tampered, "--verify")
 expect(rc == 2 and "key.npy" in se and "sha256" in se, f"a tampered stored input is refused (exit {rc}): {se.strip()}")
 
 # ---- 4. an mha case with biases, float16 files -------------------------------------------------
@@ -336,15 +343,10 @@ if rc == 0:
     rc, so, se = run("check", "--golden", bcase, "--grad-key", os.path.join(WORK, "t64_swapped.npy"))
     expect(rc == 1 and "FAIL" in so, f"...and dK with two keys swapped FAILs (exit {rc})")
     # A tampered grad_output.npy: the sha256 in the manifest refuses it, for generate and check.
-    tb = os.path.join(WORK, "tampered_bwd")
-    shutil.rmtree(tb, ignore_errors=True)
-    shutil.copytree(bcase, os.path.join(tb, "mine_bwd"))
-    g = np.load(os.path.join(tb, "mine_bwd", "grad_output.npy"))
-    g[0, 1, 2, 3] += 0.5
-    np.save(os.path.join(tb, "mine_bwd", "grad_output.npy"), g)
-    rc, so, se = run("generate", "--quiet", "--golden", os.path.join(tb, "mine_bwd"), "--verify")
+    tb = tampered_copy(bcase, "tampered_bwd", "mine_bwd", "grad_output", (0, 1, 2, 3), 0.5)
+    rc, so, se = run("generate", "--quiet", "--golden", tb, "--verify")
     expect(rc == 2 and "grad_output.npy" in se and "sha256" in se, f"a tampered grad_output.npy is refused by generate (exit {rc}): {se.strip()}")
-    rc, so, se = run("check", "--golden", os.path.join(tb, "mine_bwd"), *flags)
+    rc, so, se = run("check", "--golden", tb, *flags)
     expect(rc == 2 and "grad_output.npy" in se, f"...and by check (exit {rc}): {se.strip()}")
 
 # bf16 inputs (float32 files holding bf16 values): the verdict of PyTorch bf16 autograd, two routes.

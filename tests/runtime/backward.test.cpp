@@ -22,9 +22,7 @@
 #include "test_support.hpp"
 
 using namespace attnref;
-using attnref::test::cast;
-using attnref::test::random_tensor;
-using attnref::test::worst_ratio;
+using namespace attnref::test;  // random_tensor, cast, worst_ratio
 
 namespace {
 

@@ -24,9 +24,7 @@
 extern char** environ;
 
 using namespace attnref;
-using attnref::test::cast;
-using attnref::test::random_tensor;
-using attnref::test::worst_ratio;
+using namespace attnref::test;  // random_tensor, cast, worst_ratio
 
 namespace {
 

@@ -199,7 +199,7 @@ BOOST_AUTO_TEST_CASE(mpfr_and_double_rounding_agree) {
         }
 }
 
-// ---- issue 9: overlapping interval comparisons, exact zeros, NaN per element ------------------
+// ---- overlapping interval comparisons, exact zeros, NaN per element ------------------
 
 namespace {
 

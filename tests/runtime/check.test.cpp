@@ -563,7 +563,7 @@ BOOST_AUTO_TEST_CASE(models_and_zero_trust) {
     BOOST_TEST(!tol::compare_assert_close(nan, e, F::float32).ok());
 }
 
-// Vacuous bounds never pass. The candidates the issue found passing (mean of V, no scale) in
+// Vacuous bounds never pass. The candidates that once passed (mean of V, no scale) in
 // bfloat16 and float16 on the two cases whose logits bf16 cannot resolve are now INCONCLUSIVE or
 // FAIL — never pass — and the same file through run_check ends INCONCLUSIVE (exit 1) with the reason.
 BOOST_AUTO_TEST_CASE(vacuous_bounds_are_inconclusive) {

@@ -1,4 +1,4 @@
-// The fast certified path (include/attnref/fast_certify.hpp, issue 13):
+// The fast certified path (include/attnref/fast_certify.hpp, docs/fast-certify.md):
 //  1. on every committed golden case, every tensor and target equals the committed .npy files
 //     (produced by the MPFI ladder alone) element for element, bit for bit;
 //  2. every bound the fast rung states encloses the exact value, checked against 266-bit MPFI
@@ -162,6 +162,43 @@ std::vector<double> noise(std::size_t n, std::uint64_t seed, double scale = 1, d
     return v;
 }
 
+/// A multi-head problem over generated data (biases, GQA, bottom-right causal; ALiBi when slopes are given).
+struct mha_data {
+    std::size_t B, S, E, H, Hkv, dk;
+    std::vector<double> xq, xk, xv, wq, wk, wv, wo, bq, bk, bv, bo, slopes;
+    fast::fast_problem problem() const {
+        fast::fast_problem p;
+        p.mha = true;
+        p.heads = H;
+        p.kv_heads = Hkv;
+        p.x_q = {xq.data(), {B, S, E}};
+        p.x_k = {xk.data(), {B, S, E}};
+        p.x_v = {xv.data(), {B, S, E}};
+        p.params.w_q = {wq.data(), {E, H * dk}};
+        p.params.w_k = {wk.data(), {E, Hkv * dk}};
+        p.params.w_v = {wv.data(), {E, Hkv * dk}};
+        p.params.w_o = {wo.data(), {H * dk, E}};
+        p.params.b_q = {bq.data(), {H * dk}};
+        p.params.b_k = {bk.data(), {Hkv * dk}};
+        p.params.b_v = {bv.data(), {Hkv * dk}};
+        p.params.b_o = {bo.data(), {E}};
+        p.options.mask.causal = true;
+        p.options.mask.alignment = causal_alignment::bottom_right;
+        p.options.alibi_slopes = slopes;
+        return p;
+    }
+};
+
+/// The tallies of a dot-product bound test: `expected` products checked, no bound violated, a
+/// weakened bound caught (so the test can fail), the vector kernels equal to the scalar ones bit for bit.
+void require_sound_bounds(std::size_t checked, std::size_t expected, std::size_t violations, std::size_t weakened_caught,
+                          std::size_t bit_mismatches) {
+    BOOST_TEST(checked == expected);
+    BOOST_TEST(violations == 0u);
+    BOOST_TEST(weakened_caught > 0u);
+    BOOST_TEST(bit_mismatches == 0u);
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(bounds_enclose_the_exact_values_on_adversarial_inputs) {
@@ -221,27 +258,10 @@ BOOST_AUTO_TEST_CASE(multi_head_bounds_enclose) {
     using P = uniform_precision<mpfr_interval<80>>;
     using T = mpfr_interval<80>;
     const std::size_t B = 2, S = 6, E = 16, H = 4, Hkv = 2, dk = 4;
-    const std::vector<double> xq = noise(B * S * E, 21), xk = noise(B * S * E, 22), xv = noise(B * S * E, 23);
-    const std::vector<double> wq = noise(E * H * dk, 24), wk = noise(E * Hkv * dk, 25), wv = noise(E * Hkv * dk, 26),
-                              wo = noise(H * dk * E, 27), bq = noise(H * dk, 28), bk = noise(Hkv * dk, 29),
-                              bv = noise(Hkv * dk, 30), bo = noise(E, 31);
-    fast::fast_problem p;
-    p.mha = true;
-    p.heads = H;
-    p.kv_heads = Hkv;
-    p.x_q = {xq.data(), {B, S, E}};
-    p.x_k = {xk.data(), {B, S, E}};
-    p.x_v = {xv.data(), {B, S, E}};
-    p.params.w_q = {wq.data(), {E, H * dk}};
-    p.params.w_k = {wk.data(), {E, Hkv * dk}};
-    p.params.w_v = {wv.data(), {E, Hkv * dk}};
-    p.params.w_o = {wo.data(), {H * dk, E}};
-    p.params.b_q = {bq.data(), {H * dk}};
-    p.params.b_k = {bk.data(), {Hkv * dk}};
-    p.params.b_v = {bv.data(), {Hkv * dk}};
-    p.params.b_o = {bo.data(), {E}};
-    p.options.mask.causal = true;
-    p.options.mask.alignment = causal_alignment::bottom_right;
+    const mha_data d{B, S, E, H, Hkv, dk, noise(B * S * E, 21), noise(B * S * E, 22), noise(B * S * E, 23),
+                     noise(E * H * dk, 24), noise(E * Hkv * dk, 25), noise(E * Hkv * dk, 26), noise(H * dk * E, 27),
+                     noise(H * dk, 28), noise(Hkv * dk, 29), noise(Hkv * dk, 30), noise(E, 31), {}};
+    const fast::fast_problem p = d.problem();
     auto reference = [&] {
         mha_options mo;
         mo.heads = H;
@@ -261,11 +281,11 @@ BOOST_AUTO_TEST_CASE(rounding_check_agrees_with_mpfr_near_midpoints) {
     // Values v = y ± (½ ulp − δ) around representable y, and bounds just inside/outside the
     // midpoint: whenever round_check certifies, every point of [v − b, v + b] must round (MPFR,
     // round_to of certify.hpp) to the certified value.
-    const certify::binary_format formats[] = {certify::float64_target, certify::float32_target, certify::bfloat16_target,
+    const format_description formats[] = {certify::float64_target, certify::float32_target, certify::bfloat16_target,
                                               certify::float16_target};
     std::size_t certified = 0, tried = 0, wrong = 0;
     const std::vector<double> base = noise(200, 77, 3);
-    for (const certify::binary_format& f : formats)
+    for (const format_description& f : formats)
         for (double y : base)
             for (int scale : {0, -30, -1000})
                 for (double frac : {0.499, 0.4999999, 0.25, 0.26, 0.01}) {
@@ -377,10 +397,7 @@ BOOST_AUTO_TEST_CASE(dot_running_error_bound_encloses_and_vector_kernels_match_s
     BOOST_TEST_MESSAGE(fmt::format("(5b): {} dot products, {} violations, worst |error|/bound {:.3g}, {} caught with the bound "
                                    "weakened by 2^-40, {} kernel/scalar bit mismatches",
                                    checked, violations, worst, weakened_caught, bit_mismatches));
-    BOOST_TEST(checked == 12 * m);
-    BOOST_TEST(violations == 0u);
-    BOOST_TEST(weakened_caught > 0u);
-    BOOST_TEST(bit_mismatches == 0u);
+    require_sound_bounds(checked, 12 * m, violations, weakened_caught, bit_mismatches);
 
     // exp_core_many (four lanes at a time) against exp_core, on arguments of the reduced range
     const std::vector<double> r = noise(1003, 401, 0.36 / 256);
@@ -440,41 +457,11 @@ BOOST_AUTO_TEST_CASE(triple_dot_bound_encloses_and_vector_kernel_matches_scalar)
     BOOST_TEST_MESSAGE(fmt::format("(10): {} triple-word dot products, {} violations, {} caught weakened by 2^-30, {} kernel/scalar "
                                    "mismatches, {} random ones wider than a 134-bit dot product",
                                    checked, violations, weakened_caught, bit_mismatches, wider_than_rung));
-    BOOST_TEST(checked == 9 * m);
-    BOOST_TEST(violations == 0u);
-    BOOST_TEST(weakened_caught > 0u);
-    BOOST_TEST(bit_mismatches == 0u);
+    require_sound_bounds(checked, 9 * m, violations, weakened_caught, bit_mismatches);
     BOOST_TEST(wider_than_rung == 0u);
 }
 
 namespace {
-
-/// A multi-head problem over generated data (biases, GQA, bottom-right causal, ALiBi).
-struct mha_data {
-    std::size_t B, S, E, H, Hkv, dk;
-    std::vector<double> xq, xk, xv, wq, wk, wv, wo, bq, bk, bv, bo, slopes;
-    fast::fast_problem problem() const {
-        fast::fast_problem p;
-        p.mha = true;
-        p.heads = H;
-        p.kv_heads = Hkv;
-        p.x_q = {xq.data(), {B, S, E}};
-        p.x_k = {xk.data(), {B, S, E}};
-        p.x_v = {xv.data(), {B, S, E}};
-        p.params.w_q = {wq.data(), {E, H * dk}};
-        p.params.w_k = {wk.data(), {E, Hkv * dk}};
-        p.params.w_v = {wv.data(), {E, Hkv * dk}};
-        p.params.w_o = {wo.data(), {H * dk, E}};
-        p.params.b_q = {bq.data(), {H * dk}};
-        p.params.b_k = {bk.data(), {Hkv * dk}};
-        p.params.b_v = {bv.data(), {Hkv * dk}};
-        p.params.b_o = {bo.data(), {E}};
-        p.options.mask.causal = true;
-        p.options.mask.alignment = causal_alignment::bottom_right;
-        p.options.alibi_slopes = slopes;
-        return p;
-    }
-};
 
 mha_data make_mha(std::size_t B, std::size_t S, std::size_t E, std::size_t H, std::size_t Hkv, std::uint64_t seed) {
     const std::size_t dk = E / H;
@@ -504,7 +491,7 @@ BOOST_AUTO_TEST_CASE(shared_kv_rung_gives_the_bytes_of_the_whole_batch_ladder) {
     // and every value equals the whole-batch MPFI ladder's and the fast rung's.
     const mha_data d = make_mha(2, 24, 32, 4, 2, 700);
     const fast::fast_problem p = d.problem();
-    const std::vector<certify::binary_format> targets{certify::float64_target, describe(binary_format::float32),
+    const std::vector<format_description> targets{certify::float64_target, describe(binary_format::float32),
                                                       describe(binary_format::bfloat16)};
     fast::fast_options fo;
     fo.threads = 2;
@@ -535,7 +522,7 @@ BOOST_AUTO_TEST_CASE(shared_kv_rung_computes_only_what_the_undecided_elements_ne
     const mha_data d = make_mha(2, 24, 32, 4, 2, 701);
     const fast::fast_problem p = d.problem();
     const std::size_t B = d.B, S = d.S, E = d.E, H = d.H;
-    const std::vector<certify::binary_format> targets{certify::float64_target, describe(binary_format::bfloat16)};
+    const std::vector<format_description> targets{certify::float64_target, describe(binary_format::bfloat16)};
     fast::fast_options fo;
     fo.threads = 2;
     const certify::result plain = fast::certify_fast(p, true, true, targets, fo);
@@ -587,7 +574,7 @@ BOOST_AUTO_TEST_CASE(larger_case_sampled_rows_match_the_mpfi_path) {
 #endif
     const fast::fast_problem p = d.problem();
     const std::size_t S = d.S, H = d.H, E = d.E;
-    const std::vector<certify::binary_format> targets{certify::float64_target};
+    const std::vector<format_description> targets{certify::float64_target};
     fast::fast_options fo;
     fo.threads = 2;
     const certify::result fast_r = fast::certify_fast(p, true, true, targets, fo);

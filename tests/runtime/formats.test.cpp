@@ -48,36 +48,25 @@ constexpr bool sanitize_build = false;
 // The published parameters of each format (FIELD-NOTES §5), written out here rather than taken from
 // the header: precision p, exponent of the smallest normal, largest finite value, and the encodings
 // of +inf (0 when there is none) and of the sign.
+template <int P, int MinNormalExponent, double Max, std::uint32_t Infinity, std::uint32_t Sign, bool HasInfinity>
+struct published_facts {
+    static constexpr int p = P, min_normal_exponent = MinNormalExponent;
+    static constexpr double max = Max;
+    static constexpr std::uint32_t infinity = Infinity, sign = Sign;
+    static constexpr bool has_infinity = HasInfinity;
+};
 template <class F>
 struct published;
 template <>
-struct published<bfloat16> {
-    static constexpr int p = 8, min_normal_exponent = -126;
-    static constexpr double max = 0x1.FEp127;
-    static constexpr std::uint32_t infinity = 0x7F80, sign = 0x8000;
-    static constexpr bool has_infinity = true;
+struct published<bfloat16> : published_facts<8, -126, 0x1.FEp127, 0x7F80, 0x8000, true> {};
+template <>
+struct published<float16> : published_facts<11, -14, 65504.0, 0x7C00, 0x8000, true> {};
+template <>
+struct published<float8_e4m3> : published_facts<4, -6, 448.0, 0, 0x80, false> {
+    static constexpr std::uint32_t nan = 0x7F;  // the only NaN: S.1111.111
 };
 template <>
-struct published<float16> {
-    static constexpr int p = 11, min_normal_exponent = -14;
-    static constexpr double max = 65504;
-    static constexpr std::uint32_t infinity = 0x7C00, sign = 0x8000;
-    static constexpr bool has_infinity = true;
-};
-template <>
-struct published<float8_e4m3> {
-    static constexpr int p = 4, min_normal_exponent = -6;
-    static constexpr double max = 448;
-    static constexpr std::uint32_t infinity = 0, sign = 0x80, nan = 0x7F;  // the only NaN: S.1111.111
-    static constexpr bool has_infinity = false;
-};
-template <>
-struct published<float8_e5m2> {
-    static constexpr int p = 3, min_normal_exponent = -14;
-    static constexpr double max = 57344;
-    static constexpr std::uint32_t infinity = 0x7C, sign = 0x80;
-    static constexpr bool has_infinity = true;
-};
+struct published<float8_e5m2> : published_facts<3, -14, 57344.0, 0x7C, 0x80, true> {};
 
 /// The expected result of a rounding: either exact bits, or "some NaN".
 struct expected {
@@ -464,22 +453,23 @@ void check_operation(mpfr_oracle<F>& oracle, char op, F a, F b, mismatches& bad)
     if (c.bits() != got.bits() && !(isnan(c) && isnan(got))) bad.add("compound assignment differs");
 }
 
+/// a + b, a − b, a · b and a / b against the oracle; returns the number of operations checked.
+template <class F>
+std::uint64_t check_four_operations(mpfr_oracle<F>& oracle, F a, F b, mismatches& bad) {
+    for (const char op : {'+', '-', '*', '/'}) check_operation(oracle, op, a, b, bad);
+    return 4;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(arithmetic_exhaustive_fp8, F, fp8_formats) {
     mpfr_oracle<F> oracle;
     mismatches bad;
     std::uint64_t checked = 0;
-    for (std::uint32_t i = 0; i < 256; ++i) {
-        for (std::uint32_t j = 0; j < 256; ++j) {
-            const F a = F::from_bits(static_cast<std::uint8_t>(i));
-            const F b = F::from_bits(static_cast<std::uint8_t>(j));
-            for (const char op : {'+', '-', '*', '/'}) {
-                check_operation(oracle, op, a, b, bad);
-                ++checked;
-            }
-        }
-    }
+    for (std::uint32_t i = 0; i < 256; ++i)
+        for (std::uint32_t j = 0; j < 256; ++j)
+            checked += check_four_operations(oracle, F::from_bits(static_cast<std::uint8_t>(i)),
+                                             F::from_bits(static_cast<std::uint8_t>(j)), bad);
     BOOST_TEST(bad.count == 0u);
     BOOST_TEST_MESSAGE(attnref::scalar_traits<F>::name << ": + - * / checked exhaustively, " << checked << " operations");
 }
@@ -506,13 +496,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(arithmetic_sampled, F, wide_formats) {
     const std::uint32_t every = sanitize_build ? 61 : 1;
     for (std::uint32_t i = 0; i < 65536; i += every) {
         const F a = F::from_bits(static_cast<std::uint16_t>(i));
-        for (const F b : fixed) {
-            for (const char op : {'+', '-', '*', '/'}) {
-                check_operation(oracle, op, a, b, bad);
-                check_operation(oracle, op, b, a, bad);
-                checked += 2;
-            }
-        }
+        for (const F b : fixed) checked += check_four_operations(oracle, a, b, bad) + check_four_operations(oracle, b, a, bad);
     }
     const std::uint64_t pairs = sanitize_build ? 20'000 : 1'000'000;
     std::uniform_int_distribution<int> near(-(P::p + 2), P::p + 2);
@@ -526,12 +510,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(arithmetic_sampled, F, wide_formats) {
             const int ey = std::clamp(ex + near(rng), 0, field_max - 1);
             y = (y & ~exponent_mask) | (static_cast<std::uint32_t>(ey) << exponent_shift);
         }
-        const F a = F::from_bits(static_cast<std::uint16_t>(x));
-        const F b = F::from_bits(static_cast<std::uint16_t>(y));
-        for (const char op : {'+', '-', '*', '/'}) {
-            check_operation(oracle, op, a, b, bad);
-            ++checked;
-        }
+        checked += check_four_operations(oracle, F::from_bits(static_cast<std::uint16_t>(x)),
+                                         F::from_bits(static_cast<std::uint16_t>(y)), bad);
     }
     BOOST_TEST(bad.count == 0u);
     BOOST_TEST_MESSAGE(attnref::scalar_traits<F>::name << ": + - * / checked on " << checked

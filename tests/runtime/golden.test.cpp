@@ -17,8 +17,11 @@
 
 #include "attnref/npy.hpp"
 #include "attnref/golden/manifest.hpp"
+#include "file_text.hpp"
 
 namespace fs = std::filesystem;
+using attnref::test::read_file;
+using attnref::test::write_file;
 
 namespace {
 
@@ -34,29 +37,15 @@ struct outcome {
 outcome run_attnref(const std::string& args) {
     const fs::path err = fs::temp_directory_path() / ("attnref-golden-test-" + std::to_string(::getpid()) + ".err");
     const int status = std::system((exe + " " + args + " > /dev/null 2> " + err.string()).c_str());
-    std::ifstream in(err);
-    std::stringstream ss;
-    ss << in.rdbuf();
+    std::string text = read_file(err);
     fs::remove(err);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ss.str()};
-}
-
-std::string read(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-void write(const fs::path& p, const std::string& text) {
-    std::ofstream out(p, std::ios::binary | std::ios::trunc);
-    out << text;
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
 }
 
 bool same_directory_files(const fs::path& a, const fs::path& b) {
     std::size_t n = 0;
     for (const auto& e : fs::directory_iterator(a)) {
-        if (read(e.path()) != read(b / e.path().filename())) return false;
+        if (read_file(e.path()) != read_file(b / e.path().filename())) return false;
         ++n;
     }
     return n > 0;
@@ -143,7 +132,7 @@ BOOST_AUTO_TEST_CASE(existing_case_that_differs_is_not_overwritten_without_force
     const std::string adhoc = "generate --quiet --name tiny --heads 2 --kv-heads 1 --sq 4 --sk 6 --dk 4 --causal bottom_right --seed 3 --out " + s.dir.string();
     BOOST_TEST_REQUIRE(run_attnref(adhoc).code == 0);
     const fs::path output = s.dir / "tiny" / "output.npy";
-    const std::string original = read(output);
+    const std::string original = read_file(output);
     const auto written = fs::last_write_time(output);
     // Identical content: left untouched.
     BOOST_TEST(run_attnref(adhoc).code == 0);
@@ -151,28 +140,28 @@ BOOST_AUTO_TEST_CASE(existing_case_that_differs_is_not_overwritten_without_force
     // Changed content: exit 2, one line naming the case, the file untouched.
     std::string changed = original;
     changed.back() = static_cast<char>(changed.back() ^ 1);
-    write(output, changed);
+    write_file(output, changed);
     const outcome r = run_attnref(adhoc);
     BOOST_TEST(r.code == 2);
     BOOST_TEST(line_count(r.err) == 1u, r.err);
     BOOST_TEST(r.err.find("tiny") != std::string::npos);
     BOOST_TEST(r.err.find("--force") != std::string::npos);
-    BOOST_TEST(read(output) == changed);
+    BOOST_TEST(read_file(output) == changed);
     // --verify reports the difference with exit 1 and writes nothing.
     BOOST_TEST(run_attnref(adhoc + " --verify").code == 1);
-    BOOST_TEST(read(output) == changed);
+    BOOST_TEST(read_file(output) == changed);
     // --force restores it.
     BOOST_TEST(run_attnref(adhoc + " --force").code == 0);
-    BOOST_TEST(read(output) == original);
+    BOOST_TEST(read_file(output) == original);
 }
 
 BOOST_AUTO_TEST_CASE(strict_manifest_errors_are_one_line_naming_file_and_field) {
     scratch s;
     fs::copy(golden / "sdpa_gqa", s.dir / "case");
     const fs::path manifest = s.dir / "case" / "manifest.json";
-    const std::string text = read(manifest);
+    const std::string text = read_file(manifest);
     auto check = [&](const std::string& edited, const std::string& expected) {
-        write(manifest, edited);
+        write_file(manifest, edited);
         const outcome r = run_attnref("run --golden " + (s.dir / "case").string() + " --arith float64 --out " + (s.dir / "out").string());
         BOOST_TEST(r.code == 2, expected);
         BOOST_TEST(line_count(r.err) == 1u, r.err);
@@ -199,11 +188,11 @@ BOOST_AUTO_TEST_CASE(strict_manifest_errors_are_one_line_naming_file_and_field) 
     BOOST_CHECK_THROW(attnref::golden::parse_suite(R"({"schema": "attnref.suite", "schema_version": 1e400, "cases": []})", "s.json"),
                       attnref::golden::data_error);
     // A tensor whose bytes do not match its sha256.
-    write(manifest, text);
+    write_file(manifest, text);
     const fs::path key = s.dir / "case" / "key.npy";
-    std::string bytes = read(key);
+    std::string bytes = read_file(key);
     bytes.back() = static_cast<char>(bytes.back() ^ 1);
-    write(key, bytes);
+    write_file(key, bytes);
     check(text, "key.npy: sha256");
 }
 

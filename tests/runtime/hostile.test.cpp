@@ -1,5 +1,5 @@
 #define BOOST_TEST_MODULE hostile
-// Unit tests for the hostile-input defences (issue 10): bounded npy reads, checked tensor sizes,
+// Unit tests for the hostile-input defences (docs/hostile.md): bounded npy reads, checked tensor sizes,
 // exact masks at extreme offsets, and golden/safe_io.hpp (regular files, symlink escapes, JSON
 // pre-pass, atomic no-clobber writes). The CLI-level probes are tests/hostile/hostile.py.
 #include <boost/test/unit_test.hpp>

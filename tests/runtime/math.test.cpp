@@ -98,7 +98,7 @@ bool is_nan(T x) {
 }
 template <class T>
 bool is_inf(T x) {
-    return x == detail::infinity<T>() || x == -detail::infinity<T>();
+    return x == attnref::infinity<T>() || x == -attnref::infinity<T>();
 }
 template <class T>
 bool sign_bit(T x) {
@@ -443,7 +443,7 @@ BOOST_AUTO_TEST_CASE(accuracy_float128) { accuracy_for_type<f128>(4000); }
 template <class T>
 void special_values() {
     constexpr int p = detail::format<T>::p, emin = detail::format<T>::emin;
-    const T inf = detail::infinity<T>(), nan = detail::quiet_nan<T>();
+    const T inf = attnref::infinity<T>(), nan = attnref::quiet_NaN<T>();
     const T zero = T(0), minus_zero = -T(0);
     const T min_subnormal = detail::pow2<T>(emin - p + 1);
     const T big = T(100000), tiny = detail::pow2<T>(-p - 3);
@@ -556,12 +556,12 @@ constexpr std::array<T, identity_points> identity_arguments(fn f) {
         }
         a[static_cast<std::size_t>(i)] = x;
     }
-    const T inf = detail::infinity<T>();
+    const T inf = attnref::infinity<T>();
     a[0] = T(0);
     a[1] = -T(0);
     a[2] = inf;
     a[3] = -inf;
-    a[4] = detail::quiet_nan<T>();
+    a[4] = attnref::quiet_NaN<T>();
     a[5] = T(1);
     a[6] = T(-1);
     a[7] = detail::pow2<T>(emin - p + 1);

@@ -6,6 +6,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "attnref/study.hpp"
@@ -23,16 +25,23 @@ std::vector<study::result> run_sweep(const study::sweep& s) {
     return r;
 }
 
+/// A sweep of `policies` (shifted softmax unless the test sets algorithms) at n keys, head dimension
+/// d and `queries` query rows for each of seeds 1 and 2.
+study::sweep small_sweep(std::vector<std::string> policies, std::size_t n, std::size_t d, std::size_t queries) {
+    study::sweep s;
+    s.policies = std::move(policies);
+    s.seqs = {n};
+    s.head_dims = {d};
+    s.queries = queries;
+    s.seeds = {1, 2};
+    return s;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(division_free_degrades_with_offset_shifted_stays_flat) {
-    study::sweep s;
-    s.policies = {"float32"};
+    study::sweep s = small_sweep({"float32"}, 128, 16, 4);
     s.algorithms = {softmax_algorithm::shifted_division, softmax_algorithm::division_free};
-    s.seqs = {128};
-    s.head_dims = {16};
-    s.queries = 4;
-    s.seeds = {1, 2};
     s.offsets = {0, 1000};
     s.direct_logits = true;
     const auto r = run_sweep(s);  // order: shifted {0, 1000}, division_free {0, 1000}
@@ -45,13 +54,8 @@ BOOST_AUTO_TEST_CASE(division_free_degrades_with_offset_shifted_stays_flat) {
 }
 
 BOOST_AUTO_TEST_CASE(online_error_grows_with_rescales) {
-    study::sweep s;
-    s.policies = {"float32"};
+    study::sweep s = small_sweep({"float32"}, 1024, 8, 8);
     s.algorithms = {softmax_algorithm::online};
-    s.seqs = {1024};
-    s.head_dims = {8};
-    s.queries = 8;
-    s.seeds = {1, 2};
     s.blocks = {1024, 16};  // 0 rescales, 63 rescales
     s.ramps = {0.0005};     // every block raises the max a little; all keys keep comparable weight
     s.direct_logits = true;
@@ -63,12 +67,7 @@ BOOST_AUTO_TEST_CASE(online_error_grows_with_rescales) {
 }
 
 BOOST_AUTO_TEST_CASE(error_ordering_of_formats_and_accumulation) {
-    study::sweep s;
-    s.policies = {"float64", "float32", "fp16", "bf16", "fp16_fp32acc", "bf16_fp32acc"};
-    s.seqs = {128};
-    s.head_dims = {16};
-    s.queries = 4;
-    s.seeds = {1, 2};
+    const study::sweep s = small_sweep({"float64", "float32", "fp16", "bf16", "fp16_fp32acc", "bf16_fp32acc"}, 128, 16, 4);
     const auto r = run_sweep(s);
     BOOST_TEST_MESSAGE("output RMS error: fp64 " << r[0].out_rms << ", fp32 " << r[1].out_rms << ", fp16 " << r[2].out_rms
                                                  << ", bf16 " << r[3].out_rms << ", fp16-fp32 " << r[4].out_rms
@@ -110,13 +109,8 @@ BOOST_AUTO_TEST_CASE(names_round_trip) {
 // (exp(x − lse) with |lse| ~ 1000); fp32 with P cast to bf16 loses it in the cast; uniform float64
 // has no stage narrower than double.
 BOOST_AUTO_TEST_CASE(stage_attribution_finds_the_stage_that_costs_accuracy) {
-    study::sweep s;
-    s.policies = {"float32"};
+    study::sweep s = small_sweep({"float32"}, 128, 16, 4);
     s.algorithms = {softmax_algorithm::division_free};
-    s.seqs = {128};
-    s.head_dims = {16};
-    s.queries = 4;
-    s.seeds = {1, 2};
     s.offsets = {1000};
     s.direct_logits = true;
     const auto dfree = run_sweep(s)[0];
@@ -124,11 +118,7 @@ BOOST_AUTO_TEST_CASE(stage_attribution_finds_the_stage_that_costs_accuracy) {
     BOOST_TEST_MESSAGE("division-free, offset 1000: softmax share " << softmax_share);
     BOOST_TEST(softmax_share > 0.9);
 
-    study::sweep c;
-    c.policies = {"fp32_p_bf16", "float64"};
-    c.seqs = {128};
-    c.head_dims = {16};
-    c.queries = 4;
+    study::sweep c = small_sweep({"fp32_p_bf16", "float64"}, 128, 16, 4);
     c.seeds = {1};
     const auto r = run_sweep(c);
     const double cast_share = 1 - r[0].stage_rms[2] / r[0].out_rms;

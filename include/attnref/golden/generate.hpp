@@ -147,7 +147,7 @@ inline void check_generate_memory(const case_spec& spec, certification_method me
 
 /// The certification target of an output copy named in a case's outputs.targets (or "float64");
 /// the names are binary_format's (validated by the manifest reader).
-inline certify::binary_format target_format(const std::string& name) {
+inline format_description target_format(const std::string& name) {
     const std::optional<binary_format> f = format_from_name(name);
     if (!f) throw data_error("unknown target format '" + printable(name) + "'");
     return describe(*f);
@@ -157,7 +157,7 @@ inline certify::binary_format target_format(const std::string& name) {
 /// float64 and the case's extra targets, in generate_case's order).
 inline certify::result certify_case_fast(const case_spec& spec, const case_data& data, std::size_t threads,
                                          fast::fast_stats* stats = nullptr, fast::fast_options options = {}) {
-    std::vector<certify::binary_format> targets{certify::float64_target};
+    std::vector<format_description> targets{certify::float64_target};
     for (const std::string& t : spec.outputs.targets) targets.push_back(target_format(t));
     options.threads = threads;
     return fast::certify_fast(fast::fast_problem_of(problem_of(views_of(spec, data, threads))), spec.outputs.weights, spec.outputs.lse, targets, options,
@@ -206,7 +206,7 @@ inline std::vector<T> flat(const tensor<T, N>& t) {
 /// comment). For mha under the nan policy no NaN is allowed (not derived here), so such a case with
 /// an empty row is refused as uncertifiable.
 inline certify::result certify_gradients(const case_spec& spec, const case_data& data, std::size_t threads,
-                                         const std::vector<certify::binary_format>& targets,
+                                         const std::vector<format_description>& targets,
                                          const std::function<void(const std::string&)>& progress = {}) {
     const std::vector<gradient_tensor_layout> layout = gradient_layout(spec);
     std::vector<std::string> names;
@@ -292,7 +292,7 @@ inline generated_case generate_case(const case_spec& spec, std::size_t threads, 
     std::vector<std::vector<std::size_t>> shapes{output_shape(spec)};
     if (spec.outputs.weights) names.push_back("weights"), shapes.push_back(weights_shape(spec));
     if (spec.outputs.lse) names.push_back("lse"), shapes.push_back(lse_shape(spec));
-    std::vector<certify::binary_format> targets{certify::float64_target};
+    std::vector<format_description> targets{certify::float64_target};
     for (const std::string& t : spec.outputs.targets) targets.push_back(target_format(t));
 
     // The fast path by default; the MPFI ladder alone on request (its NaN and row rules below).

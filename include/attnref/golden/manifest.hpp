@@ -206,26 +206,14 @@ private:
     bool strict_;
 };
 
+// The JSON names of the enums: the tables beside each enum (name_table.hpp's form), under the short
+// names the reader uses.
 inline constexpr std::pair<const char*, case_kind> kinds[] = {{"sdpa", case_kind::sdpa}, {"mha", case_kind::mha}};
-inline constexpr std::pair<const char*, scale_placement> placements[] = {
-    {"on_product", scale_placement::on_product}, {"on_query", scale_placement::on_query}, {"split_sqrt", scale_placement::split_sqrt}};
-inline constexpr std::pair<const char*, causal_alignment> alignments[] = {{"top_left", causal_alignment::top_left},
-                                                                   {"bottom_right", causal_alignment::bottom_right}};
-inline constexpr std::pair<const char*, mask_polarity> polarities[] = {{"true_means_attend", mask_polarity::true_means_attend},
-                                                                {"true_means_masked", mask_polarity::true_means_masked}};
-inline constexpr std::pair<const char*, empty_row_policy> empty_policies[] = {
-    {"zero", empty_row_policy::zero}, {"nan", empty_row_policy::nan}, {"uniform", empty_row_policy::uniform}};
-inline constexpr std::pair<const char*, softmax_algorithm> softmaxes[] = {{"naive", softmax_algorithm::naive},
-                                                                   {"shifted_division", softmax_algorithm::shifted_division},
-                                                                   {"division_free", softmax_algorithm::division_free},
-                                                                   {"online", softmax_algorithm::online}};
-
-template <class E, std::size_t N>
-inline const char* name_of(const std::pair<const char*, E> (&options)[N], E e) {
-    for (const auto& [n, v] : options)
-        if (v == e) return n;
-    return "?";
-}
+inline constexpr const auto& placements = scale_placement_names;
+inline constexpr const auto& alignments = causal_alignment_names;
+inline constexpr const auto& polarities = mask_polarity_names;
+inline constexpr const auto& empty_policies = empty_row_policy_names;
+inline constexpr const auto& softmaxes = softmax_algorithm_names;
 
 inline constexpr const char* projection_layout = "y = x·W + b";
 inline constexpr const char* gqa_mapping = "h / (H / H_kv)";
@@ -478,32 +466,23 @@ inline void check_version_features(const reader& r_case, const case_spec& s, int
 }
 
 }  // namespace manifest_detail
-inline const char* kind_name(case_kind k) { return manifest_detail::name_of(manifest_detail::kinds, k); }
-inline const char* placement_name(scale_placement p) { return manifest_detail::name_of(manifest_detail::placements, p); }
-inline const char* alignment_name(causal_alignment a) { return manifest_detail::name_of(manifest_detail::alignments, a); }
-inline const char* polarity_name(mask_polarity p) { return manifest_detail::name_of(manifest_detail::polarities, p); }
-inline const char* empty_rows_name(empty_row_policy p) { return manifest_detail::name_of(manifest_detail::empty_policies, p); }
-inline const char* softmax_name(softmax_algorithm a) { return manifest_detail::name_of(manifest_detail::softmaxes, a); }
-inline std::optional<softmax_algorithm> softmax_from_name(const std::string& n) {
-    for (const auto& [name, a] : manifest_detail::softmaxes)
-        if (n == name) return a;
-    return std::nullopt;
-}
+inline const char* kind_name(case_kind k) { return name_in(manifest_detail::kinds, k).data(); }
+inline const char* placement_name(scale_placement p) { return name_in(scale_placement_names, p).data(); }
+inline const char* alignment_name(causal_alignment a) { return name_in(causal_alignment_names, a).data(); }
+inline const char* polarity_name(mask_polarity p) { return name_in(mask_polarity_names, p).data(); }
+inline const char* empty_rows_name(empty_row_policy p) { return name_in(empty_row_policy_names, p).data(); }
+inline const char* softmax_name(softmax_algorithm a) { return name_in(softmax_algorithm_names, a).data(); }
+inline std::optional<softmax_algorithm> softmax_from_name(const std::string& n) { return value_in(softmax_algorithm_names, n); }
 template <class E>
 std::optional<E> from_name(std::string_view n) {
-    auto find = [&](const auto& table) -> std::optional<E> {
-        for (const auto& [name, e] : table)
-            if (n == name) return e;
-        return std::nullopt;
-    };
-    if constexpr (std::is_same_v<E, case_kind>) return find(manifest_detail::kinds);
-    else if constexpr (std::is_same_v<E, scale_placement>) return find(manifest_detail::placements);
-    else if constexpr (std::is_same_v<E, causal_alignment>) return find(manifest_detail::alignments);
-    else if constexpr (std::is_same_v<E, mask_polarity>) return find(manifest_detail::polarities);
-    else if constexpr (std::is_same_v<E, empty_row_policy>) return find(manifest_detail::empty_policies);
+    if constexpr (std::is_same_v<E, case_kind>) return value_in(manifest_detail::kinds, n);
+    else if constexpr (std::is_same_v<E, scale_placement>) return value_in(scale_placement_names, n);
+    else if constexpr (std::is_same_v<E, causal_alignment>) return value_in(causal_alignment_names, n);
+    else if constexpr (std::is_same_v<E, mask_polarity>) return value_in(mask_polarity_names, n);
+    else if constexpr (std::is_same_v<E, empty_row_policy>) return value_in(empty_row_policy_names, n);
     else {
         static_assert(std::is_same_v<E, generator::input_format>, "no JSON names for this type");
-        return find(attnref::binary_format_names);
+        return value_in(attnref::binary_format_names, n);
     }
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 /// \file golden/memory.hpp
-/// Owns the memory estimates of the commands that compute with a case's shapes (`run`, and the one
-/// `check` can use), from the shapes alone and before anything is allocated; `generate`'s is
+/// Owns the memory estimate of `run` (the commands that compute with a case's shapes; `check`'s is
+/// golden/manifest.hpp's case_memory_estimate), from the shapes alone and before anything is allocated; `generate`'s is
 /// golden/generate.hpp's generate_memory_estimate (it needs MPFR's sizes). Each estimate counts
 /// what the command holds at its peak, saturates at 2^64 − 1, and adds command_program_bytes for
 /// the process itself. The limit they are compared with is max_memory() (safe_io.hpp: half the
@@ -45,21 +45,6 @@ inline std::uint64_t run_memory_estimate(const case_spec& spec, std::uint64_t va
     bytes = sat_add(bytes, sat_mul(backward, value_bytes));
     bytes = sat_add(bytes, sat_mul(16, largest));
     return sat_add(bytes, command_program_bytes);
-}
-
-/// Estimated peak memory of `attnref check` on `spec`: case_memory_estimate's count (8 bytes per
-/// input value, 4 copies of each output, weights and gradient tensor, 2 of lse: golden, candidate,
-/// bounds and their terms) plus command_program_bytes. A checker that holds more per element
-/// (e.g. a candidate file's raw bytes beside its doubles) passes its own `copies` for the outputs.
-inline std::uint64_t check_memory_estimate(const case_spec& spec, std::uint64_t copies = 4) {
-    using safe_io_detail::sat_add, safe_io_detail::sat_mul, safe_io_detail::sat_count;
-    std::uint64_t values = 0;
-    for (const input_tensor_layout& t : input_layout(spec)) values = sat_add(values, sat_count(t.shape));
-    values = sat_add(values, sat_mul(copies, sat_count(output_shape(spec))));
-    values = sat_add(values, sat_mul(copies, sat_count(weights_shape(spec))));
-    values = sat_add(values, sat_mul(2, sat_count(lse_shape(spec))));
-    for (const gradient_tensor_layout& g : gradient_layout(spec)) values = sat_add(values, sat_mul(copies, sat_count(g.shape)));
-    return sat_add(sat_mul(values, 8), command_program_bytes);
 }
 
 /// Throws data_error "<file>: field 'shapes': the case would need about X for `command` ..., above the

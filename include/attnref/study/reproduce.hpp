@@ -385,13 +385,7 @@ void flash_run(const flash_config& c, std::size_t n, softmax_algorithm alg, cons
                const std::vector<double>& v, const std::vector<double>& reference, std::vector<double>& row_mse, double& max_dev) {
     using S = typename Policy::storage_type;
     const std::size_t sq = c.queries, d = c.head_dim;
-    auto as = [](const std::vector<double>& x) {
-        std::vector<S> r;
-        r.reserve(x.size());
-        for (double e : x) r.push_back(convert<S>(e));
-        return r;
-    };
-    const std::vector<S> qs = as(q), ks = as(k), vs = as(v);
+    const std::vector<S> qs = convert_all<S>(q), ks = convert_all<S>(k), vs = convert_all<S>(v);
     attention_options o;
     o.softmax.algorithm = alg;
     o.softmax.block_size = c.block;

@@ -226,10 +226,4 @@ comparison compare_data_aware(std::span<const double> a, std::span<const double>
     return compare(a, e, f, [&](std::size_t n) { return s.bound(n, u, ua); });
 }
 
-inline comparison compare_baseline(std::span<const double> a, std::span<const double> e, std::span<const double> naive,
-                                   candidate_format f) {
-    const double b = baseline_bound(e, naive, f);
-    return compare(a, e, f, [&](std::size_t) { return b; });
-}
-
 }  // namespace attnref::tolerance

@@ -266,7 +266,7 @@ inline std::vector<std::uint8_t> nan_rows_of(const attention_options& o, const c
 /// = elements the fast rung left to the MPFI ladder, precisions_bits = {106} plus every MPFI rung
 /// computed. Throws certify::uncertified_error as certify::certify does.
 inline certify::result certify_fast(const fast_problem& p, bool want_weights, bool want_lse,
-                                    const std::vector<certify::binary_format>& targets, const fast_options& fo = {},
+                                    const std::vector<format_description>& targets, const fast_options& fo = {},
                                     fast_stats* stats_out = nullptr) {
     require_reference_fp_environment();
     (void)detail::consts();  // MPFR constants once, on the calling thread

@@ -29,7 +29,7 @@ namespace attnref::fast::detail {
 
 /// Runs the MPFI ladder for the undecided elements only (by rows), writing their values.
 template <class RunMPFI>
-void escalate(const std::vector<std::string>& names, const std::vector<certify::binary_format>& targets,
+void escalate(const std::vector<std::string>& names, const std::vector<format_description>& targets,
               std::vector<std::vector<std::vector<double>>>& values, const std::vector<std::vector<std::uint8_t>>& undecided,
               const std::vector<std::uint8_t>& nan_rows, RunMPFI&& run, std::size_t rows_total, fast_stats& stats,
               std::vector<int>& precisions, const std::vector<std::vector<std::size_t>>& shapes) {

@@ -109,7 +109,7 @@ struct tensor_layout {
 struct element_sink {
     std::vector<std::vector<double>>* values;  ///< [target][n]
     std::vector<std::uint8_t>* undecided;      ///< [n]
-    const std::vector<certify::binary_format>* targets;
+    const std::vector<format_description>* targets;
     double bound_scale;
     std::size_t tensor;
     const std::function<void(std::size_t, std::size_t, const bounded&)>* observe;

@@ -15,7 +15,7 @@ namespace attnref::fast {
 /// (9) Rounding check: writes the target value (an exact double) when every real number within
 /// the bound rounds (nearest, ties to even) to it; false when undecided (or beyond the format's
 /// largest finite value, or an exact zero of unknown sign: left to MPFI).
-inline bool round_check(const bounded& x, const certify::binary_format& f, double& out) {
+inline bool round_check(const bounded& x, const format_description& f, double& out) {
     const double b = x.bound;
     if (!(b >= 0) || std::isinf(b)) return false;
     if (x.v.hi == 0) {
