@@ -175,11 +175,7 @@ inline void row_logits(const head_task& t, std::size_t i, row_workspace& ws) {
     }
 }
 
-// The lane templates below take and return four-double vectors when instantiated for the AVX2
-// kernels, into which they are always inlined (flatten): the ABI note GCC gives for such a
-// signature in a function compiled without AVX does not apply.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
+// The lane templates below: see lanes.hpp on -Wpsabi.
 template <class V>
 using lane_mask = decltype(V{} < V{});
 
@@ -444,8 +440,6 @@ __attribute__((target("avx2,fma"), flatten)) inline void row_weight_blocks_avx2(
     }
 }
 #endif
-
-#pragma GCC diagnostic pop
 
 /// (8d) The weights p_j = e_j/y in scaled form 2^K·P̃ to the weights sink, and as plain
 /// double-words with bounds (ws.ph, pl, pe) for P·V.

@@ -16,10 +16,12 @@
 
 namespace attnref::fast::detail::lanes {
 
-// The templates below take and return four-double vectors when instantiated for the AVX2 kernels,
-// into which they are always inlined (flatten): the ABI note GCC gives for such a signature in a
-// function compiled without AVX does not apply.
-#pragma GCC diagnostic push
+// The lane templates (here and in attention_row.hpp) take and return four-double vectors when
+// instantiated for the AVX2 kernels, into which they are always inlined (flatten); no such
+// instantiation is called across a translation unit or ABI boundary, so GCC's note that a vector
+// signature compiled without AVX changes the ABI does not apply. Template instantiations are
+// emitted at the end of the including translation unit, beyond the reach of a push/pop pair, so
+// the note is silenced for the rest of the translation unit.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 template <class V>
@@ -116,7 +118,5 @@ template <class V>
 inline V up(V c) {
     return c * (1 + 0x1p-45) + 0x1p-999;
 }
-
-#pragma GCC diagnostic pop
 
 }  // namespace attnref::fast::detail::lanes
