@@ -412,6 +412,58 @@ BOOST_AUTO_TEST_CASE(dot_running_error_bound_encloses_and_vector_kernels_match_s
     BOOST_TEST(exp_mismatches == 0u);
 }
 
+BOOST_AUTO_TEST_CASE(row_softmax_lanes_match_the_scalar_path) {
+    // (8a)-(8d) per key: the dispatched row (four keys per instruction where the processor has
+    // AVX2+FMA) against row_key_scalar / row_weight_scalar key by key, bit for bit. The logits mix
+    // regular keys with masked keys, tiny exponentials (d < -800), K < -480 and K < -700 terms,
+    // and a length that is not a multiple of four (a scalar tail).
+    namespace fd = fast::detail;
+    const std::size_t Sk = 1003;
+    const std::vector<double> xs = noise(Sk, 77, 12, -6);
+    fd::row_workspace a;
+    a.allowed.assign(Sk, 1);
+    a.x.resize(Sk), a.ex.resize(Sk);
+    for (std::size_t j = 0; j < Sk; ++j) {
+        double x = xs[j];
+        if (j % 97 == 5) x = -900;  // tiny
+        if (j % 89 == 7) x = -400;  // K ≈ -577: irregular, still summed
+        if (j % 83 == 9) x = -600;  // K ≈ -866: dropped from the sum
+        a.x[j] = {x, x * 0x1p-55 * (j % 2 ? 1 : -1)};
+        a.ex[j] = std::fabs(x) * 0x1p-90 + 0x1p-100;
+        if (j % 61 == 3 || (j >= 400 && j < 405)) a.allowed[j] = 0;
+    }
+    attention_options o;
+    fd::head_context hc{&o, 1, 1, 1, Sk, 8, 8, {}, 0, nullptr, nullptr, nullptr};
+    fd::row_workspace b = a;
+    BOOST_TEST_REQUIRE(fd::row_exponentials(hc, a));
+    BOOST_TEST_REQUIRE(fd::row_reciprocal(a));
+    fd::row_weights(hc, a);
+    // The scalar path, key by key, with the same shift.
+    b.m = a.m;
+    b.ej.resize(Sk), b.eh.resize(Sk), b.el.resize(Sk), b.eb.resize(Sk), b.ek.resize(Sk), b.reg.resize(Sk);
+    for (int l = 0; l < 4; ++l) b.yh[l] = b.yl[l] = b.eyl[l] = 0;
+    b.terms = 0;
+    for (std::size_t j = 0; j < Sk; ++j) BOOST_TEST_REQUIRE(fd::row_key_scalar(b, j));
+    std::size_t mismatches = 0, regular = 0;
+    for (int l = 0; l < 4; ++l)
+        mismatches += !same_bits(a.yh[l], b.yh[l]) + !same_bits(a.yl[l], b.yl[l]) + !same_bits(a.eyl[l], b.eyl[l]);
+    mismatches += a.terms != b.terms;
+    b.y = a.y, b.ey = a.ey, b.lowy = a.lowy, b.z = a.z, b.ez = a.ez, b.inv_low = a.inv_low;
+    b.ph.assign(Sk, 0.0), b.pl.assign(Sk, 0.0), b.pe.assign(Sk, 0.0);
+    for (std::size_t j = 0; j < Sk; ++j) fd::row_weight_scalar(hc, b, j, false);
+    for (std::size_t j = 0; j < Sk; ++j) {
+        regular += a.reg[j];
+        mismatches += a.reg[j] != b.reg[j];
+        if (a.reg[j] && b.reg[j])
+            mismatches += !same_bits(a.eh[j], b.eh[j]) + !same_bits(a.el[j], b.el[j]) + !same_bits(a.eb[j], b.eb[j]) + !same_bits(a.ek[j], b.ek[j]);
+        mismatches += !same_bits(a.ph[j], b.ph[j]) + !same_bits(a.pl[j], b.pl[j]) + !same_bits(a.pe[j], b.pe[j]);
+    }
+    BOOST_TEST_MESSAGE(fmt::format("row softmax lanes: {} keys, {} regular, {} mismatches", Sk, regular, mismatches));
+    BOOST_TEST(regular > Sk / 2);
+    BOOST_TEST(regular < Sk);  // the irregular keys took the other path
+    BOOST_TEST(mismatches == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(triple_dot_bound_encloses_and_vector_kernel_matches_scalar) {
     // (10): dot3_rows's bound encloses the exact Σ x·b (MPFR, exact at 2200 bits), is far below a
     // 134-bit enclosure's n·2^-134·Σ|x b| on random data, a bound weakened by 2^-30 is caught, and

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "attnref/attention.hpp"
@@ -19,6 +20,7 @@
 #include "attnref/certify/fast/cpu.hpp"
 #include "attnref/certify/fast/dot.hpp"
 #include "attnref/certify/fast/exp.hpp"
+#include "attnref/certify/fast/lanes.hpp"
 #include "attnref/certify/fast/problem.hpp"
 #include "attnref/double_double.hpp"
 #include "attnref/mask.hpp"
@@ -69,6 +71,11 @@ struct row_workspace {
     std::vector<exp_prepared> ep;
     std::vector<std::size_t> core_j;
     std::vector<double> core_h, core_l, core_th, core_tl;
+    /// Keys whose exponential took the regular path (key_exp): E = 2^K·(eh + el), bound eb·2^K.
+    std::vector<double> eh, el, eb, ek;
+    std::vector<std::uint8_t> reg;
+    double yh[4], yl[4], eyl[4];  ///< (8b) the sum in four lanes (key j in lane j mod 4)
+    std::size_t terms = 0;
     // The row in progress.
     std::size_t row = 0;  ///< (b·H + h)·Sq + i
     bool empty = false;   ///< no attendable key
@@ -168,55 +175,161 @@ inline void row_logits(const head_task& t, std::size_t i, row_workspace& ws) {
     }
 }
 
-/// (8a)–(8b) The shift m = x̃_{j*}, e^(x_j − m) for every attendable key by (6) (the polynomial
-/// cores four at a time), and their sum y with its bound and lower bound. False: left to MPFI.
+// The lane templates below: see lanes.hpp on -Wpsabi.
+template <class V>
+using lane_mask = decltype(V{} < V{});
+
+template <class V>
+inline V splat(double c) {
+    if constexpr (std::is_same_v<V, double>) return c;
+    else return V{c, c, c, c};
+}
+
+/// True when every lane of m is set.
+template <class M>
+inline bool all_lanes(M m) {
+    if constexpr (std::is_same_v<M, bool>) return m;
+    else return (m[0] & m[1] & m[2] & m[3]) != 0;
+}
+
+/// (6) for the regular keys of (8a), on any lane type: d = x − m, its bound, the reduction (6a),
+/// the polynomial core, and the bound (6b)–(6c) — exp_prepare, exp_core and exp_finish's
+/// operations in their order. Returns, per lane, whether the key is regular: e^d is neither tiny
+/// nor outside the handled range, r̃ is not below 2^-400, δ < ¼, K ≥ −480 and the bound finite;
+/// other keys take exp_dd's scalar path (row_key_scalar), which gives the same value where both apply.
+template <class V>
+inline lane_mask<V> key_exp(V xh, V xl, V ex, dd m, V& eh, V& el, V& eb, V& kd) {
+    using namespace lanes;
+    const constants& c = consts();
+    const dwv<V> d = sub(dwv<V>{xh, xl}, dwv<V>{splat<V>(m.hi), splat<V>(m.lo)});
+    const V ed = up(ex + eta_up * mag(d));
+    kd = round_l(d.hi * 1.4426950408889634);
+    const dwv<V> r = sub(d, mul(dwv<V>{splat<V>(c.ln2.hi), splat<V>(c.ln2.lo)}, kd));
+    const V er = up(ed + (abs_l(kd) * 0.7 * (0x1p-105 + dw::dd_eta) + dw::dd_eta * mag(r)) * 1.01);
+    const V arh = abs_l(r.hi);
+    lane_mask<V> good = (ed < splat<V>(1)) & (d.hi + abs_l(d.lo) + ed > splat<V>(-800)) & (d.hi < splat<V>(700)) &
+                        (arh <= splat<V>(0.36)) & (arh >= splat<V>(0x1p-400)) & (kd >= splat<V>(-480));
+    const dwv<V> rs{r.hi * 0x1p-8, r.lo * 0x1p-8};  // exact
+    dwv<V> t{splat<V>(c.inv_fact[9].hi), splat<V>(c.inv_fact[9].lo)};
+    for (int i = 8; i >= 0; --i) t = add(mul(t, rs), dwv<V>{splat<V>(c.inv_fact[i].hi), splat<V>(c.inv_fact[i].lo)});
+    for (int s = 0; s < 8; ++s) t = mul(t, t);
+    const V ar = abs_l(rs.hi) * (1 + 0x1p-50);
+    V rem = ar * ar;
+    rem = rem * rem * rem * rem * rem / 3628800.0 * 1.002;
+    const V delta_t = up((2 * dw::dd_eta + rem) * 1.002);
+    const V delta_e = up(1.001 * (256 * delta_t + 255 * dw::dd_eta));
+    const V delta = up(delta_e + er * (1 + er) * (1 + delta_e));
+    eh = t.hi, el = t.lo;
+    eb = up(delta * mag(t) * 1.34);
+    good = good & (delta < splat<V>(0.25)) & (eb < splat<V>(std::numeric_limits<double>::infinity()));
+    return good;
+}
+
+/// Adds a regular key's term 2^K·E (bound 2^K·eb) to the lane accumulators (y, ey).
+template <class V>
+inline void key_accumulate(V eh, V el, V eb, V kd, V& yh, V& yl, V& ey) {
+    const V pk = lanes::pow2_l(kd);
+    const lanes::dwv<V> y = lanes::add(lanes::dwv<V>{yh, yl}, lanes::dwv<V>{eh * pk, el * pk});
+    yh = y.hi, yl = y.lo;
+    ey = ey + eb * pk;
+}
+
+/// Key j of (8a)–(8b) on the scalar path; false: the row is left to MPFI.
+inline bool row_key_scalar(row_workspace& ws, std::size_t j) {
+    ws.reg[j] = 0;
+    if (!ws.allowed[j]) return true;
+    const std::size_t l = j % 4;
+    double eh, el, eb, kd;
+    if (key_exp<double>(ws.x[j].hi, ws.x[j].lo, ws.ex[j], ws.m, eh, el, eb, kd)) {
+        ws.reg[j] = 1, ws.eh[j] = eh, ws.el[j] = el, ws.eb[j] = eb, ws.ek[j] = kd;
+        key_accumulate<double>(eh, el, eb, kd, ws.yh[l], ws.yl[l], ws.eyl[l]);
+        ++ws.terms;
+        return true;
+    }
+    // Not regular: exp_dd and the cases of (8b) as written there.
+    const dd d = dw::sub(ws.x[j], ws.m);
+    const double ed = dw::up(ws.ex[j] + eta_up * dw::mag(d));
+    ws.ej[j] = exp_dd(d, ed);
+    const exp_result& e = ws.ej[j];
+    if (!e.ok) return false;
+    if (e.tiny) {
+        ws.eyl[l] += 0x1p-1000;
+        return true;
+    }
+    const int K = e.x.scale;
+    if (K < -700) {
+        ws.eyl[l] += dw::scale2(1.0, std::max(K + 1, -1000));
+        return true;
+    }
+    const dd y = dw::add({ws.yh[l], ws.yl[l]}, {dw::scale2(e.x.v.hi, K), dw::scale2(e.x.v.lo, K)});
+    ws.yh[l] = y.hi, ws.yl[l] = y.lo;
+    ws.eyl[l] += dw::scale2(e.x.bound, K);
+    ++ws.terms;
+    return true;
+}
+
+#ifdef ATTNREF_FAST_AVX2
+/// Keys 0 … 4⌊Sk/4⌋ − 1 of (8a)–(8b), four at a time: a block whose four keys are attendable and
+/// regular is computed on the four lanes of key_exp / key_accumulate (key j0 + l in lane l, the
+/// lane of row_key_scalar); any other block key by key through row_key_scalar. Same bits as the
+/// scalar path. False: the row is left to MPFI.
+__attribute__((target("avx2,fma"), flatten)) inline bool row_exp_blocks_avx2(row_workspace& ws, std::size_t Sk) {
+    using lanes::v4d;
+    using lanes::v4u;
+    v4d yh = *reinterpret_cast<const v4u*>(ws.yh), yl = *reinterpret_cast<const v4u*>(ws.yl), ey = *reinterpret_cast<const v4u*>(ws.eyl);
+    bool ok = true;
+    for (std::size_t j0 = 0; j0 + 4 <= Sk && ok; j0 += 4) {
+        v4d eh, el, eb, kd;
+        const bool allowed = ws.allowed[j0] & ws.allowed[j0 + 1] & ws.allowed[j0 + 2] & ws.allowed[j0 + 3];
+        if (allowed) {
+            const v4d xh = {ws.x[j0].hi, ws.x[j0 + 1].hi, ws.x[j0 + 2].hi, ws.x[j0 + 3].hi};
+            const v4d xl = {ws.x[j0].lo, ws.x[j0 + 1].lo, ws.x[j0 + 2].lo, ws.x[j0 + 3].lo};
+            const v4d ex = *reinterpret_cast<const v4u*>(ws.ex.data() + j0);
+            if (all_lanes(key_exp<v4d>(xh, xl, ex, ws.m, eh, el, eb, kd))) {
+                *reinterpret_cast<v4u*>(ws.eh.data() + j0) = eh, *reinterpret_cast<v4u*>(ws.el.data() + j0) = el;
+                *reinterpret_cast<v4u*>(ws.eb.data() + j0) = eb, *reinterpret_cast<v4u*>(ws.ek.data() + j0) = kd;
+                for (int l = 0; l < 4; ++l) ws.reg[j0 + l] = 1;
+                key_accumulate<v4d>(eh, el, eb, kd, yh, yl, ey);
+                ws.terms += 4;
+                continue;
+            }
+        }
+        *reinterpret_cast<v4u*>(ws.yh) = yh, *reinterpret_cast<v4u*>(ws.yl) = yl, *reinterpret_cast<v4u*>(ws.eyl) = ey;
+        for (std::size_t j = j0; j < j0 + 4 && ok; ++j) ok = row_key_scalar(ws, j);
+        yh = *reinterpret_cast<const v4u*>(ws.yh), yl = *reinterpret_cast<const v4u*>(ws.yl), ey = *reinterpret_cast<const v4u*>(ws.eyl);
+    }
+    *reinterpret_cast<v4u*>(ws.yh) = yh, *reinterpret_cast<v4u*>(ws.yl) = yl, *reinterpret_cast<v4u*>(ws.eyl) = ey;
+    return ok;
+}
+#endif
+
+/// (8a)–(8b) The shift m = x̃_{j*}, e^(x_j − m) for every attendable key by (6), and their sum y
+/// with its bound and lower bound. The sum runs in four lanes (key j added to lane j mod 4, keys
+/// in order) combined as (y₀ + y₁) + (y₂ + y₃): every partial sum of these positive terms is at
+/// most the total, so each of the terms + 3 additions errs by at most η times the total (8b).
+/// False: left to MPFI.
 inline bool row_exponentials(const head_context& hc, row_workspace& ws) {
     const std::size_t Sk = hc.Sk;
     std::size_t js = Sk;
     for (std::size_t j = 0; j < Sk; ++j)
         if (ws.allowed[j] && (js == Sk || ws.x[j].hi > ws.x[js].hi)) js = j;
     ws.m = ws.x[js];
-    ws.ej.resize(Sk);
-    ws.ep.resize(Sk);
-    ws.core_j.clear(), ws.core_h.clear(), ws.core_l.clear();
-    for (std::size_t j = 0; j < Sk; ++j) {
-        if (!ws.allowed[j]) continue;
-        const dd d = dw::sub(ws.x[j], ws.m);
-        const double ed = dw::up(ws.ex[j] + eta_up * dw::mag(d));
-        ws.ep[j] = exp_prepare(d, ed);
-        if (ws.ep[j].status == 2) return false;
-        if (ws.ep[j].status == 0) ws.core_j.push_back(j), ws.core_h.push_back(ws.ep[j].rs.hi), ws.core_l.push_back(ws.ep[j].rs.lo);
+    ws.ej.resize(Sk), ws.eh.resize(Sk), ws.el.resize(Sk), ws.eb.resize(Sk), ws.ek.resize(Sk), ws.reg.resize(Sk);
+    for (int l = 0; l < 4; ++l) ws.yh[l] = ws.yl[l] = ws.eyl[l] = 0;
+    ws.terms = 0;
+    std::size_t j = 0;
+#ifdef ATTNREF_FAST_AVX2
+    if (has_avx2_fma()) {
+        if (!row_exp_blocks_avx2(ws, Sk)) return false;
+        j = Sk - Sk % 4;
     }
-    const std::size_t ncore = ws.core_j.size();
-    ws.core_th.resize(ncore), ws.core_tl.resize(ncore);
-    exp_core_many(ncore, ws.core_h.data(), ws.core_l.data(), ws.core_th.data(), ws.core_tl.data());
-    for (std::size_t n = 0; n < ncore; ++n) {
-        const std::size_t j = ws.core_j[n];
-        ws.ej[j] = exp_finish(ws.ep[j], {ws.core_th[n], ws.core_tl[n]});
-        if (!ws.ej[j].ok) return false;
-    }
-    dd y{0, 0};
-    double ey = 0;
-    std::size_t terms = 0;
-    for (std::size_t j = 0; j < Sk; ++j) {
-        if (!ws.allowed[j]) continue;
-        if (ws.ep[j].status == 1) ws.ej[j] = exp_finish(ws.ep[j], dd{});
-        if (ws.ej[j].tiny) {
-            ey += 0x1p-1000;
-            continue;
-        }
-        const int K = ws.ej[j].x.scale;
-        if (K < -700) {
-            ey += dw::scale2(1.0, std::max(K + 1, -1000));
-            continue;
-        }
-        y = dw::add(y, {dw::scale2(ws.ej[j].x.v.hi, K), dw::scale2(ws.ej[j].x.v.lo, K)});
-        ey += dw::scale2(ws.ej[j].x.bound, K);
-        ++terms;
-    }
-    // (8b) the sum: n additions of positive terms, each relative η.
+#endif
+    for (; j < Sk; ++j)
+        if (!row_key_scalar(ws, j)) return false;
+    const dd y = dw::add(dw::add({ws.yh[0], ws.yl[0]}, {ws.yh[1], ws.yl[1]}), dw::add({ws.yh[2], ws.yl[2]}, {ws.yh[3], ws.yl[3]}));
+    const double ey = (ws.eyl[0] + ws.eyl[1]) + (ws.eyl[2] + ws.eyl[3]);
     ws.y = y;
-    ws.ey = dw::up(dw::sum_up(ey, Sk) + 1.01 * static_cast<double>(terms) * dw::dd_eta * dw::mag(y));
+    ws.ey = dw::up(dw::sum_up(ey, Sk) + 1.01 * static_cast<double>(ws.terms + 3) * dw::dd_eta * dw::mag(y));
     ws.lowy = (y.hi - std::fabs(y.lo) - ws.ey) * (1 - 0x1p-49);
     return ws.lowy >= 0.5;
 }
@@ -237,34 +350,111 @@ inline bool row_reciprocal(row_workspace& ws) {
     return true;
 }
 
+/// (8d) for regular keys on any lane type: P = E·z in units of 2^K with its bound ep (the bound of
+/// row_weights' scalar path), the plain double-words 2^K·P with bound 2^K·ep for P·V, and the
+/// float64 decision (9) in its simplest case: with (s, t) = TwoSum(P̃), y = 2^K·s a normal double
+/// and (|t| + ep)(1 + 2^-50) < ulp(s)/4, every real within the bound is within a quarter ulp of y,
+/// so rounds to y (f64ok; other elements go to round_check).
+template <class V>
+inline lane_mask<V> key_weight(V eh, V el, V eb, V kd, const row_workspace& ws, double bound_scale, V& Ph, V& Pl, V& ep, V& ph, V& pl,
+                               V& pe, V& y) {
+    using namespace lanes;
+    const dwv<V> E{eh, el};
+    const dwv<V> P = mul(E, dwv<V>{splat<V>(ws.z.hi), splat<V>(ws.z.lo)});
+    const V aE = mag(E);
+    ep = up(eb * ws.inv_low + aE * ws.ey * ws.inv_low * ws.inv_low + aE * ws.ez + eta_up * mag(P));
+    const V pk = pow2_l(kd);
+    Ph = P.hi, Pl = P.lo;
+    ph = P.hi * pk, pl = P.lo * pk, pe = up(ep * pk);
+    const dwv<V> st = two_sum(P.hi, P.lo);
+    y = st.hi * pk;
+    const V ay = abs_l(y);
+    return ((abs_l(st.lo) + ep * bound_scale) * (1 + 0x1p-50) < binade_l(st.hi) * 0x1p-54) & (abs_l(st.hi) >= splat<V>(0x1p-1021)) &
+           (ay >= splat<V>(0x1p-1021)) & (ay <= splat<V>(0x1p1000));
+}
+
+/// Key j of (8d) on the scalar path (the weights sink when asked; ws.ph, pl, pe).
+inline void row_weight_scalar(const head_context& hc, row_workspace& ws, std::size_t j, bool f64) {
+    const std::size_t Sk = hc.Sk, row = ws.row;
+    if (!ws.allowed[j]) {
+        if (hc.w_sink) hc.w_sink->put_exact(row * Sk + j, 0.0);
+        return;
+    }
+    if (ws.reg[j]) {
+        double Ph, Pl, ep, y;
+        const bool ok = key_weight<double>(ws.eh[j], ws.el[j], ws.eb[j], ws.ek[j], ws, hc.w_sink ? hc.w_sink->bound_scale : 1.0, Ph, Pl,
+                                           ep, ws.ph[j], ws.pl[j], ws.pe[j], y);
+        if (!hc.w_sink) return;
+        if (f64 && ok) (*hc.w_sink->values)[0][row * Sk + j] = y;
+        else hc.w_sink->put(row * Sk + j, bounded{{Ph, Pl}, ep, static_cast<int>(ws.ek[j])});
+        return;
+    }
+    if (ws.ej[j].tiny) {
+        ws.pe[j] = 0x1p-1000;
+        if (hc.w_sink) hc.w_sink->put_exact(row * Sk + j, 0.0);  // < 2^-1148: +0 in every format
+        return;
+    }
+    const bounded& E = ws.ej[j].x;
+    const dd P = dw::mul(E.v, ws.z);
+    const double aE = dw::mag(E.v);
+    const double ep = dw::up(E.bound * ws.inv_low + aE * ws.ey * ws.inv_low * ws.inv_low + aE * ws.ez + eta_up * dw::mag(P));
+    if (hc.w_sink) hc.w_sink->put(row * Sk + j, bounded{P, ep, E.scale});
+    if (E.scale < -480) {
+        ws.pe[j] = dw::scale2(1.0, std::max(E.scale + 2, -1000));
+    } else {
+        ws.ph[j] = dw::scale2(P.hi, E.scale);
+        ws.pl[j] = dw::scale2(P.lo, E.scale);
+        ws.pe[j] = dw::up(dw::scale2(ep, E.scale));
+    }
+}
+
+#ifdef ATTNREF_FAST_AVX2
+/// Keys 0 … 4⌊Sk/4⌋ − 1 of (8d), four at a time where all four are regular (key_weight on four
+/// lanes), otherwise key by key: the bits of the scalar path.
+__attribute__((target("avx2,fma"), flatten)) inline void row_weight_blocks_avx2(const head_context& hc, row_workspace& ws, bool f64) {
+    using lanes::v4d;
+    using lanes::v4u;
+    const std::size_t Sk = hc.Sk;
+    const double bs = hc.w_sink ? hc.w_sink->bound_scale : 1.0;
+    for (std::size_t j0 = 0; j0 + 4 <= Sk; j0 += 4) {
+        if (!(ws.reg[j0] & ws.reg[j0 + 1] & ws.reg[j0 + 2] & ws.reg[j0 + 3])) {
+            for (std::size_t j = j0; j < j0 + 4; ++j) row_weight_scalar(hc, ws, j, f64);
+            continue;
+        }
+        v4d Ph, Pl, ep, ph, pl, pe, y;
+        const v4d kd = *reinterpret_cast<const v4u*>(ws.ek.data() + j0);
+        const auto ok = key_weight<v4d>(*reinterpret_cast<const v4u*>(ws.eh.data() + j0), *reinterpret_cast<const v4u*>(ws.el.data() + j0),
+                                        *reinterpret_cast<const v4u*>(ws.eb.data() + j0), kd, ws, bs, Ph, Pl, ep, ph, pl, pe, y);
+        *reinterpret_cast<v4u*>(ws.ph.data() + j0) = ph, *reinterpret_cast<v4u*>(ws.pl.data() + j0) = pl;
+        *reinterpret_cast<v4u*>(ws.pe.data() + j0) = pe;
+        if (!hc.w_sink) continue;
+        const std::size_t n = ws.row * Sk + j0;
+        if (f64 && all_lanes(ok)) {
+            *reinterpret_cast<v4u*>((*hc.w_sink->values)[0].data() + n) = y;
+            continue;
+        }
+        for (int l = 0; l < 4; ++l) {
+            if (f64 && ok[l]) (*hc.w_sink->values)[0][n + l] = y[l];
+            else hc.w_sink->put(n + l, bounded{{Ph[l], Pl[l]}, ep[l], static_cast<int>(kd[l])});
+        }
+    }
+}
+#endif
+
 /// (8d) The weights p_j = e_j/y in scaled form 2^K·P̃ to the weights sink, and as plain
 /// double-words with bounds (ws.ph, pl, pe) for P·V.
 inline void row_weights(const head_context& hc, row_workspace& ws) {
-    const std::size_t Sk = hc.Sk, row = ws.row;
+    const std::size_t Sk = hc.Sk;
     ws.ph.assign(Sk, 0.0), ws.pl.assign(Sk, 0.0), ws.pe.assign(Sk, 0.0);
-    for (std::size_t j = 0; j < Sk; ++j) {
-        if (!ws.allowed[j]) {
-            if (hc.w_sink) hc.w_sink->put_exact(row * Sk + j, 0.0);
-            continue;
-        }
-        if (ws.ej[j].tiny) {
-            ws.pe[j] = 0x1p-1000;
-            if (hc.w_sink) hc.w_sink->put_exact(row * Sk + j, 0.0);  // < 2^-1148: +0 in every format
-            continue;
-        }
-        const bounded& E = ws.ej[j].x;
-        const dd P = dw::mul(E.v, ws.z);
-        const double aE = dw::mag(E.v);
-        const double ep = dw::up(E.bound * ws.inv_low + aE * ws.ey * ws.inv_low * ws.inv_low + aE * ws.ez + eta_up * dw::mag(P));
-        if (hc.w_sink) hc.w_sink->put(row * Sk + j, bounded{P, ep, E.scale});
-        if (E.scale < -480) {
-            ws.pe[j] = dw::scale2(1.0, std::max(E.scale + 2, -1000));
-        } else {
-            ws.ph[j] = dw::scale2(P.hi, E.scale);
-            ws.pl[j] = dw::scale2(P.lo, E.scale);
-            ws.pe[j] = dw::up(dw::scale2(ep, E.scale));
-        }
+    const bool f64 = hc.w_sink && hc.w_sink->plain_float64();
+    std::size_t j = 0;
+#ifdef ATTNREF_FAST_AVX2
+    if (has_avx2_fma()) {
+        row_weight_blocks_avx2(hc, ws, f64);
+        j = Sk - Sk % 4;
     }
+#endif
+    for (; j < Sk; ++j) row_weight_scalar(hc, ws, j, f64);
 }
 
 /// (8e) lse = m + log ŷ: λ0 = log(ŷ.hi) (any double), τ = ŷ·e^-λ0 − 1, log ŷ = λ0 + log1p(τ).

@@ -120,6 +120,11 @@ struct element_sink {
         for (std::size_t t = 0; t < targets->size(); ++t) all = round_check(x, (*targets)[t], (*values)[t][n]) && all;
         if (!all) (*undecided)[n] = 1;
     }
+    /// True when the only target is float64 and no test observes the elements: then put_float64
+    /// may decide an element without round_check.
+    bool plain_float64() const {
+        return targets->size() == 1 && (*targets)[0].precision == 53 && (*targets)[0].min_exponent == -1022 && !*observe;
+    }
     void put_exact(std::size_t n, double v) const {
         for (std::size_t t = 0; t < targets->size(); ++t) (*values)[t][n] = v;
     }

@@ -1,0 +1,122 @@
+#pragma once
+/// \file certify/fast/lanes.hpp
+/// The double-word operations of double_double.hpp (two_sum, fast_two_sum, add, mul, mag, up) and
+/// the helpers the per-key softmax work needs (fma, |x|, round to nearest, 2^k), written once for
+/// a lane type V: `double` (the scalar reference) or four doubles (`v4d`, AVX2+FMA). Each
+/// operation is the same IEEE operation on every lane, in the same order, so a kernel written with
+/// these gives the same bits on the scalar and the vector path (docs/fast-certify.md (2), (3)).
+/// The v4d overloads carry target("avx2,fma"); a kernel over v4d must be a target("avx2,fma")
+/// function with `flatten`, so that the generic templates and these overloads are inlined into it.
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+#include "attnref/certify/fast/cpu.hpp"
+
+namespace attnref::fast::detail::lanes {
+
+// The lane templates (here and in attention_row.hpp) take and return four-double vectors when
+// instantiated for the AVX2 kernels, into which they are always inlined (flatten); no such
+// instantiation is called across a translation unit or ABI boundary, so GCC's note that a vector
+// signature compiled without AVX changes the ABI does not apply. Template instantiations are
+// emitted at the end of the including translation unit, beyond the reach of a push/pop pair, so
+// the note is silenced for the rest of the translation unit.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+template <class V>
+struct dwv {
+    V hi, lo;
+};
+
+inline double fma_l(double a, double b, double c) { return std::fma(a, b, c); }
+inline double abs_l(double x) { return std::fabs(x); }
+/// Round to nearest, ties to even (the reference environment's std::nearbyint).
+inline double round_l(double x) { return std::nearbyint(x); }
+/// 2^k for an integer-valued k in [−1022, 1023], exactly (the bits of k + 1023 in the exponent field).
+inline double pow2_l(double k) {
+    const double t = k + (1023.0 + 0x1p52);  // exact: an integer below 2^53; its low mantissa bits hold k + 1023
+    return std::bit_cast<double>(std::bit_cast<std::uint64_t>(t) << 52);
+}
+/// 2^⌊log₂|x|⌋ for a normal x (the exponent field alone).
+inline double binade_l(double x) { return std::bit_cast<double>(std::bit_cast<std::uint64_t>(x) & 0x7ff0000000000000ULL); }
+
+#ifdef ATTNREF_FAST_AVX2
+typedef double v4d __attribute__((vector_size(32)));
+typedef long long v4i __attribute__((vector_size(32)));
+typedef double v4u __attribute__((vector_size(32), aligned(8), may_alias));  ///< unaligned loads and stores
+
+__attribute__((target("avx2,fma"))) inline v4d fma_l(v4d a, v4d b, v4d c) { return __builtin_ia32_vfmaddpd256(a, b, c); }
+__attribute__((target("avx2,fma"))) inline v4d abs_l(v4d x) {
+    const v4i m = {0x7fffffffffffffffLL, 0x7fffffffffffffffLL, 0x7fffffffffffffffLL, 0x7fffffffffffffffLL};
+    return v4d(v4i(x) & m);
+}
+__attribute__((target("avx2,fma"))) inline v4d round_l(v4d x) { return __builtin_ia32_roundpd256(x, 8); }  // nearest even, no exceptions
+__attribute__((target("avx2,fma"))) inline v4d pow2_l(v4d k) {
+    const v4d t = k + (1023.0 + 0x1p52);
+    return v4d(v4i(t) << 52);
+}
+__attribute__((target("avx2,fma"))) inline v4d binade_l(v4d x) {
+    const v4i m = {0x7ff0000000000000LL, 0x7ff0000000000000LL, 0x7ff0000000000000LL, 0x7ff0000000000000LL};
+    return v4d(v4i(x) & m);
+}
+#endif
+
+template <class V>
+inline dwv<V> two_sum(V a, V b) {
+    const V s = a + b;
+    const V bb = s - a;
+    const V e = (a - (s - bb)) + (b - bb);
+    return {s, e};
+}
+template <class V>
+inline dwv<V> fast_two_sum(V a, V b) {
+    const V s = a + b;
+    const V e = b - (s - a);
+    return {s, e};
+}
+/// dw::add (JMP 2017 Algorithm 6).
+template <class V>
+inline dwv<V> add(dwv<V> x, dwv<V> y) {
+    const dwv<V> s = two_sum(x.hi, y.hi);
+    const dwv<V> t = two_sum(x.lo, y.lo);
+    const V c = s.lo + t.hi;
+    const dwv<V> v = fast_two_sum(s.hi, c);
+    const V w = t.lo + v.lo;
+    return fast_two_sum(v.hi, w);
+}
+template <class V>
+inline dwv<V> sub(dwv<V> x, dwv<V> y) {
+    return add(x, dwv<V>{-y.hi, -y.lo});
+}
+/// dw::mul of two double-words (JMP 2017 Algorithm 12).
+template <class V>
+inline dwv<V> mul(dwv<V> x, dwv<V> y) {
+    const V p = x.hi * y.hi;
+    const V e = fma_l(x.hi, y.hi, -p);
+    const V tl0 = x.lo * y.lo;
+    const V tl1 = fma_l(x.hi, y.lo, tl0);
+    const V cl2 = fma_l(x.lo, y.hi, tl1);
+    const V cl3 = e + cl2;
+    return fast_two_sum(p, cl3);
+}
+/// dw::mul of a double-word by a double (JMP 2017 Algorithm 9).
+template <class V>
+inline dwv<V> mul(dwv<V> x, V y) {
+    const V p = x.hi * y;
+    const V e = fma_l(x.hi, y, -p);
+    const V cl3 = fma_l(x.lo, y, e);
+    return fast_two_sum(p, cl3);
+}
+template <class V>
+inline V mag(dwv<V> x) {
+    return abs_l(x.hi) * (1 + 0x1p-52);
+}
+/// dw::up for a finite computed bound (an infinite or NaN one gives infinity or NaN here, where
+/// dw::up gives infinity: callers treat both as "not regular").
+template <class V>
+inline V up(V c) {
+    return c * (1 + 0x1p-45) + 0x1p-999;
+}
+
+}  // namespace attnref::fast::detail::lanes
