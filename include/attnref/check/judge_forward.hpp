@@ -108,7 +108,8 @@ inline forward_judgment judge_forward(const forward_problem* p, const forward_re
     if (p && (bounded || weights || lse)) scales = data_aware_scales_of(*p, rq.expected_weights);
     const std::span<const double> e = rq.expected_output;
     if (rq.model == M::ulp) {  // a bound in ULPs of the candidate's format: the values' own resolution, never vacuous
-        judged_tensor t{judged_output(tol::compare_ulp(rq.actual_output, e, f, rq.ulp_limit), {}, f, rq.actual_output, e, rq.output_row)};
+        judged_tensor t;
+        t.report = judged_output(tol::compare_ulp(rq.actual_output, e, f, rq.ulp_limit), {}, f, rq.actual_output, e, rq.output_row);
         t.bound_max = rq.ulp_limit;
         out.tensors.push_back(std::move(t));
     } else {
@@ -126,7 +127,8 @@ inline forward_judgment judge_forward(const forward_problem* p, const forward_re
         } else {
             throw std::invalid_argument("tolerance '" + std::string(tol::model_name(rq.model)) + "' is not available here");
         }
-        judged_tensor t{p ? judge_with_decoys(rq.actual_output, e, f, b, rq.output_row, *p) : judge_output(rq.actual_output, e, f, b, rq.output_row)};
+        judged_tensor t;
+        t.report = p ? judge_with_decoys(rq.actual_output, e, f, b, rq.output_row, *p) : judge_output(rq.actual_output, e, f, b, rq.output_row);
         t.bound_max = check_detail::largest_finite(b);
         out.tensors.push_back(std::move(t));
     }
@@ -149,8 +151,9 @@ inline forward_judgment judge_forward(const forward_problem* p, const forward_re
                 if (ur > 0) wb[n] += tol::weights_bound(*scales, n / sk, rq.expected_weights[n], ur, ur, ur, tol::weights_floor(tol::candidate_format::float64));
             }
             auto bound = [&](std::size_t n) { return wb[n]; };
-            judged_tensor t{judged("weights", tol::compare(rq.actual_weights, rq.expected_weights, f, bound),
-                                   tol::find_vacuous(rq.expected_weights, sk, bound), "row scale max p", f)};
+            judged_tensor t;
+            t.report = judged("weights", tol::compare(rq.actual_weights, rq.expected_weights, f, bound),
+                              tol::find_vacuous(rq.expected_weights, sk, bound), "row scale max p", f);
             t.bound_max = check_detail::largest_finite(wb);
             out.tensors.push_back(std::move(t));
         }
@@ -171,8 +174,9 @@ inline forward_judgment judge_forward(const forward_problem* p, const forward_re
                 if (ur > 0) lb[n] += tol::lse_bound(*scales, n, rq.expected_lse[n], ur, ur, ur);
             }
             auto bound = [&](std::size_t n) { return lb[n]; };
-            judged_tensor t{judged("lse", tol::compare(er.compared, rq.expected_lse, f, bound),
-                                   tol::find_vacuous(rq.expected_lse, 1, bound, tol::lse_vacuity_scale), "ln 2 (the normaliser e^lse off by 2x)", f)};
+            judged_tensor t;
+            t.report = judged("lse", tol::compare(er.compared, rq.expected_lse, f, bound),
+                              tol::find_vacuous(rq.expected_lse, 1, bound, tol::lse_vacuity_scale), "ln 2 (the normaliser e^lse off by 2x)", f);
             fail_wrong_empty_rows(t.report, er.wrong, rq.empty_lse);
             t.wrong_empty_lse = er.wrong;
             t.bound_max = check_detail::largest_finite(lb);
