@@ -37,8 +37,8 @@
 
 #include <fmt/format.h>
 
-#include "attnref/npy.hpp"
-#include "attnref/tolerance.hpp"
+#include "attnref/io/npy.hpp"
+#include "attnref/bounds/tolerance.hpp"
 #include "attnref/golden/check.hpp"
 #include "torch_mha.hpp"
 

@@ -3,7 +3,7 @@
 // Per shape it prints, side by side in one run: PyTorch float64 multi_head_attention_forward wall
 // and CPU seconds (bench/torch_mha.py, a child process started with posix_spawn, no shell;
 // torch.set_num_threads(N), OPENBLAS/OMP threads N; best of several runs), attnref's fast certified
-// wall and CPU seconds (include/attnref/fast_certify.hpp: output, weights and lse, float64, every
+// wall and CPU seconds (include/attnref/certify/fast.hpp: output, weights and lse, float64, every
 // element correctly rounded, the undecided ones through the MPFI ladder), the two ratios, the
 // elements the fast rung escalated, attnref's peak resident memory (the process's high-water mark so
 // far: shapes run smallest first), and the MPFI path's time (generate_case) for the shapes it
@@ -36,10 +36,10 @@
 
 #include <fmt/format.h>
 
-#include "attnref/certify.hpp"
-#include "attnref/fast_certify.hpp"
+#include "attnref/certify/certify.hpp"
+#include "attnref/certify/fast.hpp"
 #include "attnref/certify/fast/profile.hpp"
-#include "attnref/multiprecision.hpp"
+#include "attnref/multiprecision/multiprecision.hpp"
 #include "attnref/golden/generate.hpp"
 #include "attnref/golden/manifest.hpp"
 #include "torch_mha.hpp"

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "attnref/attnref.hpp"
-#include "attnref/multiprecision.hpp"
+#include "attnref/multiprecision/multiprecision.hpp"
 
 namespace {
 using namespace attnref;

@@ -5,7 +5,7 @@
 // which must either refuse them or return an array meeting it, and the streaming reader's header
 // parser is run on a 64 KiB prefix with a larger claimed file size (as npy::read does).
 
-#include <attnref/npy.hpp>
+#include <attnref/io/npy.hpp>
 
 #include <algorithm>
 #include <cstddef>

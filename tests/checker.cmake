@@ -33,7 +33,7 @@ if(TARGET attnref_verify)
   # 1e300 for this case, float32, data-aware: the old code read it and passed), does not make a
   # candidate off by 0.05 everywhere pass.
   checker_cli_test(checker_cli_forged_cache_ignored
-    "/usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/checker_forge_cache.py ${_t}/xdg ${PROJECT_SOURCE_DIR}/include/attnref/tolerance.hpp ${_g} 256 1e300 && XDG_CACHE_HOME=${_t}/xdg $<TARGET_FILE:attnref_cli> check --golden ${_g} --output ${_t}/off.npy; test $? -eq 1")
+    "/usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/checker_forge_cache.py ${_t}/xdg ${PROJECT_SOURCE_DIR}/include/attnref/bounds/tolerance.hpp ${_g} 256 1e300 && XDG_CACHE_HOME=${_t}/xdg $<TARGET_FILE:attnref_cli> check --golden ${_g} --output ${_t}/off.npy; test $? -eq 1")
   # JSON and JUnit carry the verdict: PASS for a float32 copy of the reference.
   checker_cli_test(checker_cli_verdict_reports
     "$<TARGET_FILE:attnref_cli> check --golden ${_g} --output ${_t}/ok.npy --json ${_t}/ok.json --junit ${_t}/ok.xml && grep -q '\"verdict\": \"PASS\"' ${_t}/ok.json && grep -q 'name=\"verdict\" value=\"PASS\"' ${_t}/ok.xml")

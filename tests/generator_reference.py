@@ -46,7 +46,7 @@ def round_to_format(x, fmt):
 
 
 def generate(manifest, role, shape):
-    """One input tensor, as attnref generates it (see include/attnref/generator.hpp)."""
+    """One input tensor, as attnref generates it (see include/attnref/io/generator.hpp)."""
     inputs = manifest["inputs"]
     seed, fmt, fam = inputs["seed"], inputs["format"], inputs["family"]
     count = math.prod(shape)

@@ -7,7 +7,7 @@
 /// Each file is judged in its own descr's format ('<f8', '<f4', '<f2'; '<u2' = bfloat16 bit
 /// patterns), or in --dtype for every file; bfloat16 may also come as '<f4' values with --dtype
 /// bfloat16. The report names each tensor's format. Exit 0 PASS, 1 FAIL or
-/// INCONCLUSIVE (a vacuous bound, an untrustworthy output), 2 usage or data error. Tolerance models: include/attnref/tolerance.hpp.
+/// INCONCLUSIVE (a vacuous bound, an untrustworthy output), 2 usage or data error. Tolerance models: include/attnref/bounds/tolerance.hpp.
 /// --weights: invariants (rows sum to 1, masked weights 0, 0 ≤ P ≤ 1, with --lse consistency) and an
 /// element-by-element comparison with the golden weights (tolerance::weights_bound); --lse: compared
 /// with the golden lse.
@@ -26,7 +26,7 @@
 
 #include "attnref/golden/check.hpp"
 #include "attnref/golden/rounded_inputs.hpp"
-#include "attnref/policies.hpp"
+#include "attnref/multiprecision/policies.hpp"
 #include "commands.hpp"
 
 namespace attnref::verify {
@@ -68,7 +68,6 @@ std::string judged_inputs(check_request& rq, const std::string& choice, std::opt
     const loaded_case lc = load_case(rq.golden);
     std::optional<tol::candidate_format> f = rq.dtype;
     if (choice == "auto" && !f) {  // auto: the candidate's format, from its first file's dtype
-        const auto roles = gradient_roles(lc.m.spec);
         std::string file = rq.output;
         std::vector<std::size_t> shape = output_shape(lc.m.spec);
         if (file.empty())

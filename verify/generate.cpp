@@ -23,7 +23,7 @@
 #include "attnref/golden/safe_io.hpp"
 #include "attnref/golden/sha256.hpp"
 #include "attnref/golden/user_inputs.hpp"
-#include "attnref/parallel.hpp"
+#include "attnref/core/parallel.hpp"
 #include "shard.hpp"
 #include "summary.hpp"
 
@@ -320,7 +320,7 @@ void run_generate(generate_args a) {
     std::vector<std::size_t> big, small;
     for (std::size_t i = 0; i < cases.size(); ++i) (case_cost(cases[i]) > 2e6 && threads > 1 ? big : small).push_back(i);
     for (std::size_t i : big) process(i, threads);
-    ::attnref::detail::parallel_for_dynamic(small.size(), threads, [&](std::size_t k) { process(small[k], 1); },
+    ::attnref::parallel_for_dynamic(small.size(), threads, [&](std::size_t k) { process(small[k], 1); },
                                  &thread_cleanup<mpfr_interval<40>>::run);  // MPFR's per-thread constant caches
 
     std::vector<summary_row> rows;

@@ -15,9 +15,9 @@
 
 #include <fmt/format.h>
 
-#include "attnref/formats.hpp"
-#include "attnref/npy.hpp"
-#include "attnref/policies.hpp"
+#include "attnref/core/formats.hpp"
+#include "attnref/io/npy.hpp"
+#include "attnref/multiprecision/policies.hpp"
 #include "commands.hpp"
 #include "attnref/golden/case.hpp"
 #include "attnref/check/gradients.hpp"

@@ -1,4 +1,4 @@
-/// `attnref study`: precision studies (include/attnref/study.hpp). Runs a sweep described by flags,
+/// `attnref study`: precision studies (include/attnref/study/study.hpp). Runs a sweep described by flags,
 /// by a JSON file (--json), or the default study; writes DIR/study.csv and DIR/table.txt, prints the
 /// table, and draws DIR/*.svg with tools/plot_study.py (python3 + matplotlib) when available.
 ///
@@ -30,7 +30,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "attnref/study.hpp"
+#include "attnref/study/study.hpp"
 #include "commands.hpp"
 #include "reproduce.hpp"
 #include "attnref/golden/manifest.hpp"

@@ -66,7 +66,7 @@ class MemoryLimitError(ValueError, MemoryError):
     """A call whose memory estimate exceeds ``max_memory`` (a ValueError and a MemoryError): refused
     before anything is allocated, the message giving the estimate and the limit."""
 
-#: Precision policy names accepted by ``arith=`` (attnref/policies.hpp).
+#: Precision policy names accepted by ``arith=`` (attnref/multiprecision/policies.hpp).
 POLICIES: Tuple[str, ...] = ("float32", "float64", "longdouble", "float128", "bin50", "bf16", "fp16", "bf16_fp32acc",
                              "fp16_fp32acc", "fp32_p_bf16", "fp32_p_fp8e4m3", "fp32_p_fp8e5m2")
 #: The MPFR precisions (bits) ``arith="mpfr:BITS"`` accepts.

@@ -4,7 +4,7 @@
     attnref.testing.assert_attention_close(my_kernel(q32, k32, v32), ref, dtype="float32")
 
 The default tolerance, "data-aware", is attnref's per-element a-priori bound on the rounding error
-of any correct implementation in the candidate's precision (include/attnref/tolerance.hpp:
+of any correct implementation in the candidate's precision (include/attnref/bounds/tolerance.hpp:
 probabilistic rounding-error analysis, lambda = 8, or the rigorous worst-case bound where that is
 smaller), computed from the reference's own inputs and weights. A check that finds no violation
 still fails, with InconclusiveError (an AssertionError), when a pass would prove nothing: a bound is
@@ -378,7 +378,7 @@ def _judge_forward(a: np.ndarray, ref: Any, fmt: str, model: str, weights: Any, 
                 if bad:
                     unit = " ULP" if model == "ulp" else ""
                     raise AssertionError(_not_close(prefix, "Attention", r, shapes, unit=unit) + how)
-            _raise_broken_invariant(judged, prefix, "Attention weights", "index ", " (include/attnref/invariants.hpp)", how)
+            _raise_broken_invariant(judged, prefix, "Attention weights", "index ", " (include/attnref/core/invariants.hpp)", how)
             return
         for r in results:
             if r["vacuous_elements"]:

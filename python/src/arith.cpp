@@ -3,8 +3,8 @@
 /// MPFR at the compiled precisions below.
 #include <string>
 
-#include "attnref/multiprecision.hpp"
-#include "attnref/policies.hpp"
+#include "attnref/multiprecision/multiprecision.hpp"
+#include "attnref/multiprecision/policies.hpp"
 #include "core.hpp"
 #include "run.hpp"
 

@@ -1,10 +1,10 @@
-/// The certified reference for a call, float64 target: the fast certified path (fast_certify.hpp:
+/// The certified reference for a call, float64 target: the fast certified path (certify/fast.hpp:
 /// double-double with rigorous bounds; the query rows holding undecided elements recomputed by
 /// certify.hpp's MPFI ladder through attnref's own templates), exactly as `attnref generate` certifies.
-#include "attnref/certify.hpp"
-#include "attnref/fast_certify.hpp"
+#include "attnref/certify/certify.hpp"
+#include "attnref/certify/fast.hpp"
 #include "attnref/certify/fast/problem_of.hpp"
-#include "attnref/multiprecision.hpp"
+#include "attnref/multiprecision/multiprecision.hpp"
 #include "core.hpp"
 #include "run.hpp"
 
@@ -12,7 +12,7 @@ namespace attnref::python {
 
 result compute_certified(const call& c, bool escalate) {
     c.validate();
-    // The fast certified path (fast_certify.hpp): double-double with rigorous bounds; the query rows
+    // The fast certified path (certify/fast.hpp): double-double with rigorous bounds; the query rows
     // holding undecided elements go to the MPFI ladder (with its NaN-by-construction rule for rows
     // the mask leaves empty), so every element is certified or UncertifiedError is raised.
     const fast::fast_problem p = fast::fast_problem_of(c.problem());

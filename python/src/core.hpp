@@ -16,13 +16,13 @@
 #include <string>
 #include <vector>
 
-#include "attnref/attention.hpp"
+#include "attnref/core/attention.hpp"
 #include "attnref/check/judge_forward.hpp"
-#include "attnref/certify_report.hpp"
-#include "attnref/invariants.hpp"
-#include "attnref/multi_head_attention.hpp"
-#include "attnref/problem.hpp"
-#include "attnref/tolerance.hpp"
+#include "attnref/certify/report.hpp"
+#include "attnref/core/invariants.hpp"
+#include "attnref/core/multi_head_attention.hpp"
+#include "attnref/core/problem.hpp"
+#include "attnref/bounds/tolerance.hpp"
 
 namespace attnref::python {
 

@@ -6,10 +6,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "attnref/certify_report.hpp"
-#include "attnref/invariants.hpp"
-#include "attnref/tolerance/compare.hpp"
-#include "attnref/tolerance/zero_trust.hpp"
+#include "attnref/certify/report.hpp"
+#include "attnref/core/invariants.hpp"
+#include "attnref/bounds/tolerance/compare.hpp"
+#include "attnref/bounds/tolerance/zero_trust.hpp"
 
 namespace attnref::python {
 

@@ -13,8 +13,8 @@
 
 #include "attnref/golden/check.hpp"
 #include "attnref/golden/rounded_inputs.hpp"
-#include "attnref/npy.hpp"
-#include "attnref/policies.hpp"
+#include "attnref/io/npy.hpp"
+#include "attnref/multiprecision/policies.hpp"
 
 namespace py = pybind11;
 using namespace attnref;

@@ -5,8 +5,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "attnref/certify.hpp"
-#include "attnref/fp_environment.hpp"
+#include "attnref/certify/certify.hpp"
+#include "attnref/core/fp_environment.hpp"
 #include "core.hpp"
 #include "dicts.hpp"
 

@@ -30,10 +30,10 @@
 #include <string>
 #include <vector>
 
-#include "attnref/backward.hpp"
+#include "attnref/core/backward.hpp"
 #include "attnref/golden/case.hpp"
 #include "attnref/golden/generate.hpp"
-#include "attnref/multiprecision.hpp"
+#include "attnref/multiprecision/multiprecision.hpp"
 #include "file_text.hpp"
 
 namespace fs = std::filesystem;

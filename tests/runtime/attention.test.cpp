@@ -7,11 +7,11 @@
 #include <cmath>
 #include <limits>
 
-#include "attnref/error_bounds.hpp"
-#include "attnref/formats.hpp"
-#include "attnref/tolerance/data_aware.hpp"
-#include "attnref/tolerance/worst_case.hpp"
-#include "attnref/tolerance/zero_trust.hpp"
+#include "attnref/bounds/error_bounds.hpp"
+#include "attnref/core/formats.hpp"
+#include "attnref/bounds/tolerance/data_aware.hpp"
+#include "attnref/bounds/tolerance/worst_case.hpp"
+#include "attnref/bounds/tolerance/zero_trust.hpp"
 #include "test_support.hpp"
 
 using namespace attnref;

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "attnref/backward_bounds.hpp"
-#include "attnref/formats.hpp"
+#include "attnref/bounds/backward_bounds.hpp"
+#include "attnref/core/formats.hpp"
 #include "test_support.hpp"
 
 using namespace attnref;

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "attnref/backward.hpp"
-#include "attnref/backward_bounds.hpp"
-#include "attnref/formats.hpp"
+#include "attnref/core/backward.hpp"
+#include "attnref/bounds/backward_bounds.hpp"
+#include "attnref/core/formats.hpp"
 #include "test_support.hpp"
 
 using namespace attnref;

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "attnref/backward.hpp"
-#include "attnref/backward_bounds.hpp"
-#include "attnref/npy.hpp"
+#include "attnref/core/backward.hpp"
+#include "attnref/bounds/backward_bounds.hpp"
+#include "attnref/io/npy.hpp"
 #include "test_support.hpp"
 
 extern char** environ;

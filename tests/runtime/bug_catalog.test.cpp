@@ -39,8 +39,8 @@
 #include <string>
 #include <vector>
 
-#include "attnref/formats.hpp"
-#include "attnref/tolerance.hpp"
+#include "attnref/core/formats.hpp"
+#include "attnref/bounds/tolerance.hpp"
 #include "attnref/golden/check.hpp"
 #include "attnref/golden/case.hpp"
 
@@ -102,7 +102,7 @@ bool has_empty_rows(const case_spec& s, const case_data& d) {
     for (std::size_t b = 0; b < z.batch; ++b)
         for (std::size_t h = 0; h < z.heads; ++h)
             for (std::size_t i = 0; i < z.query_length; ++i)
-                if (attnref::detail::row_is_empty(o.mask, b, h, i, z.query_length, z.key_length)) return true;
+                if (attnref::row_is_empty(o.mask, b, h, i, z.query_length, z.key_length)) return true;
     return false;
 }
 

@@ -11,10 +11,10 @@
 
 #include <mpfr.h>
 
-#include "attnref/attention.hpp"
-#include "attnref/certify.hpp"
-#include "attnref/generator.hpp"
-#include "attnref/multiprecision.hpp"
+#include "attnref/core/attention.hpp"
+#include "attnref/certify/certify.hpp"
+#include "attnref/io/generator.hpp"
+#include "attnref/multiprecision/multiprecision.hpp"
 
 using namespace attnref;
 

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "attnref/formats.hpp"
-#include "attnref/multiprecision.hpp"
-#include "attnref/tolerance.hpp"
+#include "attnref/core/formats.hpp"
+#include "attnref/multiprecision/multiprecision.hpp"
+#include "attnref/bounds/tolerance.hpp"
 #include "attnref/golden/check.hpp"
 #include "attnref/golden/case.hpp"
 

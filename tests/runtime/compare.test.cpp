@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "attnref/tolerance.hpp"
+#include "attnref/bounds/tolerance.hpp"
 
 namespace tol = attnref::tolerance;
 using F = tol::candidate_format;
@@ -276,8 +276,8 @@ BOOST_AUTO_TEST_CASE(small_and_empty_inputs) {
 // relative bound. The data-aware bound (with its worst-case cap) holds element by element against
 // the same attention in double (error ~1e-16, far below η = 2⁻²⁵); the same bound with the underflow
 // term removed is exceeded (a weakened bound is caught). Plain, causal with a soft-cap, and 64 keys.
-#include "attnref/attention.hpp"
-#include "attnref/formats.hpp"
+#include "attnref/core/attention.hpp"
+#include "attnref/core/formats.hpp"
 #include "test_support.hpp"
 
 BOOST_AUTO_TEST_CASE(forward_bound_covers_fp16_subnormal_outputs) {
@@ -324,7 +324,7 @@ BOOST_AUTO_TEST_CASE(forward_bound_covers_fp16_subnormal_outputs) {
 // (P rounded unnormalised per key block) — against the same attention in double. A weakened bound, P
 // stored 16× more precisely than declared (for bf16_fp32acc P and the output's final rounding, now a
 // linear term of its own, 64×), is exceeded: the test can catch a bound too tight.
-#include "attnref/kernel_models.hpp"
+#include "attnref/core/kernel_models.hpp"
 
 namespace {
 struct declared_policy_run {

@@ -1,5 +1,5 @@
 // Every operation the certified path (uniform_precision<mpfr_interval<D>>) reaches returns an
-// enclosure of its exact result: the proof obligation listed in include/attnref/certify.hpp's
+// enclosure of its exact result: the proof obligation listed in include/attnref/certify/certify.hpp's
 // table. Each operation is called exactly as the library calls it (attnref::math::f dispatch for
 // the functions, the operators of the Boost number type, the constants built by attention.hpp),
 // on adversarial intervals, and its result must contain MPFR's value of the exact function at 4×
@@ -24,9 +24,9 @@
 
 #include <mpfr.h>
 
-#include "attnref/attention.hpp"
-#include "attnref/math.hpp"
-#include "attnref/multiprecision.hpp"
+#include "attnref/core/attention.hpp"
+#include "attnref/core/math.hpp"
+#include "attnref/multiprecision/multiprecision.hpp"
 
 using namespace attnref;
 
@@ -243,7 +243,7 @@ int all_misses(mpfr_prec_t bits, stand_in s, bool report) {
     std::vector<I> dks;
     for (int dk : {1, 2, 3, 5, 7, 8, 64, 96, 127, 128, 1000, 4096}) dks.push_back(I(dk));
     m += unary_misses<D>("1/sqrt(dk)", [](const I& dk) {
-            return detail::logit_scale<I>(attention_options{}, static_cast<std::size_t>(static_cast<double>(dk)));
+            return logit_stage::logit_scale<I>(attention_options{}, static_cast<std::size_t>(static_cast<double>(dk)));
         }, [](mpfr_ptr y, mpfr_srcptr x) { mpfr_rec_sqrt(y, x, MPFR_RNDN); }, dks, bits, s, report);
     // Conversion from double (inputs, scale, softcap, ALiBi slopes, masks) and from int: exact.
     std::vector<I> doubles;

@@ -1,4 +1,4 @@
-// The fast certified path (include/attnref/fast_certify.hpp, docs/fast-certify.md):
+// The fast certified path (include/attnref/certify/fast.hpp, docs/fast-certify.md):
 //  1. on every committed golden case, every tensor and target equals the committed .npy files
 //     (produced by the MPFI ladder alone) element for element, bit for bit;
 //  2. every bound the fast rung states encloses the exact value, checked against 266-bit MPFI
@@ -18,10 +18,10 @@
 
 #include <fmt/format.h>
 
-#include "attnref/fast_certify.hpp"
+#include "attnref/certify/fast.hpp"
 #include "attnref/certify/fast/triple_dot.hpp"
-#include "attnref/formats.hpp"
-#include "attnref/multiprecision.hpp"
+#include "attnref/core/formats.hpp"
+#include "attnref/multiprecision/multiprecision.hpp"
 #include "attnref/golden/generate.hpp"
 
 namespace fs = std::filesystem;

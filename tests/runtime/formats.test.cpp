@@ -1,4 +1,4 @@
-// Tests of attnref/formats.hpp against references that share no code with it:
+// Tests of attnref/core/formats.hpp against references that share no code with it:
 // - a table of every finite value of each format, built from the format's published parameters
 //   (precision, min normal exponent, max), with rounding decided by comparing against the exact
 //   midpoint of the two neighbours (ties to the even encoding = even table index);
@@ -25,7 +25,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "attnref/formats.hpp"
+#include "attnref/core/formats.hpp"
 
 namespace {
 

@@ -12,9 +12,9 @@
 #include <xmmintrin.h>
 #endif
 
-#include "attnref/attention.hpp"
-#include "attnref/fp_environment.hpp"
-#include "attnref/multi_head_attention.hpp"
+#include "attnref/core/attention.hpp"
+#include "attnref/core/fp_environment.hpp"
+#include "attnref/core/multi_head_attention.hpp"
 
 using namespace attnref;
 

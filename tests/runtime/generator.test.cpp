@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "attnref/generator.hpp"
-#include "attnref/npy.hpp"
+#include "attnref/io/generator.hpp"
+#include "attnref/io/npy.hpp"
 #include "attnref/golden/case.hpp"
 #include "attnref/golden/manifest.hpp"
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "attnref/npy.hpp"
+#include "attnref/io/npy.hpp"
 #include "attnref/golden/manifest.hpp"
 #include "file_text.hpp"
 

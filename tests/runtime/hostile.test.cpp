@@ -4,9 +4,9 @@
 // pre-pass, atomic no-clobber writes). The CLI-level probes are tests/hostile/hostile.py.
 #include <boost/test/unit_test.hpp>
 
-#include <attnref/mask.hpp>
-#include <attnref/npy.hpp>
-#include <attnref/tensor.hpp>
+#include <attnref/core/mask.hpp>
+#include <attnref/io/npy.hpp>
+#include <attnref/core/tensor.hpp>
 
 #include "attnref/golden/manifest.hpp"
 #include "attnref/golden/safe_io.hpp"

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "attnref/formats.hpp"
+#include "attnref/core/formats.hpp"
 #include "test_support.hpp"
 
 using namespace attnref;

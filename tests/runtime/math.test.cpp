@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "attnref/math.hpp"
+#include "attnref/core/math.hpp"
 
 namespace math = attnref::math;
 namespace detail = attnref::math::detail;

@@ -5,9 +5,9 @@
 
 #include <cmath>
 
-#include "attnref/tolerance/data_aware.hpp"
-#include "attnref/tolerance/worst_case.hpp"
-#include "attnref/tolerance/zero_trust.hpp"
+#include "attnref/bounds/tolerance/data_aware.hpp"
+#include "attnref/bounds/tolerance/worst_case.hpp"
+#include "attnref/bounds/tolerance/zero_trust.hpp"
 #include "test_support.hpp"
 
 using namespace attnref;

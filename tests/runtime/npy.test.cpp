@@ -1,7 +1,7 @@
 #define BOOST_TEST_MODULE npy
 #include <boost/test/unit_test.hpp>
 
-#include <attnref/npy.hpp>
+#include <attnref/io/npy.hpp>
 
 #include "attnref/golden/sha256.hpp"
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "attnref/study.hpp"
+#include "attnref/study/study.hpp"
 
 using namespace attnref;
 

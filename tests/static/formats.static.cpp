@@ -1,5 +1,5 @@
-// Compile-only tests of attnref/formats.hpp: building this file is the test.
-#include "attnref/formats.hpp"
+// Compile-only tests of attnref/core/formats.hpp: building this file is the test.
+#include "attnref/core/formats.hpp"
 
 #include <bit>
 #include <cstdint>

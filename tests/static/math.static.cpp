@@ -3,7 +3,7 @@
 #include <bit>
 #include <cstdint>
 
-#include "attnref/math.hpp"
+#include "attnref/core/math.hpp"
 
 namespace {
 

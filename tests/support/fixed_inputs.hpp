@@ -6,8 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "attnref/fixed_shape.hpp"
-#include "attnref/math.hpp"
+#include "attnref/core/fixed_shape.hpp"
+#include "attnref/core/math.hpp"
 
 namespace attnref::test {
 

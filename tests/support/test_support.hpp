@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "attnref/attnref.hpp"
-#include "attnref/multiprecision.hpp"
+#include "attnref/multiprecision/multiprecision.hpp"
 
 namespace attnref::test {
 

@@ -19,11 +19,11 @@
 #include <vector>
 #include <sys/mman.h>
 
-#include "attnref/backward.hpp"
-#include "attnref/formats.hpp"
-#include "attnref/invariants.hpp"
-#include "attnref/npy.hpp"
-#include "attnref/tolerance.hpp"
+#include "attnref/core/backward.hpp"
+#include "attnref/core/formats.hpp"
+#include "attnref/core/invariants.hpp"
+#include "attnref/io/npy.hpp"
+#include "attnref/bounds/tolerance.hpp"
 #include "attnref/golden/case.hpp"
 
 namespace attnref::golden {

@@ -17,10 +17,10 @@
 #include <span>
 #include <vector>
 
-#include "attnref/attention.hpp"
-#include "attnref/multi_head_attention.hpp"
-#include "attnref/precision.hpp"
-#include "attnref/tolerance.hpp"
+#include "attnref/core/attention.hpp"
+#include "attnref/core/multi_head_attention.hpp"
+#include "attnref/core/precision.hpp"
+#include "attnref/bounds/tolerance.hpp"
 #include "attnref/check/judgment.hpp"
 
 namespace attnref::golden {

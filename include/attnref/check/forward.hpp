@@ -16,8 +16,8 @@
 
 #include <fmt/format.h>
 
-#include "attnref/invariants.hpp"
-#include "attnref/tolerance.hpp"
+#include "attnref/core/invariants.hpp"
+#include "attnref/bounds/tolerance.hpp"
 #include "attnref/check/candidate.hpp"
 #include "attnref/check/decoy_rows.hpp"
 #include "attnref/check/judgment.hpp"

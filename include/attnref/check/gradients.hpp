@@ -21,11 +21,11 @@
 #include <utility>
 #include <vector>
 
-#include "attnref/backward.hpp"
-#include "attnref/backward_bounds.hpp"
-#include "attnref/formats.hpp"
-#include "attnref/invariants.hpp"
-#include "attnref/tolerance.hpp"
+#include "attnref/core/backward.hpp"
+#include "attnref/bounds/backward_bounds.hpp"
+#include "attnref/core/formats.hpp"
+#include "attnref/core/invariants.hpp"
+#include "attnref/bounds/tolerance.hpp"
 #include "attnref/check/candidate.hpp"
 #include "attnref/check/forward.hpp"
 #include "attnref/check/verdict.hpp"

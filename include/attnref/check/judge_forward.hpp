@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "attnref/invariants.hpp"
-#include "attnref/multi_head_attention.hpp"
-#include "attnref/precision.hpp"
-#include "attnref/problem.hpp"
-#include "attnref/tolerance.hpp"
+#include "attnref/core/invariants.hpp"
+#include "attnref/core/multi_head_attention.hpp"
+#include "attnref/core/precision.hpp"
+#include "attnref/core/problem.hpp"
+#include "attnref/bounds/tolerance.hpp"
 #include "attnref/check/judgment.hpp"
 #include "attnref/check/verdict.hpp"
 

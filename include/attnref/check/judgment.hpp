@@ -25,12 +25,12 @@
 
 #include <fmt/format.h>
 
-#include "attnref/attention.hpp"
-#include "attnref/invariants.hpp"
-#include "attnref/multi_head_attention.hpp"
-#include "attnref/precision.hpp"
-#include "attnref/problem.hpp"
-#include "attnref/tolerance.hpp"
+#include "attnref/core/attention.hpp"
+#include "attnref/core/invariants.hpp"
+#include "attnref/core/multi_head_attention.hpp"
+#include "attnref/core/precision.hpp"
+#include "attnref/core/problem.hpp"
+#include "attnref/bounds/tolerance.hpp"
 #include "attnref/check/verdict.hpp"
 #include "attnref/golden/safe_io.hpp"
 
@@ -221,7 +221,7 @@ inline empty_row_lse_check check_empty_row_lse(std::span<const double> lse, std:
     for (std::size_t b = 0; b < batch; ++b)
         for (std::size_t h = 0; h < heads; ++h)
             for (std::size_t i = 0; i < sq; ++i) {
-                if (!attnref::detail::row_is_empty(mask, b, h, i, sq, sk)) continue;
+                if (!attnref::row_is_empty(mask, b, h, i, sq, sk)) continue;
                 const std::size_t at = (b * heads + h) * sq + i;
                 if (empty_row_lse_ok(convention, lse[at])) r.compared[at] = expected[at];
                 else ++r.wrong;

@@ -12,8 +12,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "attnref/backward.hpp"
-#include "attnref/tolerance.hpp"
+#include "attnref/core/backward.hpp"
+#include "attnref/bounds/tolerance.hpp"
 #include "attnref/check/api.hpp"
 #include "attnref/check/verdict.hpp"
 

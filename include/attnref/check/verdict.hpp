@@ -15,9 +15,9 @@
 
 #include <fmt/format.h>
 
-#include "attnref/backward.hpp"
-#include "attnref/invariants.hpp"
-#include "attnref/tolerance.hpp"
+#include "attnref/core/backward.hpp"
+#include "attnref/core/invariants.hpp"
+#include "attnref/bounds/tolerance.hpp"
 
 namespace attnref::golden {
 

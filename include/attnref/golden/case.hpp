@@ -26,12 +26,12 @@
 #include <string_view>
 #include <vector>
 
-#include "attnref/attention.hpp"
-#include "attnref/multi_head_attention.hpp"
-#include "attnref/npy.hpp"
-#include "attnref/precision.hpp"
-#include "attnref/problem.hpp"
-#include "attnref/tensor.hpp"
+#include "attnref/core/attention.hpp"
+#include "attnref/core/multi_head_attention.hpp"
+#include "attnref/io/npy.hpp"
+#include "attnref/core/precision.hpp"
+#include "attnref/core/problem.hpp"
+#include "attnref/core/tensor.hpp"
 #include "attnref/golden/manifest.hpp"
 #include "attnref/golden/safe_io.hpp"
 #include "attnref/golden/sha256.hpp"

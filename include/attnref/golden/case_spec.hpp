@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "attnref/certify_report.hpp"
-#include "attnref/generator.hpp"
-#include "attnref/problem.hpp"
+#include "attnref/certify/report.hpp"
+#include "attnref/io/generator.hpp"
+#include "attnref/core/problem.hpp"
 
 namespace attnref::golden {
 
@@ -80,7 +80,10 @@ struct reference_info {
     std::vector<certify::tensor_report> certification;  ///< reference.certification[]; JSON "role" is .tensor
 };
 
-/// The manifest's reference.method text for each way generate certifies (certification_method).
+/// The manifest's reference.method text for each way generate certifies (certification_method). The
+/// texts identify the method in every manifest written since schema 2 and the reader accepts only them:
+/// they are frozen, so they still name the headers by their paths of that time (fast_certify.hpp is now
+/// certify/fast.hpp, backward.hpp core/backward.hpp).
 inline constexpr const char* reference_method_mpfi =
     "mpfi-interval: attnref's templates in MPFI interval arithmetic; each stored value is the common rounding "
     "(to nearest even) of both interval ends, precision raised Ziv-style until every element agrees";

@@ -17,12 +17,12 @@
 #include <utility>
 #include <vector>
 
-#include "attnref/backward.hpp"
-#include "attnref/certify.hpp"
-#include "attnref/fast_certify.hpp"
+#include "attnref/core/backward.hpp"
+#include "attnref/certify/certify.hpp"
+#include "attnref/certify/fast.hpp"
 #include "attnref/certify/fast/problem_of.hpp"
-#include "attnref/formats.hpp"
-#include "attnref/multiprecision.hpp"
+#include "attnref/core/formats.hpp"
+#include "attnref/multiprecision/multiprecision.hpp"
 #include "attnref/golden/case.hpp"
 
 namespace attnref::golden {

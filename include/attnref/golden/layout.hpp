@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include "attnref/binary_format.hpp"
-#include "attnref/generator.hpp"
-#include "attnref/problem.hpp"
+#include "attnref/core/binary_format.hpp"
+#include "attnref/io/generator.hpp"
+#include "attnref/core/problem.hpp"
 #include "attnref/golden/case_spec.hpp"
 
 namespace attnref::golden {

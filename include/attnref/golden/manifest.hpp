@@ -26,10 +26,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "attnref/attention.hpp"
-#include "attnref/binary_format.hpp"
-#include "attnref/certify_report.hpp"
-#include "attnref/generator.hpp"
+#include "attnref/core/attention.hpp"
+#include "attnref/core/binary_format.hpp"
+#include "attnref/certify/report.hpp"
+#include "attnref/io/generator.hpp"
 #include "attnref/golden/case_spec.hpp"
 #include "attnref/golden/layout.hpp"
 

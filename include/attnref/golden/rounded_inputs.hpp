@@ -34,7 +34,7 @@
 #include "attnref/golden/case.hpp"
 #include "attnref/golden/generate.hpp"
 #include "attnref/golden/sha256.hpp"
-#include "attnref/tolerance/names.hpp"
+#include "attnref/bounds/tolerance/names.hpp"
 
 namespace attnref::golden {
 

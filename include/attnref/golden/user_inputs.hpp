@@ -43,8 +43,8 @@
 #include <string>
 #include <vector>
 
-#include "attnref/binary_format.hpp"
-#include "attnref/npy.hpp"
+#include "attnref/core/binary_format.hpp"
+#include "attnref/io/npy.hpp"
 #include "attnref/golden/case.hpp"
 #include "attnref/golden/manifest.hpp"
 #include "attnref/golden/safe_io.hpp"

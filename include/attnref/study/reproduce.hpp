@@ -35,12 +35,12 @@
 #include <string>
 #include <vector>
 
-#include "attnref/attention.hpp"
-#include "attnref/formats.hpp"
-#include "attnref/generator_normal.hpp"
-#include "attnref/kernel_models.hpp"
-#include "attnref/parallel.hpp"
-#include "attnref/precision.hpp"
+#include "attnref/core/attention.hpp"
+#include "attnref/core/formats.hpp"
+#include "attnref/io/generator_normal.hpp"
+#include "attnref/core/kernel_models.hpp"
+#include "attnref/core/parallel.hpp"
+#include "attnref/core/precision.hpp"
 
 namespace attnref::study::reproduce {
 
@@ -260,7 +260,7 @@ inline std::vector<pcast_row> run_pcast(const pcast_config& c, std::size_t threa
                 kernels[ki].run(c, o == 0 ? key_block_order::forward : key_block_order::reverse, q, k, v, additive, reference, sink,
                                 sink_block, stats[((di * ns + si) * nk + ki) * 2 + o]);
     };
-    attnref::detail::parallel_for(nd * ns, threads, task);
+    attnref::parallel_for(nd * ns, threads, task);
     std::vector<pcast_row> rows;
     for (std::size_t di = 0; di < nd; ++di)
         for (std::size_t ki = 0; ki < nk; ++ki) {
@@ -445,7 +445,7 @@ inline std::vector<flash_row> run_flash(const flash_config& c, std::size_t threa
         detail::flash_run<pure>(c, n, softmax_algorithm::online, q, k, v, reference, mse[base + 3], maxd[base + 3]);
         detail::flash_run<pure>(c, n, softmax_algorithm::shifted_division, q, k, v, reference, mse[base + 4], maxd[base + 4]);
     };
-    attnref::detail::parallel_for(nn * ns, threads, task, [] { thread_cleanup<bfloat16>::run(); });
+    attnref::parallel_for(nn * ns, threads, task, [] { thread_cleanup<bfloat16>::run(); });
     std::vector<flash_row> rows;
     for (std::size_t ni = 0; ni < nn; ++ni) {
         std::vector<std::vector<double>> all(nk);

@@ -15,15 +15,15 @@
 #include <type_traits>
 #include <vector>
 
-#include "attnref/attention.hpp"
+#include "attnref/core/attention.hpp"
 #include "attnref/certify/fast/bounded.hpp"
 #include "attnref/certify/fast/cpu.hpp"
 #include "attnref/certify/fast/dot.hpp"
 #include "attnref/certify/fast/exp.hpp"
 #include "attnref/certify/fast/lanes.hpp"
 #include "attnref/certify/fast/problem.hpp"
-#include "attnref/double_double.hpp"
-#include "attnref/mask.hpp"
+#include "attnref/core/double_double.hpp"
+#include "attnref/core/mask.hpp"
 
 namespace attnref::fast::detail {
 

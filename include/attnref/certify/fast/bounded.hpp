@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <limits>
 
-#include "attnref/double_double.hpp"
+#include "attnref/core/double_double.hpp"
 
 namespace attnref::fast {
 

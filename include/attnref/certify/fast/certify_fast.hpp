@@ -12,19 +12,19 @@
 #include <string>
 #include <vector>
 
-#include "attnref/attention.hpp"
-#include "attnref/certify.hpp"
+#include "attnref/core/attention.hpp"
+#include "attnref/certify/certify.hpp"
 #include "attnref/certify/fast/attention_row.hpp"
 #include "attnref/certify/fast/bounded.hpp"
 #include "attnref/certify/fast/constants.hpp"
 #include "attnref/certify/fast/escalation.hpp"
 #include "attnref/certify/fast/problem.hpp"
 #include "attnref/certify/fast/projection.hpp"
-#include "attnref/double_double.hpp"
-#include "attnref/fp_environment.hpp"
-#include "attnref/multi_head_attention.hpp"
-#include "attnref/parallel.hpp"
-#include "attnref/tensor.hpp"
+#include "attnref/core/double_double.hpp"
+#include "attnref/core/fp_environment.hpp"
+#include "attnref/core/multi_head_attention.hpp"
+#include "attnref/core/parallel.hpp"
+#include "attnref/core/tensor.hpp"
 
 namespace attnref::fast {
 namespace detail {
@@ -36,7 +36,7 @@ struct call_dims {
 
 inline call_dims dims_of(const fast_problem& p) {
     if (!p.mha) {
-        const attention_dims d = ::attnref::detail::attention_dims_of(p.q, p.k, p.v);
+        const attention_dims d = ::attnref::logit_stage::attention_dims_of(p.q, p.k, p.v);
         return {d.batch, d.heads, d.kv_heads, d.query_length, d.key_length, d.head_dim_qk, d.head_dim_v, 0};
     }
     mha_options mo;
@@ -170,7 +170,7 @@ struct merged_heads {
 inline void run_heads(const fast_problem& p, const projections* pr, const call_dims& d, const head_context& hc,
                       const fast_options& fo, merged_heads* merged) {
     const stage_scope s(fo.observer, fast_stage::attention);
-    ::attnref::detail::parallel_for(d.B * d.H, fo.threads, [&](std::size_t task) {
+    ::attnref::parallel_for(d.B * d.H, fo.threads, [&](std::size_t task) {
         const std::size_t b = task / d.H, h = task % d.H;
         head_buffers hb;
         gather_head(p, pr, d, b, h, hb);
@@ -273,7 +273,7 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
     fast_stats stats;
     const attention_options& o = p.options;
     const detail::call_dims d = detail::dims_of(p);
-    ::attnref::detail::validate_masks(o.mask, d.B, d.H, d.Sq, d.Sk);
+    ::attnref::validate_masks(o.mask, d.B, d.H, d.Sq, d.Sk);
     if (!o.alibi_slopes.empty()) require_extent("alibi_slopes size (heads)", o.alibi_slopes.size(), d.H);
     const detail::tensor_layout layout{want_weights, want_lse};
     std::vector<std::string> names{"output"};

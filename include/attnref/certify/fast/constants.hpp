@@ -7,7 +7,7 @@
 
 #include <mpfr.h>
 
-#include "attnref/double_double.hpp"
+#include "attnref/core/double_double.hpp"
 
 namespace attnref::fast::detail {
 

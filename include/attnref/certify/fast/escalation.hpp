@@ -15,14 +15,14 @@
 #include <utility>
 #include <vector>
 
-#include "attnref/attention.hpp"
-#include "attnref/certify.hpp"
+#include "attnref/core/attention.hpp"
+#include "attnref/certify/certify.hpp"
 #include "attnref/certify/fast/problem.hpp"
 #include "attnref/certify/fast/shared_kv.hpp"
-#include "attnref/multi_head_attention.hpp"
-#include "attnref/multiprecision.hpp"
-#include "attnref/precision.hpp"
-#include "attnref/tensor.hpp"
+#include "attnref/core/multi_head_attention.hpp"
+#include "attnref/multiprecision/multiprecision.hpp"
+#include "attnref/core/precision.hpp"
+#include "attnref/core/tensor.hpp"
 
 namespace attnref::fast::detail {
 

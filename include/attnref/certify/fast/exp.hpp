@@ -10,7 +10,7 @@
 #include "attnref/certify/fast/bounded.hpp"
 #include "attnref/certify/fast/constants.hpp"
 #include "attnref/certify/fast/cpu.hpp"
-#include "attnref/double_double.hpp"
+#include "attnref/core/double_double.hpp"
 
 namespace attnref::fast::detail {
 

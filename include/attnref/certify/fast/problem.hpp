@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "attnref/attention.hpp"
+#include "attnref/core/attention.hpp"
 #include "attnref/certify/fast/bounded.hpp"
 #include "attnref/certify/fast/round_check.hpp"
-#include "attnref/certify_report.hpp"
-#include "attnref/multi_head_attention.hpp"
-#include "attnref/tensor.hpp"
+#include "attnref/certify/report.hpp"
+#include "attnref/core/multi_head_attention.hpp"
+#include "attnref/core/tensor.hpp"
 
 namespace attnref::fast {
 

@@ -5,7 +5,7 @@
 /// call (python/src/certified.cpp) become what certify_fast reads.
 
 #include "attnref/certify/fast/problem.hpp"
-#include "attnref/problem.hpp"
+#include "attnref/core/problem.hpp"
 
 namespace attnref::fast {
 

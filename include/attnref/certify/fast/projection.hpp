@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "attnref/certify/fast/dot.hpp"
-#include "attnref/double_double.hpp"
-#include "attnref/parallel.hpp"
+#include "attnref/core/double_double.hpp"
+#include "attnref/core/parallel.hpp"
 
 namespace attnref::fast::detail {
 
@@ -27,7 +27,7 @@ inline dd_matrix project(const dd_matrix& x, const double* w, std::size_t n, con
     std::vector<double> wnorm(n);
     for (std::size_t j = 0; j < n; ++j) wnorm[j] = norm_up(w + j, k, n);
     const double cdot = dot_constant(k);
-    ::attnref::detail::parallel_for(x.rows, threads, [&](std::size_t r) {
+    ::attnref::parallel_for(x.rows, threads, [&](std::size_t r) {
         const double* xh = x.hi.data() + r * k;
         const double* xl = x.lo.empty() ? nullptr : x.lo.data() + r * k;
         double* oh = y.hi.data() + r * n;

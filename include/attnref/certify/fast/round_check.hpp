@@ -7,8 +7,8 @@
 #include <cmath>
 
 #include "attnref/certify/fast/bounded.hpp"
-#include "attnref/certify_report.hpp"
-#include "attnref/double_double.hpp"
+#include "attnref/certify/report.hpp"
+#include "attnref/core/double_double.hpp"
 
 namespace attnref::fast {
 

@@ -24,15 +24,15 @@
 
 #include <mpfi.h>
 
-#include "attnref/attention.hpp"
+#include "attnref/core/attention.hpp"
 #include "attnref/certify/fast/problem.hpp"
 #include "attnref/certify/fast/triple_dot.hpp"
-#include "attnref/multi_head_attention.hpp"
-#include "attnref/multiprecision.hpp"
-#include "attnref/parallel.hpp"
-#include "attnref/precision.hpp"
-#include "attnref/softmax.hpp"
-#include "attnref/tensor.hpp"
+#include "attnref/core/multi_head_attention.hpp"
+#include "attnref/multiprecision/multiprecision.hpp"
+#include "attnref/core/parallel.hpp"
+#include "attnref/core/precision.hpp"
+#include "attnref/core/softmax.hpp"
+#include "attnref/core/tensor.hpp"
 
 namespace attnref::fast::detail {
 
@@ -55,7 +55,7 @@ struct triple_projection {
         for (std::size_t b = 0; b < B; ++b)
             if (need[b] && !batch_done[b])
                 for (std::size_t s = 0; s < S; ++s) todo.push_back(b * S + s);
-        ::attnref::detail::parallel_for(todo.size(), threads, [&](std::size_t t) {
+        ::attnref::parallel_for(todo.size(), threads, [&](std::size_t t) {
             const std::size_t r = todo[t];
             dot3_rows(x.data + r * E, E, w.data, N, N, hi.data() + r * N, mid.data() + r * N, low.data() + r * N, err.data() + r * N);
         });
@@ -105,7 +105,6 @@ struct shared_kv_rung {
                                                    fast_stats* stats = nullptr) {
         using T = mpfr_interval<D>;
         using P = uniform_precision<T>;
-        namespace ad = ::attnref::detail;
         mha_options mo;
         mo.heads = p->heads;
         mo.kv_heads = p->kv_heads;
@@ -153,7 +152,7 @@ struct shared_kv_rung {
 
         const attention_options& o = p->options;
         const attention_dims adims{B, H, Hkv, Sq, Sk, dk, dv};
-        const T scale = ad::logit_scale<T>(o, dk);
+        const T scale = logit_stage::logit_scale<T>(o, dk);
         T q_factor = T(1), k_factor = T(1);
         if (o.placement == scale_placement::on_query) q_factor = scale;
         if (o.placement == scale_placement::split_sqrt) q_factor = k_factor = math::sqrt(scale);
@@ -163,7 +162,7 @@ struct shared_kv_rung {
         k.compute(p->x_k, p->params.w_k, batches, threads);
         v.compute(p->x_v, p->params.w_v, batches, threads);
         tensor<T, 4> kh({B, Hkv, Sk, dk}), vh({B, Hkv, Sk, dv});
-        ad::parallel_for(B * Sk, threads, [&](std::size_t r) {
+        parallel_for(B * Sk, threads, [&](std::size_t r) {
             const std::size_t b = r / Sk, j = r % Sk;
             if (!batches[b]) return;
             for (std::size_t hk = 0; hk < Hkv; ++hk) {
@@ -192,9 +191,9 @@ struct shared_kv_rung {
         // precision: logits, softmax and P·V in T, weights unscaled).
         const bool keep_weights = has_weights, keep_lse = has_lse;
         std::vector<T> heads_out(nq * H * dv), weights(keep_weights ? tasks.size() * Sk : 0), lse(keep_lse ? tasks.size() : 0);
-        ad::parallel_for(tasks.size(), threads, [&](std::size_t task) {
+        parallel_for(tasks.size(), threads, [&](std::size_t task) {
             const std::size_t r = tasks[task], b = r / (H * Sq), h = (r / Sq) % H, i = r % Sq, hk = h / group;
-            const ad::logits_context<T> ctx = ad::make_logits_context<T>(o, adims, h);
+            const logit_stage::logits_context<T> ctx = logit_stage::make_logits_context<T>(o, adims, h);
             std::vector<T> qr(dk);
             const T* qs = q.data() + task_q[task] * (H * dk) + h * dk;
             for (std::size_t c = 0; c < dk; ++c) {
@@ -205,7 +204,7 @@ struct shared_kv_rung {
             const T* vd = &vh(b, hk, 0, 0);
             std::vector<T> logits(Sk, T(0)), pr(Sk, T(0)), ov(dv, T(0));
             std::vector<std::uint8_t> allowed(Sk, 0);
-            ad::logits_row<T>(ctx, b, h, i, std::span<const T>(qr), std::span<const T>(kd, Sk * dk), logits, allowed);
+            logit_stage::logits_row<T>(ctx, b, h, i, std::span<const T>(qr), std::span<const T>(kd, Sk * dk), logits, allowed);
             T* out = ov.data();
             auto accumulate = [&](const T& w, std::size_t j) {
                 const T* vj = vd + j * dv;

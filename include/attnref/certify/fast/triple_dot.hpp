@@ -19,7 +19,7 @@
 #include <cstddef>
 
 #include "attnref/certify/fast/cpu.hpp"
-#include "attnref/double_double.hpp"
+#include "attnref/core/double_double.hpp"
 
 namespace attnref::fast::detail {
 

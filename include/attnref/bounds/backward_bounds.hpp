@@ -1,0 +1,635 @@
+#pragma once
+/// \file bounds/backward_bounds.hpp
+/// Owns the first-order data-aware error bounds of SDPA gradients (dQ, dK, dV and the row sums of dS)
+/// and of multi-head attention gradients (dX_q, dX_k, dX_v, dW_q/k/v/o, db_q/k/v/o) computed in a
+/// floating-point format with unit roundoff u, as a function of the exact-enough forward quantities
+/// (inputs, weights P, lse). The checker uses it to judge a candidate's gradients
+/// and the tests use it to judge attnref's own; the derivation is below and in docs/backward.md.
+///
+/// Derivation (first order in u; n = max(dk, dv, Sk, Sq·H/Hkv) + 10, γ = n·u; every sum of m terms
+/// carries ≤ (m + 1)u relative error on the sum of the magnitudes — Higham, Accuracy and Stability of
+/// Numerical Algorithms, 2nd ed., §3.1):
+///  (B1) logits: |ΔS_ij| ≤ (dk + 3)u·L_i, L_i = max_j of s·Σ_c|q_ic k_jc| + |ALiBi| + |additive| + 1e9·seed,
+///       over the attendable keys except those the seed mask pushes down by 1e9 (seed 1, the rest of
+///       the logit ≤ 1e9/8, (dk + 3)u·(its magnitude) ≤ 1e9/8) when the row has a key without seed
+///       whose logit magnitude is ≤ 1e9/8: those logits stay ≥ 1e9/2 below the row's maximum, so
+///       their weights are 0 in every format and they add exactly 0 to every sum;
+///  (B2) P (the forward's, or exp(S − lse) recomputed): |ΔP_ij| ≤ e_P·P_ij,
+///       e_P = u(2(dk + 4)L_i + 2|lse_i| + 2Sk + 10): the softmax's sensitivity doubles the logit
+///       error, the softmax itself adds (Sk + 3)u (Blanchard, Higham & Mary, "Accurate computation of
+///       the log-sum-exp and softmax functions", IMA J. Numer. Anal. 41, 2021), exp(S − lse) loses
+///       |S − lse|·u;
+///  (B3) dP_ij = dO_i·v_j: ≤ γ·|dP|_ij with |dP|_ij = Σ_c|dO_ic v_jc|; D_i (either Σ_j P dP or dO·O):
+///       ≤ (2γ + e_P)·D̄_i, D̄_i = Σ_j P_ij |dP|_ij;
+///  (B4) dS_ij = P_ij(dP_ij − D_i): ≤ (3γ + 2e_P)·M_ij, M_ij = P_ij(|dP|_ij + D̄_i); soft-capping
+///       multiplies by 1 − t² ≤ 1, computed with e_cap = (4 + 2(dk + 3)L_i/cap)u absolute error; the
+///       scale adds 3u;
+///  (B5) dQ_ic = s·Σ_j dS_ij k_jc: ≤ s·Σ_j ρ_i M_ij |k_jc|, ρ_i = 4γ + 2e_P + e_cap + 3u; dK likewise
+///       with |q_ic| summed over the group's heads and rows (GQA); dV_jc = Σ_i P_ij dO_ic:
+///       ≤ Σ_i (γ + e_P) P_ij |dO_ic|;
+///  (B6) Σ_j dS_ij, exactly 0: its computed value ≤ Σ_j ρ_i M_ij.
+///  (B7) gradients stored in a narrower format than the arithmetic (bf16 or fp16 kernels with float32
+///       accumulation): the final rounding adds u_storage·|g| ≤ u_storage times the magnitude sums of
+///       (B5), i.e. ρ_i → ρ_i + u_storage for dQ and dK and γ + e_P → γ + e_P + u_storage for dV;
+///       weights P stored in a narrower format (u_weights: a bf16 P before dV = Pᵀ·dO, as
+///       FlashAttention casts it) add u_weights to e_P.
+/// Rows the mask leaves empty contribute only the uniform policy's dV_j += dO_i/Sk (γ·P_ij|dO_ic|).
+/// Second-order terms (products of two u's) are dropped: the bound is first order, as are the
+/// forward's data-aware bounds (tolerance.hpp), and callers that turn it into a verdict say so. It is
+/// evaluated in double, rounding upward in effect by a final factor 1 + 2^-20 (each bound is a sum of
+/// at most a few times n·(dk + dv) nonnegative products, whose relative rounding error is far below it).
+///
+/// The bound holds for every summation order of the sums (the analysis uses the order-free (m + 1)u
+/// form), for both backward algorithms (textbook and FlashAttention's), and for any scale placement.
+///
+/// Multi-head attention (y = x·W + b; Q, K, V projected, split into heads, SDPA, merged, W_o), first
+/// order, u_s = u_storage (every materialised intermediate — projections, head outputs, head
+/// gradients — is rounded to the storage format), R = B·Sq (or B·Sk) rows, s the logit scale:
+///  (B8)  projections: |ΔQ_ic| ≤ a^Q_ic = ((E + 2)u + u_s)·Q̃_ic, Q̃_ic = Σ_m|x_im W_mc| + |b_c| (a sum of
+///        E + 1 terms); K, V alike; dO = dOut·W_oᵀ (the upstream gradient of each head, split):
+///        a^dO_ic = ((Eo + 1)u + u_s)·Σ_n|dOut_in W_o,cn|;
+///  (B9)  the perturbed SDPA inputs move the head gradients by (first order, exact arithmetic):
+///        logits |ΔS_ij| ≤ σ_ij = s Σ_c(a^Q_ic|K_jc| + |Q_ic|a^K_jc) ≤ δ_i = max_j σ_ij (soft-capping
+///        has slope ≤ 1); P: |ΔP_ij| ≤ 2δ_i P_ij (ΔP_ij = P_ij(ΔS_ij − Σ_l P_il ΔS_il));
+///        dP: |ΔdP_ij| ≤ π_ij = Σ_c(a^dO_ic|V_jc| + |dO_ic|a^V_jc); D: |ΔD_i| ≤ 2δ_i D̄_i + Π_i,
+///        Π_i = Σ_j P_ij π_ij; dS: |ΔdS_ij| ≤ N_ij = 4δ_i M_ij + P_ij(π_ij + Π_i) (+ δ_i M_ij/cap with
+///        soft-capping: |d(1 − t²)/draw| ≤ 0.77/cap);
+///        ΔdQ_ic ≤ s Σ_j(N_ij|K_jc| + M_ij a^K_jc); ΔdK_jc ≤ s Σ_{h,i}(N_ij|Q_ic| + M_ij a^Q_ic);
+///        ΔdV_jc ≤ Σ_{h,i} P_ij(2δ_i|dO_ic| + a^dO_ic);
+///  (B10) head gradients: a^dQ = (B5)+(B7) at (Q, K, V, dO) with (u, u_s) plus (B9); dK, dV alike;
+///        their magnitudes |dQ|~_ic = s Σ_j M_ij|K_jc|, |dK|~_jc = s Σ_{h,i} M_ij|Q_ic|,
+///        |dV|~_jc = Σ_{h,i} P_ij|dO_ic| bound |dQ|, |dK|, |dV|;
+///  (B11) head outputs (for dW_o): |ΔO_ic| ≤ a^O_ic = Σ_j P_ij((e_P + 2δ_i + γ + u_s)|V_jc| + a^V_jc),
+///        e_P from (B2), γ = n·u as above; |O|~_ic = Σ_j P_ij|V_jc|;
+///  (B12) dW_o = mergedᵀ·dOut, db_o = Σ_r dOut: |ΔdW_o,mn| ≤ Σ_r(a^O_rm + ((R + 1)u + u_s)|O|~_rm)|dOut_rn|,
+///        |Δdb_o,n| ≤ ((R + 1)u + u_s)Σ_r|dOut_rn|;
+///  (B13) dX = dH·Wᵀ, dW = xᵀ·dH, db = Σ_r dH for H = Q (n = H·dk terms), K, V:
+///        |ΔdX_rm| ≤ Σ_c(a^dH_rc + ((n + 1)u + u_s)|dH|~_rc)|W_mc|,
+///        |ΔdW_mc| ≤ Σ_r |x_rm|(a^dH_rc + ((R + 1)u + u_s)|dH|~_rc), |Δdb_c| ≤ Σ_r(a^dH_rc + ((R + 1)u + u_s)|dH|~_rc).
+/// Evaluated in double with the same final factor 1 + 2^-20.
+///
+/// (B5t) dQ of a declared textbook backward (dS from the forward's own normalised weights P, D = Σ_j P dP
+/// or dO·O). Σ_j dS_ij = 0 exactly, and every perturbation that acts through the exact dS function —
+/// the logits' errors, the exp's rounding (exp(x)(1 + α) = exp(x + log(1 + α))), a common factor of the
+/// row's weights, the errors of dP — moves dS by a row of sum 0, which leaves dQ_ic = s Σ_j dS_ij k_jc
+/// unchanged when k_jc is replaced by k_jc − m_c for any centre m_c. Only what breaks the row sum —
+/// the per-weight rounding after normalisation, D's own rounding, the products of dS — multiplies |k_jc|:
+///   E_i = u((dk + 5)L_i + |lse_i| + 2) + σ_i   (logit, exp-argument and exp errors; σ_i the inputs', (B9)),
+///   λ_i = u(Sk + 3 + |lse_i| + 2L_i)           (the row's common normalisation error, Σ_j P̂_ij ≠ 1: the sum's
+///                                               rounding, exp(S − lse)'s lse, an online softmax's rescalings),
+///   β = 2u + u_weights                         (each weight's rounding after normalisation),
+///   ψ_i = (Sk + 2dv + 4)u·D̄_i + u_s|D_i|       (D = Σ_j P̂ dP̂ or dO·Ô: its rounding, and its storage),
+///   g_ij = |dP_ij − D_i|, A_i = Σ_j P_ij g_ij, Z_ij = (γ + u_s)|dP|_ij + π_ij (dP's rounding and storage,
+///   the inputs' errors π, (B9)), Z̄_i = Σ_j P_ij Z_ij,
+///   C_ij = P_ij((2E_i + λ_i)g_ij + 2E_i A_i + Z_ij + Z̄_i)   (the zero-sum part: |ΔP_ij| ≤ 2E_i P_ij),
+///   T_ij = P_ij((β + 3u + u_s)g_ij + λ_i|D_i| + βD̄_i + ψ_i) (the rest; u_s: dS stored),
+///   |ΔdQ_ic| ≤ s[Σ_j (C_ij + u_s P_ij g_ij)|k_jc − m_c| + Σ_j (T_ij + (Sk + 4)u P_ij g_ij)|k_jc| + Σ_j P_ij g_ij a^k_jc],
+/// the (Sk + 4)u for the sum over keys and the scale's roundings, u_s·|dQ| ≤ u_s·s Σ_j |dS_ij||k_jc − m_c|
+/// for the storage. m_c is the weighted median of the k_jc with weights C_ij + u_s P_ij g_ij, which
+/// minimises the first sum. The identity needs the backward's P to be the forward's normalised P:
+/// FlashAttention's P = exp(S − lse) recomputed from logits rounded otherwise than the forward's does
+/// not sum to 1 to within the logit errors, so a flash or unknown backward keeps (B5). Not with
+/// soft-capping (1 − t² breaks the row sum); not used for dK (its sum is over queries).
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "attnref/core/attention.hpp"
+#include "attnref/core/backward.hpp"
+#include "attnref/bounds/error_bounds.hpp"
+#include "attnref/core/mask.hpp"
+#include "attnref/core/multi_head_attention.hpp"
+#include "attnref/core/tensor.hpp"
+
+namespace attnref {
+
+/// Per-element bounds on |ĝ − g|, shaped like the gradients; logits_row_sum is (B, H, Sq, 1).
+struct sdpa_gradient_bounds {
+    tensor<double, 4> grad_query, grad_key, grad_value, logits_row_sum;
+};
+
+namespace detail {
+/// |s|: the logit scale of the bounds (the caller's, or 1/√dk).
+inline double bound_logit_scale(const attention_options& options, std::size_t dk) {
+    return options.scale ? std::fabs(*options.scale) : 1 / std::sqrt(static_cast<double>(dk));
+}
+/// n of the SDPA bound: max(dk, dv, Sk, Sq·group) + 10.
+inline double bound_terms(const attention_dims& d) {
+    return static_cast<double>(std::max({d.head_dim_qk, d.head_dim_v, d.key_length, d.query_length * (d.heads / d.kv_heads)}) + 10);
+}
+/// The per-row terms of (B1)–(B4) shared by the SDPA and MHA bounds: L_i (B1), e_P (B2), D̄_i (B3),
+/// and |dP|_ij = Σ_c|dO_ic v_jc| into dp_abs (every key, masked ones included).
+struct gradient_row {
+    bool empty = true;
+    double logit_magnitude = 0, d_abs = 0, e_p = 0;
+    double dp_sum = 0;  ///< Σ_j |dP|_ij over the attendable keys ((B14): D's share of the weights' underflow)
+};
+
+/// (B14) storage underflow: every rounding into a format's subnormal range has an absolute error up
+/// to η = error_bounds::underflow_eta(u) beyond its relative one (|fl(x) − x| ≤ u|x| + η). η_a: the
+/// arithmetic's (each product), η_s: the gradients' and dS's storage format's, η_w: the weights'.
+/// A weight P̂_ij carries η_p = η_w + 4η_a absolutely (exp, the division or exp(S − lse), storage);
+/// dS_ij = P_ij(dP_ij − D_i) carries η_ds = 3η_s + (Sk + 2dv + 6)η_a (dP's dv products and storage,
+/// D's Sk + dv products and storage, dS's products and storage) plus η_p(|dP|_ij + D̄_i + Σ_l |dP|_il)
+/// (the weights' through dP − D and through D); a stored gradient η_out (η_s, or η_a unstored).
+struct underflow_terms {
+    double eta_a = 0, eta_s = 0, eta_w = 0, eta_out = 0, eta_p = 0, eta_ds = 0, scale_factor = 1;
+};
+inline underflow_terms underflow_of(double u, double u_storage, double u_weights, const attention_dims& d, double s) {
+    underflow_terms t;
+    t.eta_a = error_bounds::underflow_eta(u);
+    t.eta_s = error_bounds::underflow_eta(u_storage);
+    t.eta_w = error_bounds::underflow_eta(u_weights);
+    t.eta_out = u_storage > 0 ? t.eta_s : t.eta_a;
+    t.eta_p = t.eta_w + 4 * t.eta_a;
+    t.eta_ds = 3 * t.eta_s + static_cast<double>(d.key_length + 2 * d.head_dim_v + 6) * t.eta_a;
+    t.scale_factor = std::max(1.0, s);  // an η_a before or after the scale's multiplication
+    return t;
+}
+/// (B2s): how many roundings to a storage format a logit may take in a kernel that stores its
+/// intermediates in that format (PyTorch's eager bf16/fp16): the scaled q or the product, the scaled k
+/// or the scale's multiplication, the stored logit, each additive term (ALiBi, additive mask) and
+/// soft-capping's division, tanh and multiplication; each moves the logit by ≤ u_intermediates·L_i.
+inline double stored_logit_roundings(const attention_options& options) {
+    return 3.0 + (options.alibi_slopes.empty() ? 0.0 : 1.0) + (options.mask.additive.present() ? 1.0 : 0.0) + (options.softcap ? 3.0 : 0.0);
+}
+/// (B4s): the roundings to storage format of dS-sized quantities besides dS's final one: dP (through
+/// dS and D), D, the scaled dS, and soft-capping's dS·(1 − t²).
+inline double stored_ds_roundings(const attention_options& options) { return 4.0 + (options.softcap ? 1.0 : 0.0); }
+inline gradient_row gradient_row_terms(tensor_view<const double, 4> q, tensor_view<const double, 4> k, tensor_view<const double, 4> v,
+                                       tensor_view<const double, 4> grad_output, tensor_view<const double, 4> weights,
+                                       tensor_view<const double, 3> lse, const attention_options& options, const attention_dims& d,
+                                       std::size_t bb, std::size_t h, std::size_t i, double s, double u, double u_weights,
+                                       std::vector<double>& dp_abs, double u_intermediates = 0) {
+    const std::size_t hk = h / (d.heads / d.kv_heads);
+    gradient_row r;
+    const double dk = static_cast<double>(d.head_dim_qk);
+    // Keys the seed mask pushes down by 1e9 (seed = 1) while another key of the row is not seed-masked:
+    // their logits stay below the row's by ≥ 1e9/2 whatever the rounding (checked below), so their
+    // weights are exactly 0 in every format and they add exactly 0 to every sum — they do not enter L_i.
+    // (A key without seed whose logit magnitude is ≤ 1e9/8 keeps the row's maximum ≥ −1e9/8.)
+    auto rest_magnitude = [&](std::size_t j) {
+        double qk = 0;
+        for (std::size_t x = 0; x < d.head_dim_qk; ++x) qk += std::fabs(q(bb, h, i, x) * k(bb, hk, j, x));
+        double m = s * qk;
+        if (!options.alibi_slopes.empty())
+            m += std::fabs(options.alibi_slopes[h]) * static_cast<double>(d.query_length + d.key_length);
+        if (options.mask.additive.present()) m += std::fabs(options.mask.additive.at(bb, h, i, j));
+        return m;
+    };
+    bool any_unseeded = false;
+    if (options.mask.seed.present())
+        for (std::size_t j = 0; j < d.key_length && !any_unseeded; ++j)
+            any_unseeded = !structurally_masked(options.mask, bb, h, i, j, d.query_length, d.key_length) &&
+                           options.mask.seed.at(bb, h, i, j) == 0 && rest_magnitude(j) <= -seed_mask_value / 8;
+    for (std::size_t j = 0; j < d.key_length; ++j) {
+        double ov = 0;
+        for (std::size_t x = 0; x < d.head_dim_v; ++x) ov += std::fabs(grad_output(bb, h, i, x) * v(bb, hk, j, x));
+        dp_abs[j] = ov;
+        if (structurally_masked(options.mask, bb, h, i, j, d.query_length, d.key_length)) continue;
+        r.empty = false;
+        double m = rest_magnitude(j);
+        const double seed = options.mask.seed.present() ? -seed_mask_value * std::fabs(options.mask.seed.at(bb, h, i, j)) : 0;
+        if (any_unseeded && seed >= -seed_mask_value && 8 * m <= seed && (dk + 3) * u * (m + seed) <= seed / 8) {
+            r.d_abs += weights(bb, h, i, j) * dp_abs[j];
+            r.dp_sum += dp_abs[j];
+            continue;
+        }
+        m += seed;
+        r.logit_magnitude = std::max(r.logit_magnitude, m);
+        r.d_abs += weights(bb, h, i, j) * dp_abs[j];
+        r.dp_sum += dp_abs[j];
+    }
+    if (!r.empty) {
+        // (B14): the logits' dk + 4 products and scalings may each underflow by η_a (relative to P: 2×).
+        r.e_p = u * (2 * (dk + 4) * r.logit_magnitude + 2 * std::fabs(lse(bb, h, i)) + 2 * static_cast<double>(d.key_length) + 10) +
+                u_weights + 2 * (dk + 4) * error_bounds::underflow_eta(u) * std::max(1.0, s) +   // (B2), (B7), (B14)
+                2 * stored_logit_roundings(options) * u_intermediates * r.logit_magnitude;   // (B2s)
+    }
+    return r;
+}
+
+/// Whether (B5t) replaces (B5) for dQ: a declared textbook backward, without soft-capping.
+inline bool textbook_bound_applies(std::optional<backward_algorithm> declared, const attention_options& options) {
+    return declared == backward_algorithm::textbook && !options.softcap;
+}
+/// (B5t): the dQ bound of a declared textbook backward, shaped (B, H, Sq, dk), before the final
+/// inflation. eq, ek, ev, edo: absolute errors already in q, k, v, grad_output ((B9); empty views: none).
+inline tensor<double, 4> textbook_grad_query_bounds(tensor_view<const double, 4> q, tensor_view<const double, 4> k,
+                                                    tensor_view<const double, 4> v, tensor_view<const double, 4> grad_output,
+                                                    tensor_view<const double, 4> eq, tensor_view<const double, 4> ek,
+                                                    tensor_view<const double, 4> ev, tensor_view<const double, 4> edo,
+                                                    tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
+                                                    const attention_options& options, double u, double u_storage, double u_weights,
+                                                    double u_intermediates = 0) {
+    const attention_dims d = logit_stage::attention_dims_of(q, k, v);
+    const std::size_t group = d.heads / d.kv_heads, sq = d.query_length, sk = d.key_length, dk = d.head_dim_qk, dv = d.head_dim_v;
+    const double s = bound_logit_scale(options, dk), gamma = bound_terms(d) * u;
+    const double Sk = static_cast<double>(sk), Dk = static_cast<double>(dk), Dv = static_cast<double>(dv);
+    const bool errors = !eq.empty();
+    const underflow_terms uf = underflow_of(u, u_storage, u_weights, d, s);
+    tensor<double, 4> out({d.batch, d.heads, sq, dk}, 0.0);
+    std::vector<double> dp_abs(sk), dp(sk), g(sk), z(sk), C(sk), T(sk), dS(sk), w(sk), eta(sk);
+    std::vector<std::pair<double, double>> kw;  // (k_jc, weight) for the weighted median
+    kw.reserve(sk);
+    for (std::size_t b = 0; b < d.batch; ++b)
+        for (std::size_t h = 0; h < d.heads; ++h)
+            for (std::size_t i = 0; i < sq; ++i) {
+                const std::size_t hk = h / group;
+                const gradient_row r = gradient_row_terms(q, k, v, grad_output, weights, lse, options, d, b, h, i, s, u, u_weights, dp_abs);
+                if (r.empty) continue;  // no attendable key: dQ is exactly 0
+                auto attendable = [&](std::size_t j) {
+                    return !structurally_masked(options.mask, b, h, i, j, sq, sk) && weights(b, h, i, j) > 0;
+                };
+                double sigma = 0, D = 0, z_bar = 0;
+                for (std::size_t j = 0; j < sk; ++j) {
+                    double x = 0, sg = 0, pj = 0;
+                    for (std::size_t c = 0; c < dv; ++c) x += grad_output(b, h, i, c) * v(b, hk, j, c);
+                    if (errors) {
+                        for (std::size_t c = 0; c < dk; ++c)
+                            sg += eq(b, h, i, c) * std::fabs(k(b, hk, j, c)) + std::fabs(q(b, h, i, c)) * ek(b, hk, j, c);
+                        for (std::size_t c = 0; c < dv; ++c)
+                            pj += edo(b, h, i, c) * std::fabs(v(b, hk, j, c)) + std::fabs(grad_output(b, h, i, c)) * ev(b, hk, j, c);
+                    }
+                    dp[j] = x;
+                    z[j] = (gamma + u_storage) * dp_abs[j] + pj;  // Z_ij
+                    if (!attendable(j)) continue;
+                    sigma = std::max(sigma, s * sg);
+                    D += weights(b, h, i, j) * x;
+                    z_bar += weights(b, h, i, j) * z[j];
+                }
+                // dP and D in double: |computed − exact| ≤ (dv + Sk + 4)·2^-52·(|dP|_ij + D̄_i), added to g.
+                const double margin = (Dv + Sk + 4) * 0x1p-52;
+                const double abs_d = std::fabs(D) + margin * r.d_abs;
+                double A = 0;
+                for (std::size_t j = 0; j < sk; ++j) {
+                    g[j] = std::fabs(dp[j] - D) + margin * (dp_abs[j] + r.d_abs);
+                    if (attendable(j)) A += weights(b, h, i, j) * g[j];
+                }
+                const double E = u * ((Dk + 5) * r.logit_magnitude + std::fabs(lse(b, h, i)) + 2) + sigma +
+                                 stored_logit_roundings(options) * u_intermediates * r.logit_magnitude;  // (B2s)
+                const double lambda = u * (Sk + 3 + std::fabs(lse(b, h, i)) + 2 * r.logit_magnitude);
+                const double beta = 2 * u + u_weights;
+                const double psi = (Sk + 2 * Dv + 4) * u * r.d_abs + u_storage * abs_d;
+                for (std::size_t j = 0; j < sk; ++j) {
+                    if (!attendable(j)) {
+                        C[j] = T[j] = dS[j] = w[j] = eta[j] = 0;
+                        continue;
+                    }
+                    const double p = weights(b, h, i, j);
+                    // (B14): dS's underflow (uncentred: it need not keep the row sum) and the scaling's η_a
+                    eta[j] = uf.eta_ds + uf.eta_p * (dp_abs[j] + r.d_abs + r.dp_sum) + uf.eta_a;
+                    C[j] = p * ((2 * E + lambda) * g[j] + 2 * E * A + z[j] + z_bar);
+                    T[j] = p * ((beta + 3 * u + u_storage + u_intermediates) * g[j] + lambda * abs_d + beta * r.d_abs + psi);  // (B4s): scaled dS
+                    dS[j] = p * g[j];
+                    w[j] = C[j] + u_storage * dS[j];
+                }
+                for (std::size_t c = 0; c < dk; ++c) {
+                    // m_c: the weighted median of k_jc (weights w_j) minimises Σ_j w_j |k_jc − m_c|.
+                    kw.clear();
+                    double total = 0;
+                    for (std::size_t j = 0; j < sk; ++j)
+                        if (w[j] > 0) kw.emplace_back(k(b, hk, j, c), w[j]), total += w[j];
+                    std::sort(kw.begin(), kw.end());
+                    double m = 0, acc = 0;
+                    for (const auto& [kv, wt] : kw)
+                        if ((acc += wt) >= total / 2) {
+                            m = kv;
+                            break;
+                        }
+                    double bound = 0;
+                    for (std::size_t j = 0; j < sk; ++j) {
+                        if (!(dS[j] > 0 || C[j] > 0 || T[j] > 0 || eta[j] > 0)) continue;
+                        const double kk = k(b, hk, j, c);
+                        bound += w[j] * std::fabs(kk - m) + (T[j] + (Sk + 4) * u * dS[j] + eta[j]) * std::fabs(kk);
+                        if (errors) bound += dS[j] * ek(b, hk, j, c);
+                    }
+                    // (B14): the Sk products' and the scale's η_a, and the stored result's η_out
+                    out(b, h, i, c) = s * bound + (Sk + 2) * uf.eta_a * uf.scale_factor + uf.eta_out;
+                }
+            }
+    return out;
+}
+}  // namespace detail
+
+/// The first-order bound (B1)–(B7) for gradients computed with unit roundoff `u` (2^-53 for float64,
+/// 2^-24 float32, 2^-8 bfloat16, 2^-11 float16) and stored with unit roundoff `u_storage` (0: stored
+/// in the arithmetic's own format; 2^-8 for bf16 gradients accumulated in float32). q, k, v, grad_output as given to the backward
+/// (exact values); weights (B, H, Sq, Sk) and lse (B, H, Sq) the exact forward's (certified golden
+/// values or a high-precision computation: their own rounding is second order).
+inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const double, 4> q, tensor_view<const double, 4> k,
+                                                             tensor_view<const double, 4> v,
+                                                             tensor_view<const double, 4> grad_output,
+                                                             tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
+                                                             const attention_options& options, double u,
+                                                             double u_storage = 0, double u_weights = 0,
+                                                             std::optional<backward_algorithm> declared = std::nullopt,
+                                                             double u_intermediates = 0) {
+    const attention_dims d = logit_stage::attention_dims_of(q, k, v);
+    require_extent("grad_output axis 3 (head dim dv)", grad_output.extents[3], d.head_dim_v);
+    require_extent("weights axis 3 (key length)", weights.extents[3], d.key_length);
+    const std::size_t group = d.heads / d.kv_heads;
+    const double s = detail::bound_logit_scale(options, d.head_dim_qk);
+    const double gamma = detail::bound_terms(d) * u;
+    const double dk = static_cast<double>(d.head_dim_qk);
+    sdpa_gradient_bounds b{tensor<double, 4>({d.batch, d.heads, d.query_length, d.head_dim_qk}, 0.0),
+                           tensor<double, 4>({d.batch, d.kv_heads, d.key_length, d.head_dim_qk}, 0.0),
+                           tensor<double, 4>({d.batch, d.kv_heads, d.key_length, d.head_dim_v}, 0.0),
+                           tensor<double, 4>({d.batch, d.heads, d.query_length, 1}, 0.0)};
+    const bool centred = detail::textbook_bound_applies(declared, options);  // (B5t) gives dQ below
+    const detail::underflow_terms uf = detail::underflow_of(u, u_storage, u_weights, d, s);
+    std::vector<double> dp_abs(d.key_length);
+    for (std::size_t bb = 0; bb < d.batch; ++bb)
+        for (std::size_t h = 0; h < d.heads; ++h)
+            for (std::size_t i = 0; i < d.query_length; ++i) {
+                const std::size_t hk = h / group;
+                const detail::gradient_row r =
+                    detail::gradient_row_terms(q, k, v, grad_output, weights, lse, options, d, bb, h, i, s, u, u_weights, dp_abs, u_intermediates);
+                const double logit_magnitude = r.logit_magnitude, d_abs = r.d_abs, e_p = r.e_p;
+                if (r.empty) {  // only the uniform policy's dV_j += dO_i/Sk
+                    for (std::size_t j = 0; j < d.key_length; ++j)
+                        for (std::size_t x = 0; x < d.head_dim_v; ++x)
+                            b.grad_value(bb, hk, j, x) += (gamma + u_storage) * std::fabs(weights(bb, h, i, j)) * std::fabs(grad_output(bb, h, i, x));
+                    continue;
+                }
+                const double e_cap = options.softcap ? u * (4 + 2 * (dk + 3) * logit_magnitude / std::fabs(*options.softcap)) : 0;
+                const double rho = 4 * gamma + 2 * e_p + e_cap + 3 * u + detail::stored_ds_roundings(options) * u_intermediates;  // (B5), (B4s)
+                const double rho_stored = rho + u_storage;                 // (B7)
+                for (std::size_t j = 0; j < d.key_length; ++j) {
+                    if (structurally_masked(options.mask, bb, h, i, j, d.query_length, d.key_length)) continue;
+                    const double p = weights(bb, h, i, j);
+                    const double m = p * (dp_abs[j] + d_abs);  // M_ij (B4)
+                    // (B14): dS_ij's underflow, and the η_a of scaling it
+                    const double eta_ds = uf.eta_ds + uf.eta_p * (dp_abs[j] + d_abs + r.dp_sum);
+                    b.logits_row_sum(bb, h, i, 0) += rho * m + eta_ds;
+                    const double to_qk = s * (rho_stored * m + eta_ds + uf.eta_a);
+                    for (std::size_t x = 0; x < d.head_dim_qk; ++x) {
+                        if (!centred) b.grad_query(bb, h, i, x) += to_qk * std::fabs(k(bb, hk, j, x));
+                        b.grad_key(bb, hk, j, x) += to_qk * std::fabs(q(bb, h, i, x));
+                    }
+                    for (std::size_t x = 0; x < d.head_dim_v; ++x)
+                        b.grad_value(bb, hk, j, x) += ((gamma + e_p + u_storage) * p + uf.eta_p) * std::fabs(grad_output(bb, h, i, x));
+                }
+            }
+    // (B14): each element's sum of products (η_a per product, before or after the scale) and its storage
+    {
+        const double sk = static_cast<double>(d.key_length), rows = static_cast<double>(group * d.query_length);
+        if (!centred)
+            for (double& x : b.grad_query.storage()) x += (sk + 2) * uf.eta_a * uf.scale_factor + uf.eta_out;
+        for (double& x : b.grad_key.storage()) x += (rows + 2) * uf.eta_a * uf.scale_factor + uf.eta_out;
+        for (double& x : b.grad_value.storage()) x += (rows + 1) * uf.eta_a + uf.eta_out;
+    }
+    if (centred)  // (B5t)
+        b.grad_query = detail::textbook_grad_query_bounds(q, k, v, grad_output, {}, {}, {}, {}, weights, lse, options, u, u_storage, u_weights,
+                                                          u_intermediates);
+    constexpr double inflation = 1 + 0x1p-20;  // second-order terms and the bound's own rounding
+    for (tensor<double, 4>* t : {&b.grad_query, &b.grad_key, &b.grad_value, &b.logits_row_sum})
+        for (double& x : t->storage()) x *= inflation;
+    return b;
+}
+
+namespace detail {
+/// (B9)–(B11): the SDPA gradient bound at exact inputs (q, k, v, dO) plus the first-order effect of
+/// errors a_q, a_k, a_v, a_do already in those inputs; also the magnitudes of the head gradients and
+/// the error and magnitude of the head outputs (for dW_o).
+struct perturbed_head_bounds {
+    tensor<double, 4> a_dq, a_dk, a_dv, m_dq, m_dk, m_dv, a_o, m_o;
+};
+inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> q_value, tensor_view<const double, 4> k_value,
+                                                   tensor_view<const double, 4> v_value, tensor_view<const double, 4> do_value,
+                                                   tensor_view<const double, 4> q_error, tensor_view<const double, 4> k_error,
+                                                   tensor_view<const double, 4> v_error, tensor_view<const double, 4> do_error,
+                                                   tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
+                                                   const attention_options& ao, double u, double us, double u_weights,
+                                                   std::optional<backward_algorithm> declared, double u_intermediates = 0) {
+    struct view_pair {
+        tensor_view<const double, 4> value, error;
+    };
+    const view_pair Q{q_value, q_error}, K{k_value, k_error}, V{v_value, v_error}, dO{do_value, do_error};
+    const std::size_t dk = q_value.extents[3], dv = v_value.extents[3];
+    // (B10) the SDPA bound at the exact head inputs; (B9) the perturbation by the inputs' errors.
+    const sdpa_gradient_bounds sb = sdpa_gradient_first_order_bounds(Q.value, K.value, V.value, dO.value,
+                                                                      weights, lse, ao, u, us, u_weights, std::nullopt, u_intermediates);
+    const attention_dims d = logit_stage::attention_dims_of(Q.value, K.value, V.value);
+    const std::size_t group = d.heads / d.kv_heads, sq = d.query_length, sk = d.key_length;
+    const double s = detail::bound_logit_scale(ao, dk), gamma = detail::bound_terms(d) * u;
+    tensor<double, 4> a_dq = sb.grad_query, a_dk = sb.grad_key, a_dv = sb.grad_value;  // (B10) errors of the head gradients
+    tensor<double, 4> m_dq(a_dq.extents(), 0.0), m_dk(a_dk.extents(), 0.0), m_dv(a_dv.extents(), 0.0);  // their magnitudes
+    tensor<double, 4> a_o({d.batch, d.heads, sq, dv}, 0.0), m_o({d.batch, d.heads, sq, dv}, 0.0);        // (B11)
+    const underflow_terms uf = underflow_of(u, us, u_weights, d, s);
+    // (B14): a head output's Sk products and its storage
+    for (double& x : a_o.storage()) x += (static_cast<double>(sk) + 1) * uf.eta_a + uf.eta_out;
+    std::vector<double> dp_abs(sk), sigma(sk), pi(sk);
+    for (std::size_t b = 0; b < d.batch; ++b)
+        for (std::size_t h = 0; h < d.heads; ++h)
+            for (std::size_t i = 0; i < sq; ++i) {
+                const std::size_t hk = h / group;
+                const detail::gradient_row r = detail::gradient_row_terms(Q.value, K.value, V.value, dO.value,
+                                                                          weights, lse, ao, d, b, h, i, s, u, u_weights, dp_abs, u_intermediates);
+                double delta = 0, pi_sum = 0;
+                for (std::size_t j = 0; j < sk; ++j) {
+                    double sg = 0, pj = 0;
+                    for (std::size_t c = 0; c < dk; ++c)
+                        sg += Q.error(b, h, i, c) * std::fabs(K.value(b, hk, j, c)) + std::fabs(Q.value(b, h, i, c)) * K.error(b, hk, j, c);
+                    for (std::size_t c = 0; c < dv; ++c)
+                        pj += dO.error(b, h, i, c) * std::fabs(V.value(b, hk, j, c)) + std::fabs(dO.value(b, h, i, c)) * V.error(b, hk, j, c);
+                    sigma[j] = s * sg, pi[j] = pj;
+                    if (r.empty || structurally_masked(ao.mask, b, h, i, j, sq, sk)) continue;
+                    delta = std::max(delta, sigma[j]);
+                    pi_sum += weights(b, h, i, j) * pj;
+                }
+                for (std::size_t j = 0; j < sk; ++j) {
+                    // Empty rows (uniform policy): dV_j += P_ij dO_i and O_i = Σ_j P_ij V_j, constant in q and k.
+                    const bool masked = r.empty || structurally_masked(ao.mask, b, h, i, j, sq, sk);
+                    const double pw = std::fabs(weights(b, h, i, j));
+                    if (!(pw > 0)) continue;  // masked keys; NaN weights (nan policy) are not bounded
+                    const double dl = masked ? 0 : delta;
+                    for (std::size_t c = 0; c < dv; ++c) {
+                        const double vo = std::fabs(V.value(b, hk, j, c)), go = std::fabs(dO.value(b, h, i, c));
+                        a_dv(b, hk, j, c) += pw * (2 * dl * go + dO.error(b, h, i, c));
+                        m_dv(b, hk, j, c) += pw * go;
+                        a_o(b, h, i, c) += pw * ((r.e_p + 2 * dl + gamma + us) * vo + V.error(b, hk, j, c)) + uf.eta_p * vo;
+                        m_o(b, h, i, c) += pw * vo;
+                    }
+                    if (masked) continue;
+                    const double m = pw * (dp_abs[j] + r.d_abs);  // M_ij (B4)
+                    double nn = 4 * delta * m + pw * (pi[j] + pi_sum);
+                    if (ao.softcap) nn += delta * m / std::fabs(*ao.softcap);
+                    for (std::size_t c = 0; c < dk; ++c) {
+                        const double kk = std::fabs(K.value(b, hk, j, c)), qq = std::fabs(Q.value(b, h, i, c));
+                        a_dq(b, h, i, c) += s * (nn * kk + m * K.error(b, hk, j, c));
+                        a_dk(b, hk, j, c) += s * (nn * qq + m * Q.error(b, h, i, c));
+                        m_dq(b, h, i, c) += s * m * kk;
+                        m_dk(b, hk, j, c) += s * m * qq;
+                    }
+                }
+            }
+    if (textbook_bound_applies(declared, ao))  // (B5t) with the inputs' errors, in place of (B10)'s dQ
+        a_dq = textbook_grad_query_bounds(Q.value, K.value, V.value, dO.value, Q.error, K.error, V.error, dO.error, weights, lse, ao, u, us,
+                                          u_weights, u_intermediates);
+    return {std::move(a_dq), std::move(a_dk), std::move(a_dv), std::move(m_dq), std::move(m_dk), std::move(m_dv), std::move(a_o),
+            std::move(m_o)};
+}
+}  // namespace detail
+
+/// The bound (B1)–(B7) for a backward that first rounds q, k, v and grad_output to a format with unit
+/// roundoff u_inputs (a candidate computing in a narrower format than the inputs): the rounding is an
+/// input error a = u_inputs·|x|, carried through (B9). The row sums of dS stay those of (B6) (exactly
+/// 0 for the rounded inputs too).
+inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds_rounded_inputs(
+    tensor_view<const double, 4> q, tensor_view<const double, 4> k, tensor_view<const double, 4> v, tensor_view<const double, 4> grad_output,
+    tensor_view<const double, 4> weights, tensor_view<const double, 3> lse, const attention_options& options, double u, double u_storage,
+    double u_weights, double u_inputs, std::optional<backward_algorithm> declared = std::nullopt, double u_intermediates = 0) {
+    if (!(u_inputs > 0))
+        return sdpa_gradient_first_order_bounds(q, k, v, grad_output, weights, lse, options, u, u_storage, u_weights, declared, u_intermediates);
+    const double eta_in = error_bounds::underflow_eta(u_inputs);  // (B14): a nonzero input rounded into the subnormal range
+    auto error = [&](tensor_view<const double, 4> x) {
+        tensor<double, 4> e(x.extents, 0.0);
+        for (std::size_t n = 0; n < e.size(); ++n) e[n] = u_inputs * std::fabs(x[n]) + (x[n] != 0 ? eta_in : 0.0);
+        return e;
+    };
+    const tensor<double, 4> eq = error(q), ek = error(k), ev = error(v), eg = error(grad_output);
+    detail::perturbed_head_bounds hb = detail::perturbed_sdpa_bounds(q, k, v, grad_output, eq.view(), ek.view(), ev.view(), eg.view(),
+                                                                     weights, lse, options, u, u_storage, u_weights, declared, u_intermediates);
+    sdpa_gradient_bounds b =
+        sdpa_gradient_first_order_bounds(q, k, v, grad_output, weights, lse, options, u, u_storage, u_weights, std::nullopt, u_intermediates);
+    constexpr double inflation = 1 + 0x1p-20;
+    for (tensor<double, 4>* t : {&hb.a_dq, &hb.a_dk, &hb.a_dv})
+        for (double& x : t->storage()) x *= inflation;
+    b.grad_query = std::move(hb.a_dq);
+    b.grad_key = std::move(hb.a_dk);
+    b.grad_value = std::move(hb.a_dv);
+    return b;
+}
+
+/// Per-element bounds on |ĝ − g| of multi-head attention gradients, shaped like mha_gradients.
+struct mha_gradient_bounds {
+    tensor<double, 3> grad_x_q, grad_x_k, grad_x_v;
+    tensor<double, 2> grad_w_q, grad_w_k, grad_w_v, grad_w_o;
+    tensor<double, 1> grad_b_q, grad_b_k, grad_b_v, grad_b_o;
+};
+
+/// The first-order bound (B8)–(B13) for multi-head attention gradients computed with unit roundoff
+/// `u` and intermediates (projections, head outputs, head gradients) and results stored with
+/// `u_storage` (0: the arithmetic's own format). x_q, x_k, x_v, the parameters and grad_output
+/// (B, Sq, Eo) exact; weights (B, H, Sq, Sk) and lse (B, H, Sq) the exact forward's. Biases absent in
+/// `p` count as 0 (their gradients are still bounded: the gradient at b = 0). u_inputs: the inputs
+/// (x, W, b, grad_output) are first rounded to a format with that unit roundoff (a candidate computing
+/// in a narrower format than the case's inputs): each product of two inputs carries 2·u_inputs more.
+inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const double, 3> x_q, tensor_view<const double, 3> x_k,
+                                                           tensor_view<const double, 3> x_v, const mha_parameters<double>& p,
+                                                           const mha_options& o, tensor_view<const double, 3> grad_output,
+                                                           tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
+                                                           double u, double u_storage = 0, double u_weights = 0,
+                                                           double u_inputs = 0,
+                                                           std::optional<backward_algorithm> declared = std::nullopt,
+                                                           double u_intermediates = 0) {
+    const mha_dims md = mha_dims_of(x_q, x_k, x_v, p, o);
+    require_extent("grad_output axis 0 (batch)", grad_output.extents[0], md.batch);
+    require_extent("grad_output axis 1 (query length)", grad_output.extents[1], md.query_length);
+    require_extent("grad_output axis 2 (output features)", grad_output.extents[2], md.output_dim);
+    require_extent("weights axis 3 (key length)", weights.extents[3], md.key_length);
+    const double us = u_storage;
+    // (B14): η_a per product, η_in per rounded input, η_mat for a materialised (stored) intermediate.
+    const double eta_a = error_bounds::underflow_eta(u), eta_in = error_bounds::underflow_eta(u_inputs),
+                 eta_mat = us > 0 ? error_bounds::underflow_eta(us) : eta_a;
+    // (B8): a projection y = x·W + b in double (values and magnitudes), split into heads.
+    struct projected {
+        tensor<double, 4> value, error;  // (B, heads, S, d)
+    };
+    auto project = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> w, tensor_view<const double, 1> bias,
+                       std::size_t heads) {
+        const std::size_t B = x.extents[0], S = x.extents[1], E = x.extents[2], N = w.extents[1], hd = N / heads;
+        projected r{tensor<double, 4>({B, heads, S, hd}, 0.0), tensor<double, 4>({B, heads, S, hd}, 0.0)};
+        const double rel = (static_cast<double>(E) + 2) * u + us + 2 * u_inputs;
+        for (std::size_t b = 0; b < B; ++b)
+            for (std::size_t i = 0; i < S; ++i)
+                for (std::size_t c = 0; c < N; ++c) {
+                    double v = 0, m = 0, in = 0;
+                    for (std::size_t e = 0; e < E; ++e)
+                        v += x(b, i, e) * w(e, c), m += std::fabs(x(b, i, e) * w(e, c)), in += std::fabs(x(b, i, e)) + std::fabs(w(e, c));
+                    if (!bias.empty()) v += bias[c], m += std::fabs(bias[c]), in += 1;
+                    r.value(b, c / hd, i, c % hd) = v;
+                    r.error(b, c / hd, i, c % hd) = rel * m + eta_in * in + (static_cast<double>(E) + 1) * eta_a + eta_mat;  // (B8), (B14)
+                }
+        return r;
+    };
+    const projected Q = project(x_q, p.w_q, p.b_q, md.heads), K = project(x_k, p.w_k, p.b_k, md.kv_heads),
+                    V = project(x_v, p.w_v, p.b_v, md.kv_heads);
+    // dO = dOut·W_oᵀ split into heads, and its error.
+    const std::size_t Eo = md.output_dim, dv = md.head_dim_v;
+    projected dO{tensor<double, 4>({md.batch, md.heads, md.query_length, dv}, 0.0),
+                 tensor<double, 4>({md.batch, md.heads, md.query_length, dv}, 0.0)};
+    for (std::size_t b = 0; b < md.batch; ++b)
+        for (std::size_t i = 0; i < md.query_length; ++i)
+            for (std::size_t m = 0; m < md.heads * dv; ++m) {
+                double v = 0, mag = 0, in = 0;
+                for (std::size_t n = 0; n < Eo; ++n)
+                    v += grad_output(b, i, n) * p.w_o(m, n), mag += std::fabs(grad_output(b, i, n) * p.w_o(m, n)),
+                        in += std::fabs(grad_output(b, i, n)) + std::fabs(p.w_o(m, n));
+                dO.value(b, m / dv, i, m % dv) = v;
+                dO.error(b, m / dv, i, m % dv) = ((static_cast<double>(Eo) + 1) * u + us + 2 * u_inputs) * mag + eta_in * in +
+                                                 (static_cast<double>(Eo) + 1) * eta_a + eta_mat;  // (B14)
+            }
+    const attention_options& ao = o.attention;
+    detail::perturbed_head_bounds hb = detail::perturbed_sdpa_bounds(Q.value.view(), K.value.view(), V.value.view(), dO.value.view(),
+                                                                     Q.error.view(), K.error.view(), V.error.view(), dO.error.view(),
+                                                                     weights, lse, ao, u, us, u_weights, declared, u_intermediates);
+    tensor<double, 4>&a_dq = hb.a_dq, &a_dk = hb.a_dk, &a_dv = hb.a_dv, &m_dq = hb.m_dq, &m_dk = hb.m_dk, &m_dv = hb.m_dv, &a_o = hb.a_o,
+                     &m_o = hb.m_o;
+    // (B12), (B13): the linear backward's sums over the merged (B, S, heads·d) layout.
+    const tensor<double, 3> A_dq = merge_heads<double>(a_dq.view()), A_dk = merge_heads<double>(a_dk.view()),
+                            A_dv = merge_heads<double>(a_dv.view()), M_dq = merge_heads<double>(m_dq.view()),
+                            M_dk = merge_heads<double>(m_dk.view()), M_dv = merge_heads<double>(m_dv.view()),
+                            A_o = merge_heads<double>(a_o.view()), M_o = merge_heads<double>(m_o.view());
+    mha_gradient_bounds r;
+    auto linear = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> w, const tensor<double, 3>& a, const tensor<double, 3>& m,
+                      tensor<double, 3>& gx, tensor<double, 2>& gw, tensor<double, 1>& gb) {
+        const std::size_t B = x.extents[0], S = x.extents[1], E = x.extents[2], N = w.extents[1], R = B * S;
+        const double rel_x = (static_cast<double>(N) + 1) * u + us + u_inputs, rel_r = (static_cast<double>(R) + 1) * u + us + u_inputs;
+        // (B14): N (or R) products' η_a and the result's storage; the rounded W's (x's) η_in times |dH|.
+        gx = tensor<double, 3>({B, S, E}, (static_cast<double>(N) + 1) * eta_a + eta_mat);
+        gw = tensor<double, 2>({E, N}, (static_cast<double>(R) + 1) * eta_a + eta_mat);
+        gb = tensor<double, 1>({N}, (static_cast<double>(R) + 1) * eta_a + eta_mat);
+        for (std::size_t rr = 0; rr < R; ++rr)
+            for (std::size_t c = 0; c < N; ++c) {
+                const double to_x = a[rr * N + c] + rel_x * m[rr * N + c], to_w = a[rr * N + c] + rel_r * m[rr * N + c];
+                const double under = eta_in * m[rr * N + c];
+                gb[c] += to_w;
+                for (std::size_t e = 0; e < E; ++e) {
+                    gx[rr * E + e] += to_x * std::fabs(w(e, c)) + under;
+                    gw(e, c) += std::fabs(x[rr * E + e]) * to_w + under;
+                }
+            }
+    };
+    linear(x_q, p.w_q, A_dq, M_dq, r.grad_x_q, r.grad_w_q, r.grad_b_q);
+    linear(x_k, p.w_k, A_dk, M_dk, r.grad_x_k, r.grad_w_k, r.grad_b_k);
+    linear(x_v, p.w_v, A_dv, M_dv, r.grad_x_v, r.grad_w_v, r.grad_b_v);
+    {
+        const std::size_t R = md.batch * md.query_length, Mo = md.heads * dv;
+        const double rel_r = (static_cast<double>(R) + 1) * u + us + u_inputs;
+        r.grad_w_o = tensor<double, 2>({Mo, Eo}, (static_cast<double>(R) + 1) * eta_a + eta_mat);  // (B14)
+        r.grad_b_o = tensor<double, 1>({Eo}, (static_cast<double>(R) + 1) * eta_a + eta_mat);
+        for (std::size_t rr = 0; rr < R; ++rr)
+            for (std::size_t n = 0; n < Eo; ++n) {
+                const double g = std::fabs(grad_output[rr * Eo + n]);
+                r.grad_b_o[n] += rel_r * g + (g != 0 ? eta_in : 0.0);
+                for (std::size_t m = 0; m < Mo; ++m)
+                    r.grad_w_o(m, n) += (A_o[rr * Mo + m] + rel_r * M_o[rr * Mo + m]) * g + eta_in * (M_o[rr * Mo + m] + g);
+            }
+    }
+    constexpr double inflation = 1 + 0x1p-20;  // second-order terms and the bound's own rounding
+    for (tensor<double, 3>* t : {&r.grad_x_q, &r.grad_x_k, &r.grad_x_v})
+        for (double& x : t->storage()) x *= inflation;
+    for (tensor<double, 2>* t : {&r.grad_w_q, &r.grad_w_k, &r.grad_w_v, &r.grad_w_o})
+        for (double& x : t->storage()) x *= inflation;
+    for (tensor<double, 1>* t : {&r.grad_b_q, &r.grad_b_k, &r.grad_b_v, &r.grad_b_o})
+        for (double& x : t->storage()) x *= inflation;
+    return r;
+}
+
+}  // namespace attnref

@@ -1,0 +1,361 @@
+#pragma once
+/// \file bounds/tolerance/worst_case.hpp
+/// Owns: the rigorous worst-case bound of the `worst-case` tolerance model (docs/error-bounds.md,
+/// §3, eqs. 10–14): per-element magnitudes (worst_case_scales) for SDPA and multi-head attention,
+/// computed once from the golden case's inputs and certified weights, and their evaluation for a
+/// candidate's unit roundoffs. Valid to every order; +inf (vacuous) when an n·u reaches 1.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "attnref/core/attention.hpp"
+#include "attnref/bounds/error_bounds.hpp"
+#include "attnref/core/multi_head_attention.hpp"
+#include "attnref/core/tensor.hpp"
+#include "attnref/core/parallel.hpp"
+#include "attnref/bounds/tolerance/names.hpp"
+#include "attnref/bounds/tolerance/parallel_bounds.hpp"
+
+namespace attnref::tolerance {
+
+/// Coefficients of the storage underflow term (eq. 26): an element's absolute error gains
+/// acc·η(u_acc) + store·η(u), η = error_bounds::underflow_eta the absolute error of a rounding into
+/// the subnormal range, counted over every rounding the output depends on.
+/// `weights` holds the part of the storage coefficient that comes from storing P before P·V (a declared
+/// policy may store P in another format than the rest: at_policy).
+struct underflow_coefficients {
+    double acc = 0, store = 0, weights = 0;
+    double at(double u, double u_acc) const {
+        const double st = store + weights;
+        const double a = acc == 0 ? 0.0 : acc * error_bounds::underflow_eta(u_acc), s = st == 0 ? 0.0 : st * error_bounds::underflow_eta(u);
+        return a + s;
+    }
+    /// With P's storage apart: its absolute underflow error eta_p (η of P's format divided by P's static scale).
+    double at_policy(double u, double u_acc, double eta_p) const {
+        const double a = acc == 0 ? 0.0 : acc * error_bounds::underflow_eta(u_acc), s = store == 0 ? 0.0 : store * error_bounds::underflow_eta(u),
+                     w = weights == 0 ? 0.0 : weights * eta_p;
+        return a + s + w;
+    }
+};
+
+/// Per-element magnitudes of the worst-case bound and the counts that pick the γ's; bound()
+/// evaluates eq. 12 of docs/error-bounds.md.
+struct worst_case_scales {
+    std::vector<double> t0;  ///< σ, or σ propagated through |W_o|
+    std::vector<double> t1;  ///< L·σ, or L·σ propagated through |W_o|
+    /// Per output row (row_length elements): the largest L of the row's heads (the second-order
+    /// factor g of eq. 12; empty: rows of L = 0).
+    std::vector<double> row_L;
+    std::size_t row_length = 1;
+    std::size_t n_keys = 0, n_dot = 0, n_extra = 0;
+    /// Relative roundings of the whole row beyond the shifted softmax's, in u_acc: 0 for the
+    /// shifted and naive softmax (the model the checker applies), error_bounds::
+    /// online_rescale_roundings(n, block) for an online softmax of that block size (eq. 9).
+    std::size_t rescale_roundings = 0;
+    /// Per element: the storage underflow term (eq. 26); empty: none (callers that build t0, t1 alone).
+    std::vector<underflow_coefficients> underflow;
+
+    /// u: the candidate format's unit roundoff (storage: inputs, Q/K/V, P, head outputs, output);
+    /// u_acc: that of its accumulation (see accumulate_roundoff). Vacuous (+inf) when n·u ≥ 1.
+    /// Rigorous to every order (given the ingredients' bounds): logit perturbations ≤ δ = γ·L move
+    /// each weight by a factor within [e^{−2δ}, e^{2δ}], so the weights' part is
+    /// (e^{2δ} − 1)·σ = g·2γ·L·σ with g = (e^{2γ·L_max} − 1)/(2γ·L_max) ≥ 1 (expm1(x)/x increases with x,
+    /// so L_max, the row's largest L, bounds every head's factor); the relative roundings of the
+    /// softmax, P·V, W_o and the storage compose as a product (1 + A) = Π(1 + ε_i) instead of a sum
+    /// (eqs. 10–12; γ and g from error_bounds.hpp, eqs. 1 and 6).
+    double bound(std::size_t e, double u, double u_acc) const {
+        const double gd = gamma(n_dot, u_acc) + gamma(8, u);  // logit perturbation per unit of L (eq. 10)
+        const double a = (1 + gamma(n_keys + 3, u_acc)) * (1 + gamma(n_keys, u_acc)) * (1 + gamma(n_extra, u_acc)) *
+                             (1 + u) * (1 + u) * (1 + u) * (1 + u) * (1 + u) * (1 + gamma(rescale_roundings, u_acc)) -
+                         1;  // (eq. 11)
+        const double l_max = row_L.empty() ? 0.0 : row_L[e / row_length];
+        // NaN (inf·0) and 0 leave g = 1; +inf when e^x overflows
+        const double g = error_bounds::second_order_factor(2 * gd * l_max);
+        const double weights = t1[e] == 0 ? 0.0 : (1 + a) * g * 2 * gd * t1[e];  // (0·inf would be NaN)
+        const double rest = t0[e] == 0 ? 0.0 : a * t0[e];
+        const double under = underflow.size() == t0.size() ? (1 + a) * g * underflow[e].at(u, u_acc) : 0.0;  // (eq. 26)
+        return (weights + rest + under) * (1 + 0x1p-40);  // (1 + 2⁻⁴⁰): this evaluation's own rounding, upward
+    }
+    double bound(std::size_t e, double u) const { return bound(e, u, u); }
+    std::size_t size() const { return t0.size(); }
+};
+
+namespace detail {
+/// Per (b, h, i) L and per (b, h, i, l) σ of one attention: q̃ (B,H,Sq,dk) and k̃ (B,Hkv,Sk,dk) are
+/// nonnegative magnitudes, ṽ (B,Hkv,Sk,dv) too; logits S and weights P (B,H,Sq,Sk) from the reference.
+/// Absolute underflow errors already in the head inputs q, k, v (per element, in η units; empty:
+/// the inputs are rounded to the candidate's storage once, {0, 1} per element).
+struct input_underflow {
+    std::span<const underflow_coefficients> q, k, v;
+};
+inline void head_scales(tensor_view<const double, 4> q_abs, tensor_view<const double, 4> k_abs,
+                        tensor_view<const double, 4> v_abs, tensor_view<const double, 4> logits,
+                        tensor_view<const double, 4> p, double scale, std::vector<double>& L, std::vector<double>& sigma,
+                        std::vector<underflow_coefficients>* underflow = nullptr, input_underflow in = {}, std::size_t threads = 0) {
+    const auto [batch, heads, sq, dk] = q_abs.extents;
+    const std::size_t kv = k_abs.extents[1], sk = k_abs.extents[2], dv = v_abs.extents[3], group = heads / kv;
+    L.assign(batch * heads * sq, 0.0);
+    sigma.assign(batch * heads * sq * dv, 0.0);
+    if (underflow) underflow->assign(sigma.size(), {});
+    const underflow_coefficients stored{0, 1};
+    auto err = [&](std::span<const underflow_coefficients> e, std::size_t n) { return e.empty() ? stored : e[n]; };
+    const double s_abs = abs_d(scale), s_factor = std::max(1.0, s_abs), la0 = static_cast<double>(dk + 4) * s_factor;
+    // |K| and its underflow coefficients' halves transposed per (b, g) to (c, j), for the per-key sums
+    // a pack of keys at a time (kernels::worst_key_block); q's and v's halves apart.
+    std::vector<double> kT(k_abs.size()), ek_a, ek_s, eq_a, eq_s, ev_a, ev_s;
+    if (underflow) ek_a.resize(k_abs.size()), ek_s.resize(k_abs.size());
+    for (std::size_t bg = 0; bg < batch * kv; ++bg)
+        for (std::size_t j = 0; j < sk; ++j)
+            for (std::size_t c = 0; c < dk; ++c) {
+                const std::size_t from = (bg * sk + j) * dk + c, to = (bg * dk + c) * sk + j;
+                kT[to] = k_abs.data[from];
+                if (!underflow) continue;
+                const underflow_coefficients e = err(in.k, from);
+                ek_a[to] = e.acc, ek_s[to] = e.store;
+            }
+    if (underflow) {
+        eq_a.resize(q_abs.size()), eq_s.resize(q_abs.size()), ev_a.resize(v_abs.size()), ev_s.resize(v_abs.size());
+        for (std::size_t n = 0; n < q_abs.size(); ++n) eq_a[n] = err(in.q, n).acc, eq_s[n] = err(in.q, n).store;
+        for (std::size_t n = 0; n < v_abs.size(); ++n) ev_a[n] = err(in.v, n).acc, ev_s[n] = err(in.v, n).store;
+    }
+    // Blocks of row_block rows (b, h, i) on the threads, the keys in tiles of key_tile (a multiple of
+    // the pack) that the block's rows go through in turn while the tile is in cache; every row still
+    // takes its keys in order (each sum over j and over c in the order of the scalar loops), so no
+    // value depends on the blocking or the thread count.
+    constexpr std::size_t row_block = 16, key_tile = 32 * simd::lanes;
+    const std::size_t rows = batch * heads * sq;
+    ::attnref::parallel_for((rows + row_block - 1) / row_block, threads, [&](std::size_t task) {
+        const std::size_t r0 = task * row_block, nr = std::min(row_block, rows - r0);
+        std::vector<double> le_acc(underflow ? nr * sk : 0), le_store(underflow ? nr * sk : 0);
+        kernels::worst_key_dots dots;
+        for (std::size_t jt = 0; jt < sk; jt += key_tile)
+            for (std::size_t k = 0; k < nr; ++k) {
+                const std::size_t row = r0 + k, b = row / (heads * sq), h = row / sq % heads, i = row % sq, g = h / group;
+                double& l_row = L[row];
+                double* s_row = &sigma[row * dv];
+                const double* q = &q_abs(b, h, i, 0);
+                const std::size_t kt_at = (b * kv + g) * dk * sk;
+                auto live = [&](std::size_t j) { return p(b, h, i, j) != 0; };  // masked or underflowed keys add nothing (NaN weights do)
+                for (std::size_t j0 = jt; j0 < std::min(sk, jt + key_tile); j0 += simd::lanes) {
+                    const std::size_t n = std::min(simd::lanes, sk - j0);
+                    bool any = false;
+                    for (std::size_t l = 0; l < n; ++l) any = any || live(j0 + l);
+                    if (!any) continue;
+                    if (n == simd::lanes) {
+                        kernels::worst_key_block(q, underflow ? &eq_a[row * dk] : nullptr, underflow ? &eq_s[row * dk] : nullptr, &kT[kt_at + j0],
+                                                 underflow ? &ek_a[kt_at + j0] : nullptr, underflow ? &ek_s[kt_at + j0] : nullptr, sk, dk, s_abs,
+                                                 la0, dots);
+                    } else {  // the row's last keys, one at a time (the same operations per key)
+                        for (std::size_t l = 0; l < n; ++l) {
+                            double dot = 0, la = la0, ls = 0;
+                            for (std::size_t c = 0; c < dk; ++c) {
+                                const double kc = kT[kt_at + c * sk + j0 + l];
+                                dot += q[c] * kc;
+                                if (!underflow) continue;
+                                la += s_abs * (eq_a[row * dk + c] * kc + q[c] * ek_a[kt_at + c * sk + j0 + l]);
+                                ls += s_abs * (eq_s[row * dk + c] * kc + q[c] * ek_s[kt_at + c * sk + j0 + l]);
+                            }
+                            dots.dot[l] = dot, dots.la[l] = la, dots.ls[l] = ls;
+                        }
+                    }
+                    for (std::size_t l = 0; l < n; ++l) {
+                        const std::size_t j = j0 + l;
+                        if (!live(j)) continue;
+                        const double pj = p(b, h, i, j), s = logits(b, h, i, j);
+                        const double m = s_abs * dots.dot[l] * (1 + 0x1p-50) + (std::isfinite(s) ? abs_d(s) : 0.0);
+                        if (m > l_row) l_row = m;
+                        kernels::scaled_add2(abs_d(pj), 0, &v_abs(b, g, j, 0), dv, s_row, nullptr);  // σ_c += |p_j|·|v_jc|
+                        // (eq. 26) the logit's absolute underflow: q's and k's through s·qᵀk, and the dot
+                        // product's dk products and the scale's multiplications (η_acc each).
+                        if (underflow) le_acc[k * sk + j] = dots.la[l], le_store[k * sk + j] = dots.ls[l];
+                    }
+                }
+            }
+        for (std::size_t k = 0; k < nr; ++k)
+            for (std::size_t c = 0; c < dv; ++c) sigma[(r0 + k) * dv + c] *= 1 + 0x1p-48;  // this sum's own rounding, upward
+        if (!underflow) return;
+        // (eq. 26) Δo_c = Σ_j p_j (v_jc − o_c) ΔS_j + Σ_j p_j Δv_jc + Σ_j ΔP_j v_jc + P·V's products
+        // + o's storage, with |v_jc − o_c| ≤ |v_jc| + σ_c and ΔP_j ≤ η(storage) + 4η_acc (exp, division).
+        std::vector<double> ta(nr * dv), ts(nr * dv, 1.0), tw(nr * dv, 0.0);
+        for (std::size_t k = 0; k < nr; ++k) {
+            const std::size_t row = r0 + k;
+            double n_live = 0;
+            for (std::size_t j = 0; j < sk; ++j) n_live += p.data[row * sk + j] != 0 ? 1 : 0;
+            std::fill_n(&ta[k * dv], dv, n_live + 1);
+        }
+        for (std::size_t jt = 0; jt < sk; jt += key_tile)
+            for (std::size_t k = 0; k < nr; ++k) {
+                const std::size_t row = r0 + k, b = row / (heads * sq), h = row / sq % heads, i = row % sq, g = h / group;
+                for (std::size_t j = jt; j < std::min(sk, jt + key_tile); ++j) {
+                    const double pj = p(b, h, i, j);
+                    if (!(pj != 0)) continue;
+                    const std::size_t at = ((b * kv + g) * sk + j) * dv;
+                    kernels::worst_underflow_key(abs_d(pj), le_acc[k * sk + j], le_store[k * sk + j], &v_abs(b, g, j, 0), &ev_a[at], &ev_s[at],
+                                                 &sigma[row * dv], dv, &ta[k * dv], &ts[k * dv], &tw[k * dv]);
+                }
+            }
+        for (std::size_t k = 0; k < nr; ++k)
+            for (std::size_t c = 0; c < dv; ++c)
+                (*underflow)[(r0 + k) * dv + c] = {ta[k * dv + c] * (1 + 0x1p-40), ts[k * dv + c] * (1 + 0x1p-40), tw[k * dv + c] * (1 + 0x1p-40)};
+    });
+}
+
+inline std::vector<double> abs_of(std::span<const double> x) {
+    std::vector<double> r(x.size());
+    for (std::size_t n = 0; n < x.size(); ++n) r[n] = abs_d(x[n]);
+    return r;
+}
+}  // namespace detail
+
+/// Worst-case magnitudes for scaled dot-product attention. q, k, v are the golden inputs, p the
+/// golden (certified) weights (B, H, Sq, Sk); options as the case uses them; logits the exact S
+/// (B, H, Sq, Sk), as attention_logits in double gives them.
+inline worst_case_scales sdpa_worst_case_scales(tensor_view<const double, 4> q, tensor_view<const double, 4> k,
+                                                tensor_view<const double, 4> v, tensor_view<const double, 4> p,
+                                                const attention_options& options, tensor_view<const double, 4> logits) {
+    const std::vector<double> qa = detail::abs_of({q.data, q.size()}), ka = detail::abs_of({k.data, k.size()}),
+                              va = detail::abs_of({v.data, v.size()});
+    const double scale = ::attnref::logit_stage::logit_scale<double>(options, q.extents[3]);
+    std::vector<double> L, sigma;
+    worst_case_scales r;
+    detail::head_scales({qa.data(), q.extents}, {ka.data(), k.extents}, {va.data(), v.extents}, logits, p, scale, L, sigma, &r.underflow, {},
+                        options.threads);
+    r.n_keys = k.extents[2];
+    r.n_dot = q.extents[3] + 4;
+    r.n_extra = 0;
+    const std::size_t dv = v.extents[3];
+    r.t0 = sigma;
+    r.t1.resize(sigma.size());
+    for (std::size_t e = 0; e < sigma.size(); ++e) r.t1[e] = L[e / dv] * sigma[e];
+    r.row_L = std::move(L);
+    r.row_length = dv;
+    return r;
+}
+inline worst_case_scales sdpa_worst_case_scales(tensor_view<const double, 4> q, tensor_view<const double, 4> k,
+                                                tensor_view<const double, 4> v, tensor_view<const double, 4> p,
+                                                const attention_options& options) {
+    const tensor<double, 4> logits = attention_logits<uniform_precision<double>>(q, k, options);
+    return sdpa_worst_case_scales(q, k, v, p, options, logits.view());
+}
+
+/// Worst-case magnitudes for multi-head attention (see multi_head_attention.hpp for the layout);
+/// logits the exact S (B, H, Sq, Sk), as mha_logits in double gives them.
+inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q, tensor_view<const double, 3> x_k,
+                                               tensor_view<const double, 3> x_v, const mha_parameters<double>& w,
+                                               tensor_view<const double, 4> p, const mha_options& o,
+                                               tensor_view<const double, 4> logits) {
+    const mha_dims d = mha_dims_of(x_q, x_k, x_v, w, o);
+    // Absolute projections |x|·|W| + |b| (for L and σ).
+    auto project_abs = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> W, tensor_view<const double, 1> b,
+                           std::size_t heads) {
+        tensor<double, 3> y({x.extents[0], x.extents[1], W.extents[1]});
+        const std::vector<double> xa = detail::abs_of({x.data, x.size()}), Wa = detail::abs_of({W.data, W.size()});
+        const std::vector<double> ba = b.empty() ? std::vector<double>{} : detail::abs_of({b.data, b.size()});
+        linear_into<uniform_precision<double>>(
+            tensor_view<const double, 3>{xa.data(), x.extents}, tensor_view<const double, 2>{Wa.data(), W.extents},
+            b.empty() ? tensor_view<const double, 1>{} : tensor_view<const double, 1>{ba.data(), b.extents}, y.view(), o.attention.threads, "projection");
+        for (std::size_t n = 0; n < y.size(); ++n) y[n] *= 1 + 0x1p-48;
+        return split_heads<double>(y.view(), heads);
+    };
+    const tensor<double, 4> qah = project_abs(x_q, w.w_q, w.b_q, d.heads), kah = project_abs(x_k, w.w_k, w.b_k, d.kv_heads),
+                            vah = project_abs(x_v, w.w_v, w.b_v, d.kv_heads);
+    // (eq. 26) A projection's absolute underflow, per element in head layout (B, heads, S, d): E
+    // products and the scale's multiplication in u_acc; x rounded (times |W|), W rounded (times |x|),
+    // b rounded and the result stored in the candidate's format.
+    auto project_underflow = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> W, tensor_view<const double, 1> b,
+                                 std::size_t heads) {
+        const std::size_t B = x.extents[0], S = x.extents[1], E = x.extents[2], N = W.extents[1], hd = N / heads;
+        std::vector<double> w_col(N, 0.0);
+        for (std::size_t e = 0; e < E; ++e)
+            for (std::size_t c = 0; c < N; ++c) w_col[c] += detail::abs_d(W(e, c));
+        std::vector<underflow_coefficients> r(B * S * N);
+        for (std::size_t bb = 0; bb < B; ++bb)
+            for (std::size_t i = 0; i < S; ++i) {
+                double x_row = 0;
+                for (std::size_t e = 0; e < E; ++e) x_row += detail::abs_d(x(bb, i, e));
+                for (std::size_t c = 0; c < N; ++c)
+                    r[((bb * heads + c / hd) * S + i) * hd + c % hd] = {(static_cast<double>(E) + 2) * (1 + 0x1p-48),
+                                                                        (w_col[c] + x_row + (b.empty() ? 0.0 : 1.0) + 1) * (1 + 0x1p-40)};
+            }
+        return r;
+    };
+    const std::vector<underflow_coefficients> qu = project_underflow(x_q, w.w_q, w.b_q, d.heads),
+                                              ku = project_underflow(x_k, w.w_k, w.b_k, d.kv_heads),
+                                              vu = project_underflow(x_v, w.w_v, w.b_v, d.kv_heads);
+    const double scale = ::attnref::logit_stage::logit_scale<double>(o.attention, d.head_dim_qk);
+    std::vector<double> L, sigma;
+    std::vector<underflow_coefficients> head_under;
+    detail::head_scales(qah.view(), kah.view(), vah.view(), logits, p, scale, L, sigma, &head_under, {qu, ku, vu}, o.attention.threads);
+    // Through W_o: t0_l = Σ_m σ_m|W_o,ml|, t1_l = Σ_m L_m σ_m|W_o,ml|, m = (h, c) merged.
+    const std::size_t H = d.heads, sq = d.query_length, dv = d.head_dim_v, eo = d.output_dim;
+    worst_case_scales r;
+    r.t0.assign(d.batch * sq * eo, 0.0);
+    r.t1.assign(d.batch * sq * eo, 0.0);
+    // (eq. 26) y_l = Σ_m h_m W_o,ml + b_l: the heads' underflow through |W_o|, H·dv products (u_acc),
+    // W_o rounded (times |h_m| ≤ σ_m), b_o rounded and y stored.
+    r.underflow.assign(d.batch * sq * eo, {});
+    r.row_L.assign(d.batch * sq, 0.0);
+    r.row_length = eo;
+    // Output rows (b, i) in blocks on the threads: a block reads each row of |W_o| once for all its
+    // rows, and every row sums over m = (h, c) in order, whatever the split
+    // (kernels::worst_output_projection).
+    std::vector<double> wo_abs(w.w_o.size());
+    for (std::size_t n = 0; n < wo_abs.size(); ++n) wo_abs[n] = detail::abs_d(w.w_o.data[n]);
+    constexpr std::size_t block = 8;
+    const std::size_t rows = d.batch * sq;
+    ::attnref::parallel_for((rows + block - 1) / block, o.attention.threads, [&](std::size_t task) {
+        const std::size_t r0 = task * block, nr = std::min(block, rows - r0);
+        std::vector<double> acc(5 * nr * eo);  // per row: underflow acc, store, weights, t0, t1
+        for (std::size_t k = 0; k < nr; ++k) {
+            std::fill_n(&acc[5 * k * eo], eo, static_cast<double>(H * dv) + 1);
+            std::fill_n(&acc[(5 * k + 1) * eo], eo, 2.0);
+            std::fill_n(&acc[(5 * k + 2) * eo], 3 * eo, 0.0);
+        }
+        for (std::size_t h = 0; h < H; ++h)
+            for (std::size_t c = 0; c < dv; ++c) {
+                const double* wa = &wo_abs[(h * dv + c) * eo];
+                for (std::size_t k = 0; k < nr; ++k) {
+                    const std::size_t b = (r0 + k) / sq, i = (r0 + k) % sq, hr = (b * H + h) * sq + i;
+                    const double l_row = L[hr], s = sigma[hr * dv + c];
+                    const underflow_coefficients hu = head_under[hr * dv + c];
+                    double* a = &acc[5 * k * eo];
+                    kernels::worst_output_projection(s, l_row * s, hu.acc, hu.store, hu.weights, wa, eo, a, a + eo, a + 2 * eo, a + 3 * eo,
+                                                     a + 4 * eo);
+                }
+            }
+        for (std::size_t k = 0; k < nr; ++k) {
+            const std::size_t b = (r0 + k) / sq, i = (r0 + k) % sq, out = (b * sq + i) * eo;
+            for (std::size_t h = 0; h < H; ++h) r.row_L[b * sq + i] = std::max(r.row_L[b * sq + i], L[(b * H + h) * sq + i]);
+            const double* a = &acc[5 * k * eo];
+            for (std::size_t l = 0; l < eo; ++l) {
+                r.underflow[out + l] = {a[l], a[eo + l], a[2 * eo + l]};
+                r.t0[out + l] = a[3 * eo + l], r.t1[out + l] = a[4 * eo + l];
+            }
+        }
+    });
+    // The output bias: adding it rounds once more, relative to |y| ≤ t0 + |b_o|.
+    for (std::size_t n = 0; n < r.t0.size(); ++n) {
+        const double bo = w.b_o.empty() ? 0.0 : detail::abs_d(w.b_o[n % eo]);
+        r.t0[n] = (r.t0[n] + bo) * (1 + 0x1p-46);
+        r.t1[n] *= 1 + 0x1p-46;
+        r.underflow[n].acc *= 1 + 0x1p-40, r.underflow[n].store *= 1 + 0x1p-40, r.underflow[n].weights *= 1 + 0x1p-40;
+    }
+    const std::size_t em = x_q.extents[2];
+    r.n_keys = d.key_length;
+    r.n_dot = d.head_dim_qk + 2 * em + 8;
+    r.n_extra = em + 2 + H * dv + 2;
+    return r;
+}
+inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q, tensor_view<const double, 3> x_k,
+                                               tensor_view<const double, 3> x_v, const mha_parameters<double>& w,
+                                               tensor_view<const double, 4> p, const mha_options& o) {
+    const tensor<double, 4> logits = mha_logits<uniform_precision<double>>(x_q, x_k, w, o);
+    return mha_worst_case_scales(x_q, x_k, x_v, w, p, o, logits.view());
+}
+
+}  // namespace attnref::tolerance
