@@ -67,8 +67,7 @@ class MemoryLimitError(ValueError, MemoryError):
     before anything is allocated, the message giving the estimate and the limit."""
 
 #: Precision policy names accepted by ``arith=`` (attnref/multiprecision/policies.hpp).
-POLICIES: Tuple[str, ...] = ("float32", "float64", "longdouble", "float128", "bin50", "bf16", "fp16", "bf16_fp32acc",
-                             "fp16_fp32acc", "fp32_p_bf16", "fp32_p_fp8e4m3", "fp32_p_fp8e5m2")
+POLICIES: Tuple[str, ...] = tuple(_attnref._policy_names())
 #: The MPFR precisions (bits) ``arith="mpfr:BITS"`` accepts.
 MPFR_BITS: Tuple[int, ...] = tuple(_attnref._mpfr_bits())
 

@@ -369,7 +369,11 @@ def _judge_forward(a: np.ndarray, ref: Any, fmt: str, model: str, weights: Any, 
         f"; reference {ref.arith}" if isinstance(ref, Reference) else "")
 
     def raise_(inconclusive: bool) -> None:
+        # The verdict is the checker's (check/judge_forward.hpp's decide); this only words it.
+        verdict = judged["verdict"]
         if not inconclusive:
+            if verdict != "FAIL":
+                return
             for r in results:
                 if r["wrong_empty_lse"]:
                     raise AssertionError(f"{prefix}Attention lse: {r['wrong_empty_lse']} rows with every key masked do not hold the "
@@ -379,6 +383,8 @@ def _judge_forward(a: np.ndarray, ref: Any, fmt: str, model: str, weights: Any, 
                     unit = " ULP" if model == "ulp" else ""
                     raise AssertionError(_not_close(prefix, "Attention", r, shapes, unit=unit) + how)
             _raise_broken_invariant(judged, prefix, "Attention weights", "index ", " (include/attnref/core/invariants.hpp)", how)
+            raise AssertionError(f"{prefix}Attention FAIL: {judged['reason']}\n{how}")
+        if verdict != "INCONCLUSIVE":
             return
         for r in results:
             if r["vacuous_elements"]:
@@ -400,5 +406,6 @@ def _judge_forward(a: np.ndarray, ref: Any, fmt: str, model: str, weights: Any, 
             if i["vacuous"]:
                 raise InconclusiveError(f"{prefix}INCONCLUSIVE: the bound of the invariant '{i['name']}' is vacuous: "
                                         f"a pass would prove nothing.\n{how}")
+        raise InconclusiveError(f"{prefix}INCONCLUSIVE: {judged['reason']}: a pass would prove nothing.\n{how}")
 
     return raise_
