@@ -63,7 +63,8 @@ Arithmetic (``arith=``):
   "float64", "float32"  plain IEEE arithmetic, every operation rounded (attnref's fixed orders).
   policy names          attnref's precision policies (inputs first rounded to the storage format):
                         longdouble, float128, bin50, bf16, fp16, bf16_fp32acc, fp16_fp32acc,
-                        fp32_p_bf16, fp32_p_fp8e4m3, fp32_p_fp8e5m2 (see attnref.POLICIES).
+                        fp32_p_bf16, fp32_p_fp8e4m3, fp32_p_fp8e5m2, the fp8 P-cast kernel models
+                        fp32_p_fp8e4m3_s256, fp32_p_fp8e5m2_s256, bf16_materialised (attnref.POLICIES).
   "mpfr:BITS"           MPFR at BITS bits, for the compiled precisions attnref.MPFR_BITS (134, 267).
   Results of float32 and narrower arithmetics come back as float32 arrays (the values are exact in
   float32); all others as float64 (long double, binary128, bin50 and MPFR results rounded to float64).
