@@ -178,6 +178,25 @@ void register_check(CLI::App& app) {
             if (!rq.policy) throw data_error("command line: --policy: no policy '" + printable(a->policy) + "' (see attnref run --help)");
         }
         rq.empty_lse = *value_in(empty_row_lse_names, a->empty_lse);  // checked by CLI11
+        {  // check's own memory estimate (golden/memory.hpp), before anything is loaded; a manifest that
+           // cannot be read is left to load_case, which reports it as it always has
+            const std::filesystem::path dir(a->golden);
+            const std::string mf = (dir / "manifest.json").string();
+            std::optional<manifest> m;
+            try {
+                std::error_code ec;
+                if (std::filesystem::is_directory(dir, ec)) m = parse_manifest(read_file_capped(mf, max_json_bytes, dir), mf);
+            } catch (const data_error&) {
+            }
+            if (m) {
+                std::uint64_t gradient_values = 0;
+                for (const gradient_tensor_layout& g : gradient_layout(m->spec))
+                    for (const auto& [role, file] : rq.gradients)
+                        if (role == g.role) gradient_values += safe_io_detail::sat_count(g.shape);
+                require_memory(check_memory_estimate(m->spec, !a->weights.empty(), !a->lse.empty(), gradient_values), m->spec, mf,
+                               "check");
+            }
+        }
         // --input-format: judge against the certified result of the inputs the candidate computed on.
         std::optional<rounded_case_dir> rounded;
         const std::string judged = judged_inputs(rq, a->input_format, rounded);

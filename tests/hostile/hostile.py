@@ -568,6 +568,17 @@ def estimates():
         check(f'run --arith {arith}: refused under 1K with the estimate', rc == 2 and est is not None, err.strip()[:200])
         rc, peak = peak_rss(run)
         check(f'run --arith {arith}: estimate {est} >= peak {peak}', rc == 0 and est is not None and est >= peak)
+    # check's own estimate (golden/memory.hpp's check_memory_estimate): the candidate's tensors, their
+    # bounds and, with weights or lse, the recomputed logits and weights; before, check used only the
+    # case-load estimate, which fell below the measured peak with --weights --lse.
+    r32 = os.path.join(d, 'r_float32')
+    for label, extra in (('output', ()), ('output, weights and lse', ('--weights', os.path.join(r32, 'weights.npy'),
+                                                                      '--lse', os.path.join(r32, 'lse.npy')))):
+        chk = ('check', '--golden', os.path.join(d, 'm'), '--output', os.path.join(r32, 'output.npy'), *extra)
+        rc, est, err = estimate_of(chk)
+        check(f'check ({label}): refused under 1K with the estimate', rc == 2 and est is not None, err.strip()[:200])
+        rc, peak = peak_rss(chk)
+        check(f'check ({label}): estimate {est} >= peak {peak}', rc == 0 and est is not None and est >= peak)
 
 
 CATEGORIES = {'memory': memory, 'deep': deep, 'sizes': sizes, 'lost': lost, 'shell': shell, 'hang': hang, 'strict': strict,

@@ -1,7 +1,7 @@
 #pragma once
 /// \file golden/memory.hpp
-/// Owns the memory estimate of `run` (the commands that compute with a case's shapes; `check`'s is
-/// golden/manifest.hpp's case_memory_estimate), from the shapes alone and before anything is allocated; `generate`'s is
+/// Owns the memory estimates of `run` and `check` (the commands that compute with a case's shapes; every
+/// load_case also applies case_memory_estimate), from the shapes alone and before anything is allocated; `generate`'s is
 /// golden/generate.hpp's generate_memory_estimate (it needs MPFR's sizes). Each estimate counts
 /// what the command holds at its peak, saturates at 2^64 − 1, and adds command_program_bytes for
 /// the process itself. The limit they are compared with is max_memory() (safe_io.hpp: half the
@@ -44,6 +44,24 @@ inline std::uint64_t run_memory_estimate(const case_spec& spec, std::uint64_t va
     bytes = sat_add(bytes, sat_mul(outputs, sat_add(sat_mul(2, value_bytes), 16)));
     bytes = sat_add(bytes, sat_mul(backward, value_bytes));
     bytes = sat_add(bytes, sat_mul(16, largest));
+    return sat_add(bytes, command_program_bytes);
+}
+
+/// Estimated peak memory of `attnref check` on `spec`: what loading the case holds
+/// (case_memory_estimate: the inputs and golden tensors with their working copies), per candidate
+/// element judged its values read as doubles and its per-element bound (16 bytes each; the output
+/// always counted, weights and lse when given, `gradient_values` gradient elements), for judged
+/// weights or lse the exact logits and weights recomputed for their bounds and the invariant
+/// P = exp(S − lse) (16 bytes per weight element), and command_program_bytes. Measured against peak
+/// RSS in tests/hostile/hostile.py (estimates).
+inline std::uint64_t check_memory_estimate(const case_spec& spec, bool weights, bool lse, std::uint64_t gradient_values) {
+    using safe_io_detail::sat_add, safe_io_detail::sat_mul, safe_io_detail::sat_count;
+    std::uint64_t judged = sat_add(sat_count(output_shape(spec)), gradient_values);
+    const std::uint64_t w = sat_count(weights_shape(spec));
+    if (weights) judged = sat_add(judged, w);
+    if (lse) judged = sat_add(judged, sat_count(lse_shape(spec)));
+    std::uint64_t bytes = sat_add(case_memory_estimate(spec), sat_mul(16, judged));
+    if (weights || lse) bytes = sat_add(bytes, sat_mul(16, w));
     return sat_add(bytes, command_program_bytes);
 }
 
