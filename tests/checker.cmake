@@ -1,11 +1,12 @@
 # CTest registrations of the checker (include/attnref/check/, `attnref check`); included from tests/CMakeLists.txt.
 if(TARGET attnref_verify)
   # The bug catalog (tests/runtime/bug_catalog.test.cpp) judges wrong implementations with the
-  # checker's library code: one CTest test per candidate format, so that they run in parallel.
+  # checker's library code: one CTest test per candidate format and declared policy, so
+  # that they run in parallel.
   if(TARGET bug_catalog.test)  # not in the sanitizer build (tests/CMakeLists.txt)
     target_link_libraries(bug_catalog.test PRIVATE attnref::golden)
-    set_tests_properties(bug_catalog PROPERTIES DISABLED ON)  # the four below run the same test cases
-    foreach(_f float64 float32 bfloat16 float16)
+    set_tests_properties(bug_catalog PROPERTIES DISABLED ON)  # the seven below run the same test cases
+    foreach(_f float64 float32 bfloat16 float16 bf16_fp32acc fp16_fp32acc fp8)
       add_test(NAME bug_catalog_${_f} COMMAND bug_catalog.test --run_test=${_f}_candidates --log_level=message --report_level=short)
     endforeach()
   endif()
