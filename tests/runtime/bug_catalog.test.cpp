@@ -488,8 +488,8 @@ void run_matrix(const row_kind& f, double inconclusive_limit = 0.05) {
 
 BOOST_AUTO_TEST_CASE(float64_candidates) { run_matrix({F::float64}); }
 BOOST_AUTO_TEST_CASE(float32_candidates) { run_matrix({F::float32}); }
-// An undeclared bf16 candidate's bound holds for any bf16 kernel, also one that rounds the scaled
-// queries or the scale itself to bf16 (relative 2⁻⁹ of logits near 1000: the weights' own order):
+// An undeclared bf16 candidate's bound holds for any bf16 kernel, also one that rounds the
+// logit-level constants (the scale) to bf16 (relative 2⁻⁹ of logits near 1000: the weights' order):
 // on the logit-offset, exp-overflow, cancelling-output, tied-maxima and seed-example cases it is
 // vacuous or admits a decoy, for attnref's correct kernel as for the wrong ones (23 of 341 cells,
 // 6.7%, measured; every one on a case where the correct kernel is inconclusive too). Declaring the
