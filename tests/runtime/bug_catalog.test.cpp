@@ -77,7 +77,8 @@ const fs::path golden_dir = fs::path(ATTNREF_SOURCE_DIR) / "golden";
 
 using bf16_policy = precision_policy<formats::bfloat16, float, formats::bfloat16, formats::bfloat16>;
 using fp16_policy = precision_policy<formats::float16, float, formats::float16, formats::float16>;
-/// FlashAttention-3's fp8 forward as `run --arith fp32_p_fp8e4m3_s256` computes it.
+/// fp32 storage and accumulation with P·256 rounded to E4M3 before P·V (kernel_models.hpp), as
+/// `run --arith fp32_p_fp8e4m3_s256` computes it.
 using fp8_policy = with_weights_scale<precision_policy<float, float, formats::float8_e4m3, float>, 256.0>;
 
 /// A row of the matrix: the candidate's format and, for a declared policy, its name (the kernels
