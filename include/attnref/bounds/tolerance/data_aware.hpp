@@ -64,6 +64,10 @@ struct data_aware_scales {
     std::vector<two_part> row_logit_var;
     std::vector<double> row_logit_linear;
     std::size_t n_keys = 0;
+    /// SDPA only (empty for multi-head): per element (b,h,i,c), the row's largest weight p* = max_j p_j
+    /// and |v_j*c| of its key j* (the first in key order), for the dominant key's P-storage term of a
+    /// declared policy (dominant_key_rounding).
+    std::vector<double> dominant_weight, dominant_value;
 
     /// ε (eq. 21): a bound on every logit perturbation of the row.
     double logit_epsilon(const two_part& var, double linear_term, double u, double u_acc) const {
@@ -99,6 +103,28 @@ struct data_aware_scales {
     }
     double bound(std::size_t e, double u) const { return bound(e, u, u); }
 
+    /// The P-storage rounding of a row's dominant key (docs/error-bounds.md eq. 27), as an absolute
+    /// error of its weight; +inf where it does not apply. A policy rounds S·x to P's format (unit
+    /// roundoff u_P, S = a power of two in [1, 256]: S·1 is then a normal number of every P format of
+    /// the registry), x the key's weight before the cast, normalised (x = p̃*) or not (x = e^{S̃* − m̃}
+    /// with m̃ the largest logit seen so far, FlashAttention's online softmax). With logits within ε of
+    /// the exact ones, exp, the row sum of n keys and the division within (n + 4)·u_acc relative, both
+    /// are ≥ lo = p*·e^{−2ε}·(1 − γ) and ≤ 1 + 2u_acc. If lo ≥ 1 − u_P/2 every such S·x lies between
+    /// the midpoints S(1 − u_P/2) and S(1 + u_P) around S (ties go to S, whose significand is even):
+    /// the stored value is exactly S, the weight used is exactly 1 (or e⁰/l̃, whose rounding the
+    /// normalisation's terms count), and the rounding moved it by |1 − x| ≤ max(1 − lo, 2u_acc): d*.
+    static double dominant_key_rounding(double p, double eps, double u_p, double u_acc, double S, std::size_t n) {
+        const double inf = std::numeric_limits<double>::infinity();
+        int ex = 0;
+        if (!(u_p > 2 * u_acc) || !(S >= 1 && S <= 256) || std::frexp(S, &ex) != 0.5 || !(p > 0.5) || !(eps >= 0)) return inf;
+        const double nu = (static_cast<double>(n) + 4) * u_acc;
+        if (!(nu < 0.25)) return inf;
+        const double gamma = nu / (1 - nu) * (1 + 0x1p-40);
+        const double lo = p * std::exp(-2 * eps) * (1 - gamma) * (1 - 0x1p-40);  // rounded low by the 2⁻⁴⁰ factor
+        if (!(lo >= 1 - u_p / 2)) return inf;
+        return std::max(1 - lo, 2 * u_acc) * (1 + 0x1p-40);
+    }
+
     /// The bound of a candidate that declares its policy (attnref check --policy): the same terms
     /// (eqs. 15–22, 26), each rounding in the format the policy performs it in — storage roundings
     /// (inputs, Q/K/V, head outputs, output, benchdnn's floor) in u_s = storage_but_weights(), P's
@@ -123,7 +149,16 @@ struct data_aware_scales {
         // up to the two sums' rounding (relative 2⁻³⁰ covers 2²² terms).
         const double sg = sigma_linear[e], st = linear[e].store;
         const double consts = std::max(0.0, st - 2 * sg) + 0x1p-30 * st;
-        const double lin = linear[e].acc * u_acc + sg * (u_p + u_s) + consts * u_c;
+        // P's storage rounding, u_P·Σ_j p_j|v_jc| (σ), but for a dominant key whose stored weight the
+        // rounding fixes (dominant_key_rounding): its u_P·p*|v*| becomes d*·|v*|. σ − p*|v*| is summed in
+        // double from nonnegative terms: relative 2⁻³⁰ covers its rounding as above.
+        double p_store = sg * u_p;
+        if (dominant_weight.size() == size() && dominant_value.size() == size()) {
+            const double d = dominant_key_rounding(dominant_weight[e], eps, u_p, u_acc, pr.weights_scale, n_keys);
+            const double pv = dominant_weight[e] * dominant_value[e];
+            if (d < dominant_weight[e] * u_p) p_store = (std::max(0.0, sg - pv) + 0x1p-30 * sg) * u_p + d * dominant_value[e];
+        }
+        const double lin = linear[e].acc * u_acc + p_store + sg * u_s + consts * u_c;
         const double eta_p = error_bounds::underflow_eta(u_p) / pr.weights_scale;
         const double under = worst_case.underflow.size() == size() ? times(g, worst_case.underflow[e].at_policy(u_s, u_acc, eta_p)) : 0.0;
         const double b = ((lambda * std::sqrt(var) + times(g, lin) + under) * (1 + pr.output) + pr.output * std::fabs(output_value[e])) *
@@ -151,6 +186,7 @@ struct head_terms {
     std::vector<two_part> coupled, independent, linear, logit_var;  // logit_var per (b,h,i)
     std::vector<double> logit_linear, out;                          // logit_linear per (b,h,i); out = o per (b,h,i,c)
     std::vector<double> sigma;                                      // σ_c = Σ_j p_j|v_jc| per (b,h,i,c)
+    std::vector<double> dominant_p, dominant_v;                     // max_j p_j per (b,h,i); |v_j*c| per (b,h,i,c)
 };
 
 /// The data-aware terms of one attention (eqs. 15–19 of docs/error-bounds.md). `logits`
@@ -166,6 +202,8 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
     t.linear.assign(t.coupled.size(), {});
     t.out.assign(t.coupled.size(), 0.0);
     t.sigma.assign(t.coupled.size(), 0.0);
+    t.dominant_p.assign(batch * heads * sq, 0.0);
+    t.dominant_v.assign(t.coupled.size(), 0.0);
     t.logit_var.assign(batch * heads * sq, {});
     t.logit_linear.assign(batch * heads * sq, 0.0);
     // Var(v)'s two halves apart, for the vectorised per-key loop (kernels::key_contribution).
@@ -190,7 +228,8 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
     const std::size_t r0 = task * block, nr = std::min(block, rows - r0);
     std::vector<double> sigma_all(nr * dv, 0.0), k2_all(nr * dk, 0.0), d2_all(nr * dv, 0.0), acc_all(nr * 6 * dv, 0.0), m_all(nr);
     std::vector<two_part> eps_var_all(nr);
-    std::vector<double> eps_lin_all(nr, 0.0);
+    std::vector<double> eps_lin_all(nr, 0.0), pmax_all(nr, 0.0);
+    std::vector<std::size_t> jmax_all(nr, sk);
     auto for_tiles = [&](auto&& body) {  // body(k, row, b, h, i, g, j_begin, j_end)
         for (std::size_t jt = 0; jt < sk; jt += key_tile)
             for (std::size_t k = 0; k < nr; ++k) {
@@ -205,6 +244,7 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
         for (std::size_t j = j0; j < j1; ++j) {
             const double pj = p(b, h, i, j);
             if (!(pj > 0)) continue;  // false for 0 and NaN
+            if (pj > pmax_all[k]) pmax_all[k] = pj, jmax_all[k] = j;  // the first largest weight
             const double sj = logits(b, h, i, j);
             if (std::isfinite(sj)) m_all[k] = std::max(m_all[k], sj);
             kernels::weighted_value(pj, &in.v(b, g, j, 0), dv, o, &sigma_all[k * dv]);
@@ -299,6 +339,11 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
                     lin[c].store += sigma[c];
                     t.sigma[row * dv + c] = sigma[c];
                 }
+                t.dominant_p[row] = pmax_all[k];
+                if (jmax_all[k] < sk) {
+                    const std::size_t b = row / (heads * sq), g = row / sq % heads / group;
+                    for (std::size_t c = 0; c < dv; ++c) t.dominant_v[row * dv + c] = abs_d(in.v(b, g, jmax_all[k], c));
+                }
                 t.logit_var[row] = eps_var_all[k];
                 t.logit_linear[row] = eps_lin_all[k];
     }
@@ -336,6 +381,9 @@ inline data_aware_scales sdpa_scales(tensor_view<const double, 4> q, tensor_view
     for (std::size_t e = 0; e < r.coupled.size(); ++e) r.logit_var[e] = t.logit_var[e / dv], r.logit_linear[e] = t.logit_linear[e / dv];
     r.sigma_linear = std::move(t.sigma);
     r.output_value = std::move(t.out);
+    r.dominant_weight.resize(r.coupled.size());
+    for (std::size_t e = 0; e < r.coupled.size(); ++e) r.dominant_weight[e] = t.dominant_p[e / dv];
+    r.dominant_value = std::move(t.dominant_v);
     r.row_logit_var = std::move(t.logit_var);
     r.row_logit_linear = std::move(t.logit_linear);
     r.n_keys = k.extents[2];
