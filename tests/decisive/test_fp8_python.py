@@ -5,6 +5,7 @@
   independent decoder; its reference is the certified result of those inputs (the name says so).
 - attnref.check of a NumPy float32 kernel computing on the codes and descales PASSes given the
   GoldenCase; with q's descale forgotten it FAILs; Verdict.inputs says "fp8e4m3-rounded".
+- attnref.sdpa(arith="fp8e4m3_fa3_fp32") quantises its inputs as `attnref run` does and PASSes check(policy=).
 - An unknown input_format is a ValueError naming input_format.
 """
 import os
@@ -71,3 +72,17 @@ def test_check_fp8_inputs():
 def test_unknown_input_format():
     with pytest.raises(ValueError, match="input_format"):
         attnref.load_case(GOLDEN, input_format="fp8e4m4")
+
+
+def test_sdpa_arith_fp8_policy_quantises_its_inputs():
+    # attnref.sdpa(arith="fp8e4m3_fa3_fp32") quantises q, k, v per tensor as `attnref run` does: on the
+    # golden inputs it gives what it gives on their FP8 effective values (quantising those again changes
+    # nothing), differs from the same arithmetic without FP8 inputs, and PASSes check(policy=...).
+    golden = attnref.load_case(GOLDEN)
+    c = attnref.load_case(GOLDEN, input_format="fp8e4m3")
+    a = attnref.sdpa(*(golden.inputs[r] for r in ("query", "key", "value")), arith="fp8e4m3_fa3_fp32").output
+    b = attnref.sdpa(*(c.inputs[r] for r in ("query", "key", "value")), arith="fp8e4m3_fa3_fp32").output
+    d = attnref.sdpa(*(golden.inputs[r] for r in ("query", "key", "value")), arith="fp32_p_fp8e4m3_s256").output
+    assert np.array_equal(a, b) and not np.array_equal(a, d)
+    r = attnref.check(GOLDEN, np.asarray(a, dtype=np.float32), policy="fp8e4m3_fa3_fp32")
+    assert r.verdict == "PASS" and r.inputs == "fp8e4m3-rounded", str(r)
