@@ -3,7 +3,7 @@
 ///                 [--grad-query F] [--grad-key F] [--grad-value F] [--grad-w-q F … --grad-b-o F] (backward cases)
 ///                 [--dtype float64|float32|float16|bfloat16] [--tolerance data-aware|worst-case|assert-close|ulp|baseline]
 ///                 [--empty-row-lse -inf|+inf|any] [--backward-algorithm textbook|flash|unknown] [--json FILE] [--junit FILE]
-///                 [--input-format auto|case|float64|float32|bfloat16|float16] [--policy NAME]
+///                 [--input-format auto|case|float64|float32|bfloat16|float16|fp8e4m3|fp8e5m2] [--policy NAME]
 /// Each file is judged in its own descr's format ('<f8', '<f4', '<f2'; '<u2' = bfloat16 bit
 /// patterns), or in --dtype for every file; bfloat16 may also come as '<f4' values with --dtype
 /// bfloat16. The report names each tensor's format. Exit 0 PASS, 1 FAIL or
@@ -82,7 +82,7 @@ std::string judged_inputs(check_request& rq, const std::string& choice, std::opt
         }
     }
     const input_choice j = choose_inputs(lc, choice, f, rq.policy.has_value(), !rq.gradients.empty(), rounded);
-    if (j.rounded_to) rq.golden = rounded->dir().string();
+    if (j.rounded_to || j.fp8) rq.golden = rounded->dir().string();
     return j.text;
 }
 
@@ -146,8 +146,9 @@ void register_check(CLI::App& app) {
     c->add_option("--input-format", a->input_format,
                   "the format the candidate's inputs were in: the reference is certified for the golden inputs rounded to nearest "
                   "even to it (auto: the candidate's format when it is bfloat16 or float16, or a --policy is declared, and the case's inputs are not exact in it; "
-                  "case: the case's own inputs)")
-        ->check(CLI::IsMember(with_names({"auto", "case"}, binary_format_names, {})))
+                  "case: the case's own inputs; fp8e4m3, fp8e5m2: the inputs quantised per tensor with power-of-two descales, as FP8 kernels read them; "
+                  "implied by a --policy with FP8 inputs)")
+        ->check(CLI::IsMember(with_names({"auto", "case"}, binary_format_names, {"fp8e4m3", "fp8e5m2"})))
         ->capture_default_str();
     std::string policy_help = "a declared precision policy (the names of run --arith): the bounds follow where it rounds:";
     for (const policy_entry& p : policy_names) policy_help += " " + std::string(p.name);
@@ -173,9 +174,17 @@ void register_check(CLI::App& app) {
         check_report_paths(a->golden, inputs, a->json, a->junit, a->force);
         rq.model = *tol::model_from_name(a->tolerance);
         rq.declared_backward = backward_algorithm_from_name(a->backward);  // nullopt for unknown
+        std::string input_format = a->input_format;
         if (!a->policy.empty()) {
             rq.policy = roundoffs_of_policy(a->policy);
             if (!rq.policy) throw data_error("command line: --policy: no policy '" + printable(a->policy) + "' (see attnref run --help)");
+            // A policy with FP8 inputs (e.g. fp8e4m3_fa3_bf16) is judged on the inputs it quantises.
+            if (const std::string f8(fp8_input_format_of_policy(a->policy)); !f8.empty()) {
+                if (input_format == "auto") input_format = f8;
+                else if (input_format != f8)
+                    throw data_error("command line: --input-format " + a->input_format + ": --policy " + a->policy + " reads its inputs in " + f8 +
+                                     " (leave --input-format auto or give " + f8 + ")");
+            }
         }
         rq.empty_lse = *value_in(empty_row_lse_names, a->empty_lse);  // checked by CLI11
         {  // check's own memory estimate (golden/memory.hpp), before anything is loaded; a manifest that
@@ -199,7 +208,7 @@ void register_check(CLI::App& app) {
         }
         // --input-format: judge against the certified result of the inputs the candidate computed on.
         std::optional<rounded_case_dir> rounded;
-        const std::string judged = judged_inputs(rq, a->input_format, rounded);
+        const std::string judged = judged_inputs(rq, input_format, rounded);
         const check_result r = run_check(rq);
         std::printf("inputs: %s\n", judged.c_str());
         if (!a->policy.empty()) std::printf("policy: %s (declared)\n", a->policy.c_str());

@@ -192,6 +192,9 @@ void run_generate(generate_args a) {
     fs::path out = a.out;
     std::optional<case_data> inputs;    // a "files" case's inputs (not the generator's)
     std::optional<fs::path> case_dir;   // --golden: the one directory compared or written
+    std::optional<fp8_quantised> fp8;   // --golden --input-format fp8e4m3|fp8e5m2: the codes and scales
+    if (a.golden.empty() && fp8_format_from_name(a.input_format))
+        throw data_error("command line: --input-format " + a.input_format + ": only with --golden (the derived case of a golden case)");
     if (!a.golden.empty()) {
         if (!a.name.empty() || !a.inputs_from.empty() || !a.cases.empty() || a.shard_given)
             throw data_error("command line: --golden: regenerates one case from its own manifest; not with --name, --inputs-from, --case or --shard");
@@ -203,11 +206,21 @@ void run_generate(generate_args a) {
             // The derived case a kernel of that format computes on (golden/rounded_inputs.hpp): the inputs
             // rounded to nearest even, their certified reference, named <case>_inputs_<format>; needs --out.
             if (a.out.empty()) throw data_error("command line: --input-format with --golden: needs --out (the derived case's parent directory)");
+            if (const std::optional<fp8_input_format> f8 = fp8_format_from_name(a.input_format)) {
+                // FP8: the inputs quantised per tensor (quantise_fp8); the codes and descales also go to <derived>/fp8/.
+                if (!inputs_all_finite(lc.data))
+                    throw data_error("command line: --input-format " + a.input_format + ": case " + lc.m.spec.name +
+                                     " has a non-finite input; no per-tensor FP8 scale is defined");
+                fp8.emplace(quantise_fp8(lc.data, *f8));
+                inputs = fp8->effective;
+                cases.push_back(rounded_spec(lc.m.spec, *inputs, *f8));
+            } else {
             const binary_format f = *format_from_name(a.input_format);
             if (!inputs_finite_in(lc.data, f))
                 throw data_error("command line: --input-format " + a.input_format + ": rounding the inputs of " + lc.m.spec.name + " overflows");
             inputs = round_inputs(lc.data, f);
             cases.push_back(rounded_spec(lc.m.spec, *inputs, f));
+            }
             case_dir = fs::path(a.out) / cases.back().name;
             out = a.out;
         } else {
@@ -312,6 +325,7 @@ void run_generate(generate_args a) {
             o.conflict = true;
             o.detail = c.first_difference;
         }
+        if (fp8 && !a.verify && !o.conflict) write_fp8_files(dir, s, *fp8);  // the FP8 codes and descales, <dir>/fp8/
         say(fmt::format("[{}/{}] {}: {} ({:.1f} s)", i + 1, cases.size(), s.name, o.status, o.seconds));
     };
 
@@ -420,8 +434,9 @@ void register_generate(CLI::App& app) {
     g->add_option("--input-format", a->input_format,
                   "float64, float32, bfloat16 or float16 (with --inputs-from: default the narrowest holding every value exactly; with "
                   "--golden: write the derived case <case>_inputs_<format> under --out, the inputs rounded to nearest even to it "
-                  "and their certified reference)")
-        ->check(CLI::IsMember({"float64", "float32", "bfloat16", "float16"}))->group(adhoc);
+                  "and their certified reference; fp8e4m3, fp8e5m2 (--golden only): the inputs quantised per tensor with power-of-two descales, "
+                  "the codes as uint8 and the descales in <derived>/fp8/)")
+        ->check(CLI::IsMember({"float64", "float32", "bfloat16", "float16", "fp8e4m3", "fp8e5m2"}))->group(adhoc);
     g->add_option("--seed", a->seed, "generator seed")->check(unsigned_text())->group(adhoc);
     g->add_option("--targets", a->targets, "extra correctly rounded copies: float32, bfloat16, float16")->delimiter(',')->group(adhoc);
     g->add_flag("--no-weights", a->no_weights, "do not store the attention weights P")->group(adhoc);

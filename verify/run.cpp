@@ -23,6 +23,7 @@
 #include "attnref/check/gradients.hpp"
 #include "attnref/golden/check.hpp"
 #include "attnref/golden/memory.hpp"
+#include "attnref/golden/rounded_inputs.hpp"
 #include "attnref/golden/safe_io.hpp"
 
 namespace attnref::verify {
@@ -97,13 +98,27 @@ void run_case(const run_args& a) {
     const case_spec& s = lc.m.spec;
     const auto start = std::chrono::steady_clock::now();
     std::vector<std::pair<std::string, npy::array>> results;
+    std::string quantised;  // the FP8 descales of a policy with FP8 inputs, for the summary line
     const bool known = visit_policy(a.arith, [&]<class P>(std::type_identity<P>) {
-        const case_outputs_of<P> r = compute_case<P>(s, lc.data, a.threads, *algorithm, a.block);
+        // A policy with FP8 inputs computes on the inputs quantised per tensor (golden/rounded_inputs.hpp
+        // quantise_fp8): code·descale, exact in its float storage.
+        const case_data* data = &lc.data;
+        std::optional<golden::fp8_quantised> q8;
+        if constexpr (has_fp8_inputs<P>) {
+            case_data d = lc.data;
+            if (grad_output) d.grad_output = *grad_output;
+            q8 = golden::quantise_fp8(d, std::is_same_v<typename P::fp8_input_type, formats::float8_e4m3> ? golden::fp8_input_format::e4m3
+                                                                                                     : golden::fp8_input_format::e5m2);
+            data = &q8->effective;
+            if (grad_output) grad_output = q8->effective.grad_output;
+            quantised = " (inputs quantised to " + golden::fp8_format_name(q8->format) + ", " + golden::fp8_descales_text(*q8) + ")";
+        }
+        const case_outputs_of<P> r = compute_case<P>(s, *data, a.threads, *algorithm, a.block);
         results.emplace_back("output", encode(r.output, output_shape(s), a.float64));
         if (s.outputs.weights) results.emplace_back("weights", encode(r.weights, weights_shape(s), a.float64));
         if (s.outputs.lse) results.emplace_back("lse", encode(r.lse, lse_shape(s), a.float64));
         if (grad_output) {
-            for (const auto& [role, values] : compute_case_gradients<P>(s, lc.data, *grad_output, *backward, a.threads)) {
+            for (const auto& [role, values] : compute_case_gradients<P>(s, *data, *grad_output, *backward, a.threads)) {
                 tensor<typename P::output_type, 1> t({values.size()});  // exact: the values are output_type's
                 for (std::size_t n = 0; n < values.size(); ++n) t[n] = convert<typename P::output_type>(values[n]);
                 results.emplace_back(role, encode(t, shape_of(s, *role_from_name(role)), a.float64));
@@ -133,7 +148,7 @@ void run_case(const run_args& a) {
         if (std::none_of(results.begin(), results.end(), [&](const auto& r) { return r.first == role; }))
             fs::remove(fs::path(a.out) / (role + ".npy"), ec);
     }
-    std::printf("%s\n", fmt::format("attnref run: {} with {} ({} softmax) in {:.3f} s -> {}", s.name, a.arith, a.softmax, seconds, a.out).c_str());
+    std::printf("%s\n", fmt::format("attnref run: {} with {}{} ({} softmax) in {:.3f} s -> {}", s.name, a.arith, quantised, a.softmax, seconds, a.out).c_str());
 }
 
 }  // namespace

@@ -556,6 +556,10 @@ class GoldenCase:
     stores) — of exactly those inputs; ``input_format``: "case" (the case's own inputs) or the format
     F they were rounded to (``load_case(..., input_format=F)``: ``name`` is then the derived case's,
     ``<case>_inputs_<F>``); ``inputs_description``: the line saying which inputs these are.
+    For ``input_format`` "fp8e4m3" or "fp8e5m2": ``inputs`` holds the effective values a kernel
+    computes on (code·descale, float64, exact), ``fp8_codes`` role → the uint8 bit patterns (view
+    them as ``ml_dtypes.float8_e4m3fn`` / ``float8_e5m2``), ``descales`` role → the per-tensor
+    descale (a power of two; the kernel multiplies its fp32 accumulators by it). Empty otherwise.
     """
 
     path: str
@@ -566,9 +570,11 @@ class GoldenCase:
     reference: Dict[str, np.ndarray]
     input_format: str = "case"
     inputs_description: str = ""
+    fp8_codes: Dict[str, np.ndarray] = field(default_factory=dict)
+    descales: Dict[str, float] = field(default_factory=dict)
 
 
-_INPUT_FORMATS = ("float64", "float32", "bfloat16", "float16")
+_INPUT_FORMATS = ("float64", "float32", "bfloat16", "float16", "fp8e4m3", "fp8e5m2")
 
 
 def _input_format(x: Any, choices: Sequence[str]) -> str:
@@ -597,14 +603,16 @@ def load_case(path: Any, input_format: Optional[str] = None) -> GoldenCase:
     the suite case of that name when ``path`` is a bare name that is not a directory here
     (``load_case("sdpa_gqa")``; the suite is ``attnref.suite_dir()``).
 
-    ``input_format`` (None, "float64", "float32", "bfloat16", "float16"): None keeps the case's own
+    ``input_format`` (None, "float64", "float32", "bfloat16", "float16", "fp8e4m3", "fp8e5m2"): None keeps the case's own
     inputs; a format F gives the inputs a kernel in F reads — the golden inputs rounded once to
     nearest even to F (float64 arrays holding F values: ``.astype(numpy.float32)`` is exact for
     float32, bfloat16 and float16; a backward case's grad_output too) — and the certified output,
     weights and lse *of those rounded inputs* (golden/rounded_inputs.hpp's rounded_case, through the
     fast certified path, as ``attnref generate --golden DIR --input-format F`` writes them).
     ``attnref.check`` and ``attnref.testing.assert_attention_close`` given this GoldenCase judge
-    against the same rounded inputs.
+    against the same rounded inputs. "fp8e4m3" and "fp8e5m2" quantise each input tensor with a
+    power-of-two per-tensor scale (the largest with amax·scale <= the format's max; OCP saturating
+    round to nearest even), as FP8 kernels read them: see GoldenCase.fp8_codes and .descales.
 
     Raises ValueError naming the file and field when the directory is not a valid case (the same
     checks as ``attnref check``: regular files only, sha256, headers, shapes, memory limit), and
@@ -613,8 +621,9 @@ def load_case(path: Any, input_format: Optional[str] = None) -> GoldenCase:
     p = _path(path, "path")
     p = p if os.path.exists(p) else (_suite_case_path(p) or p)
     f = "" if input_format is None else _input_format(input_format, _INPUT_FORMATS)
-    name, kind, conventions, inputs, reference, described = _attnref._load_case(p, f)
-    return GoldenCase(p, name, kind, json.loads(conventions), dict(inputs), dict(reference), f or "case", described)
+    name, kind, conventions, inputs, reference, described, codes, descales = _attnref._load_case(p, f)
+    return GoldenCase(p, name, kind, json.loads(conventions), dict(inputs), dict(reference), f or "case", described,
+                      dict(codes), dict(descales))
 
 
 @dataclass(frozen=True)
@@ -679,6 +688,9 @@ def check(case: Any, output: Any = None, *, weights: Any = None, lse: Any = None
     "float16"). The case's own inputs stay when they are exact in it, overflow in it, or their
     rounded reference cannot be certified; ``Verdict.inputs`` says which. None: "auto", or for a
     GoldenCase from ``load_case(..., input_format=F)`` its F (another value is a ValueError).
+    "fp8e4m3" / "fp8e5m2": the golden inputs quantised per tensor with power-of-two descales, as an
+    FP8 kernel reads them (``Verdict.inputs`` "fp8e4m3-rounded"); a policy with FP8 inputs
+    ("fp8e4m3_fa3_bf16", "fp8e4m3_fa3_fp32") implies "fp8e4m3".
     ``policy``: a declared precision policy, the names of ``attnref run --arith`` / ``check --policy``
     (e.g. "bf16_fp32acc", "fp32_p_bf16"): the data-aware bounds follow where it rounds; its output
     format must be the candidate's. None: the format's bound, valid for any kernel of that format.

@@ -70,6 +70,7 @@ py::tuple case_tuple(const golden::loaded_case& lc, const std::vector<double>* e
 py::tuple load_case(const std::string& dir, const std::string& input_format) {
     std::optional<golden::loaded_case> lc;
     std::optional<golden::rounded_case_dir> rounded;
+    std::optional<golden::fp8_quantised> fp8;
     std::vector<double> grad_output;
     std::string inputs;
     {
@@ -78,9 +79,19 @@ py::tuple load_case(const std::string& dir, const std::string& input_format) {
         const std::string own = lc->m.spec.inputs.from_files ? "the case's own" : std::string("the case's own (") +
                                                                                    std::string(format_name(lc->m.spec.inputs.format)) + ")";
         inputs = "the golden inputs, " + own;
-        if (!input_format.empty()) {
+        if (const std::optional<golden::fp8_input_format> f8 = golden::fp8_format_from_name(input_format)) {
+            // FP8: the inputs quantised per tensor (golden/rounded_inputs.hpp quantise_fp8), as
+            // `attnref generate --golden DIR --input-format fp8e4m3` derives them.
+            if (!golden::inputs_all_finite(lc->data))
+                throw std::invalid_argument("input_format: case " + lc->m.spec.name + " has a non-finite input; no per-tensor FP8 scale is defined");
+            fp8.emplace(golden::quantise_fp8(lc->data, *f8));
+            rounded.emplace(*lc, *f8, 0, false);
+            grad_output = fp8->effective.grad_output;
+            inputs = "the golden inputs quantised to " + input_format + " with per-tensor power-of-two scales (" + golden::fp8_descales_text(*fp8) +
+                     "; reference certified for them: case " + rounded->loaded().m.spec.name + ")";
+        } else if (!input_format.empty()) {
             const std::optional<binary_format> f = format_from_name(input_format);
-            if (!f) throw std::invalid_argument("input_format: expected None, float64, float32, bfloat16 or float16, got '" + input_format + "'");
+            if (!f) throw std::invalid_argument("input_format: expected None, float64, float32, bfloat16, float16, fp8e4m3 or fp8e5m2, got '" + input_format + "'");
             if (!golden::inputs_finite_in(lc->data, *f))
                 throw std::invalid_argument("input_format: rounding the inputs of " + lc->m.spec.name + " to " + input_format + " overflows");
             rounded.emplace(*lc, *f, 0, false);
@@ -90,7 +101,22 @@ py::tuple load_case(const std::string& dir, const std::string& input_format) {
         }
     }
     const py::tuple t = case_tuple(rounded ? rounded->loaded() : *lc, &grad_output);
-    return py::make_tuple(t[0], t[1], t[2], t[3], t[4], inputs);
+    py::dict codes, descales;  // FP8: role -> uint8 codes (the input's shape), role -> descale
+    if (fp8) {
+        const golden::loaded_case& d = rounded->loaded();
+        for (const golden::fp8_tensor& x : fp8->tensors) {
+            std::vector<std::size_t> shape{x.codes.size()};
+            for (const golden::input_tensor_layout& l : golden::input_layout(d.m.spec))
+                if (generator::role_name(l.role) == x.role) shape = l.shape;
+            if (x.role == "grad_output") shape = golden::output_shape(d.m.spec);
+            std::vector<py::ssize_t> s(shape.begin(), shape.end());
+            py::array_t<std::uint8_t> a(s);
+            std::copy(x.codes.begin(), x.codes.end(), a.mutable_data());
+            codes[x.role.c_str()] = a;
+            descales[x.role.c_str()] = x.scale.descale;
+        }
+    }
+    return py::make_tuple(t[0], t[1], t[2], t[3], t[4], inputs, codes, descales);
 }
 
 tolerance::candidate_format format_named(const std::string& name, const char* argument) {
@@ -119,8 +145,15 @@ py::tuple check(const std::string& dir, const std::optional<f64>& output, const 
             throw std::invalid_argument("policy: no policy '" + policy + "' (expected None or one of " + names + ")");
         }
     }
-    if (input_format != "auto" && input_format != "case" && !format_from_name(input_format))
-        throw std::invalid_argument("input_format: expected 'auto', 'case', 'float64', 'float32', 'bfloat16' or 'float16', got '" + input_format + "'");
+    std::string inputs_choice = input_format;
+    if (const std::string f8(fp8_input_format_of_policy(policy)); !f8.empty()) {  // a policy with FP8 inputs implies them
+        if (inputs_choice == "auto") inputs_choice = f8;
+        else if (inputs_choice != f8)
+            throw std::invalid_argument("input_format: policy " + policy + " reads its inputs in " + f8 + ", not " + input_format);
+    }
+    if (inputs_choice != "auto" && inputs_choice != "case" && !format_from_name(inputs_choice) && !golden::fp8_format_from_name(inputs_choice))
+        throw std::invalid_argument("input_format: expected 'auto', 'case', 'float64', 'float32', 'bfloat16', 'float16', 'fp8e4m3' or 'fp8e5m2', got '" +
+                                    input_format + "'");
     if (backward != "unknown") {
         opt.declared_backward = backward_algorithm_from_name(backward);
         if (!opt.declared_backward)
@@ -163,7 +196,7 @@ py::tuple check(const std::string& dir, const std::optional<f64>& output, const 
         py::gil_scoped_release release;
         const golden::loaded_case original = golden::load_case(dir);
         std::optional<golden::rounded_case_dir> rounded;
-        judged = golden::choose_inputs(original, input_format, auto_format, opt.policy.has_value(), !gradients.empty(), rounded, 0,
+        judged = golden::choose_inputs(original, inputs_choice, auto_format, opt.policy.has_value(), !gradients.empty(), rounded, 0,
                                        "input_format=");
         const golden::loaded_case& lc = rounded ? rounded->loaded() : original;
         auto require = [&](const char* name, const py::array& a, const std::vector<std::size_t>& shape) {
@@ -201,7 +234,8 @@ py::tuple check(const std::string& dir, const std::optional<f64>& output, const 
         junit = golden::report_junit(r);
     }
     return py::make_tuple(std::string(golden::verdict_name(r.overall)), r.reason, text, json, junit,
-                          judged.rounded_to ? std::string(format_name(*judged.rounded_to)) : std::string(), judged.text);
+                          judged.fp8 ? golden::fp8_format_name(*judged.fp8)
+                          : judged.rounded_to ? std::string(format_name(*judged.rounded_to)) : std::string(), judged.text);
 }
 
 }  // namespace

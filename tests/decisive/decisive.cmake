@@ -5,3 +5,8 @@ if(TARGET attnref_cli AND NOT ATTNREF_SANITIZE)
   add_test(NAME decisive_rounded_inputs_and_policies COMMAND ${ATTNREF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/decisive/test_rounded_inputs.py
     $<TARGET_FILE:attnref_cli> ${PROJECT_SOURCE_DIR}/golden ${CMAKE_CURRENT_BINARY_DIR}/decisive)
 endif()
+# FP8 inputs with per-tensor descales (generate/check --input-format fp8e4m3, the fp8e4m3_fa3_bf16 policy).
+if(TARGET attnref_cli AND NOT ATTNREF_SANITIZE)
+  add_test(NAME decisive_fp8_inputs COMMAND ${ATTNREF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/decisive/test_fp8_inputs.py
+    $<TARGET_FILE:attnref_cli> ${PROJECT_SOURCE_DIR}/golden ${CMAKE_CURRENT_BINARY_DIR}/decisive_fp8)
+endif()

@@ -10,7 +10,10 @@
 # Writes OUT_DIR/verdicts.tsv (policy, case, direction, verdict, reason) and prints the table:
 # forward on the cases without gradients, backward on the gradient cases, and the forward of the
 # gradient cases separately.
-# POLICIES (environment) overrides the policy list.
+# POLICIES (environment) overrides the policy list; DECLARE=1 adds `--policy P` to every check (a
+# policy with FP8 inputs, e.g. fp8e4m3_fa3_bf16, then implies --input-format fp8e4m3); FORWARD_ONLY=1
+# skips the gradient cases (the forward suite alone).
+#   e.g. POLICIES=fp8e4m3_fa3_bf16 DECLARE=1 FORWARD_ONLY=1 tests/decisive/measure_formats.sh build/default/verify/attnref /tmp/m8
 set -u
 bin=$1
 out=$2
@@ -31,6 +34,9 @@ for p in $policies; do
     for m in "$root"/golden/*/manifest.json; do
         dir=$(dirname "$m")
         name=$(basename "$dir")
+        [ "${FORWARD_ONLY:-0}" = 1 ] && [ -f "$dir/grad_query.npy" ] && continue
+        declared=()
+        [ "${DECLARE:-0}" = 1 ] && declared=(--policy "$p")
         cand="$out/cand/$p/$name"
         rm -rf "$cand"
         if ! "$bin" run --golden "$dir" --arith "$p" --out "$cand" > /dev/null 2> "$out/err"; then
@@ -38,7 +44,7 @@ for p in $policies; do
             continue
         fi
         rm -f "$out/f.json" "$out/b.json"
-        "$bin" check --golden "$dir" --output "$cand/output.npy" --json "$out/f.json" "${extra[@]}" > /dev/null 2> "$out/err"
+        "$bin" check --golden "$dir" --output "$cand/output.npy" --json "$out/f.json" "${declared[@]}" "${extra[@]}" > /dev/null 2> "$out/err"
         direction=forward
         [ -f "$cand/grad_query.npy" ] && direction=forward_of_backward_case
         printf '%s\t%s\t%s\t%s\n' "$p" "$name" "$direction" "$(verdict_of "$out/f.json")" >> "$tsv"
@@ -48,7 +54,7 @@ for p in $policies; do
                 role=$(basename "$g" .npy)
                 args+=("--${role//_/-}" "$g")
             done
-            "$bin" check --golden "$dir" "${args[@]}" --backward-algorithm textbook --json "$out/b.json" "${extra[@]}" > /dev/null 2> "$out/err"
+            "$bin" check --golden "$dir" "${args[@]}" --backward-algorithm textbook --json "$out/b.json" "${declared[@]}" "${extra[@]}" > /dev/null 2> "$out/err"
             printf '%s\t%s\tbackward\t%s\n' "$p" "$name" "$(verdict_of "$out/b.json")" >> "$tsv"
         fi
     done

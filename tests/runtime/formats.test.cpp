@@ -634,3 +634,61 @@ BOOST_AUTO_TEST_CASE(numpy_float16_cross_check) {
     compare_with_numpy(floats);
     compare_with_numpy(doubles);
 }
+
+// Per-tensor scaled FP8 quantisation (fp8_scale_for, fp8_quantise, fp8_dequantise): scales and bit
+// patterns derived by hand from the OCP 8-bit specification's encodings.
+// E4M3FN: S.EEEE.MMM, bias 7, max 448 = 1.75·2^8 = 0.1111.110; E5M2: S.EEEEE.MM, bias 15, max 57344 = 1.75·2^15.
+BOOST_AUTO_TEST_CASE(fp8_per_tensor_scale_and_codes) {
+    using attnref::fp8_dequantise;
+    using attnref::fp8_quantise;
+    using attnref::fp8_scale_for;
+    using attnref::fp8_tensor_scale;
+    // Scale: the largest power of two s with amax·s <= max.
+    BOOST_TEST(fp8_scale_for<float8_e4m3>(1.0).exponent == 8);     // 256 <= 448 < 512
+    BOOST_TEST(fp8_scale_for<float8_e4m3>(1.0).descale == 0x1p-8);
+    BOOST_TEST(fp8_scale_for<float8_e4m3>(3.0).exponent == 7);     // 384 <= 448 < 768
+    BOOST_TEST(fp8_scale_for<float8_e4m3>(448.0).exponent == 0);
+    BOOST_TEST(fp8_scale_for<float8_e4m3>(449.0).exponent == -1);  // 224.5 <= 448 < 449
+    BOOST_TEST(fp8_scale_for<float8_e4m3>(0.0).exponent == 0);     // nothing to scale
+    BOOST_TEST(fp8_scale_for<float8_e5m2>(1.0).exponent == 15);    // 32768 <= 57344 < 65536
+    BOOST_TEST(fp8_scale_for<float8_e5m2>(57345.0).exponent == -1);
+    const fp8_tensor_scale one{};  // s = 1
+    const auto e4 = [&](double x) { return static_cast<unsigned>(fp8_quantise<float8_e4m3>(x, one).bits()); };
+    const auto e5 = [&](double x) { return static_cast<unsigned>(fp8_quantise<float8_e5m2>(x, one).bits()); };
+    const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+    // E4M3FN normals, ties to even, saturation (no infinity; its only NaN is S.1111.111).
+    BOOST_TEST(e4(1.0) == 0x38u);              // 0.0111.000
+    BOOST_TEST(e4(1.0625) == 0x38u);           // 1 + 2^-4: tie of 1.000 and 1.001, even 1.000
+    BOOST_TEST(e4(1.1875) == 0x3Au);           // tie of 1.001 and 1.010, even 1.010
+    BOOST_TEST(e4(448.0) == 0x7Eu);            // 0.1111.110 = max
+    BOOST_TEST(e4(464.0) == 0x7Eu);            // tie of 1.110·2^8 and 1.111·2^8: even 448
+    BOOST_TEST(e4(480.0) == 0x7Eu);            // 1.111·2^8 is the NaN code: beyond max, saturates
+    BOOST_TEST(e4(1e6) == 0x7Eu);
+    BOOST_TEST(e4(-1e6) == 0xFEu);
+    BOOST_TEST(e4(inf) == 0x7Eu);              // saturating conversion: ±inf -> ±max
+    BOOST_TEST(e4(nan) == 0x7Fu);              // NaN stays NaN: S.1111.111
+    // E4M3FN subnormals 0.0000.MMM = M·2^-9.
+    BOOST_TEST(e4(0x1p-9) == 0x01u);
+    BOOST_TEST(e4(0x1p-10) == 0x00u);          // tie of 0 and 2^-9: even 0
+    BOOST_TEST(e4(0x3p-10) == 0x02u);          // tie of 1·2^-9 and 2·2^-9: even 2
+    BOOST_TEST(e4(0x7p-9) == 0x07u);           // largest subnormal
+    BOOST_TEST(e4(0x1p-6) == 0x08u);           // smallest normal 0.0001.000
+    // E5M2: 1.0 = 0.01111.00, max 0.11110.11, inf 0.11111.00, NaN 0.11111.1x.
+    BOOST_TEST(e5(1.0) == 0x3Cu);
+    BOOST_TEST(e5(57344.0) == 0x7Bu);
+    BOOST_TEST(e5(61440.0) == 0x7Bu);          // tie of max and 2^16 (overflow): saturates
+    BOOST_TEST(e5(-inf) == 0xFBu);
+    BOOST_TEST(e5(nan) == 0x7Eu);
+    BOOST_TEST(e5(0x1p-16) == 0x01u);          // smallest subnormal 0.00000.01
+    BOOST_TEST(e5(0x1p-17) == 0x00u);          // tie with 0: even 0
+    BOOST_TEST(e5(0x3p-17) == 0x02u);          // tie of 1 and 2 ·2^-16: even 2
+    BOOST_TEST(e5(0x1p-14) == 0x04u);          // smallest normal 0.00001.00
+    // With a scale: amax 1 -> s = 256; 0.3·256 = 76.8 lies between 72 and 80 (spacing 8 at 2^6): 80 =
+    // 1.010·2^6 = 0.1101.010; the effective input is 80/256 = 0.3125 exactly.
+    const fp8_tensor_scale s = fp8_scale_for<float8_e4m3>(1.0);
+    const float8_e4m3 q = fp8_quantise<float8_e4m3>(0.3, s);
+    BOOST_TEST(static_cast<unsigned>(q.bits()) == 0x6Au);
+    BOOST_TEST(fp8_dequantise(q, s) == 0.3125);
+    BOOST_TEST(fp8_dequantise(fp8_quantise<float8_e4m3>(-1.0, s), s) == -1.0);  // amax itself: 256 = 0.1111.000
+    BOOST_TEST(static_cast<unsigned>(fp8_quantise<float8_e4m3>(-1.0, s).bits()) == 0xF8u);
+}

@@ -26,6 +26,7 @@
 ///     static_assert(attnref::convert<bfloat16>(1e39, attnref::overflow_policy::saturate).bits() == 0x7F7F);
 
 #include <bit>
+#include <cmath>
 #include <compare>
 #include <concepts>
 #include <cstdint>
@@ -217,12 +218,71 @@ constexpr int floor_log10(double x) {
 }
 }  // namespace detail
 
+/// Per-tensor scaled FP8 quantisation, as FlashAttention-3, cuDNN and Transformer Engine take FP8
+/// inputs: a tensor x is stored as codes q8 = round(x·s) in F (float8_e4m3 or float8_e5m2) with one
+/// scale s per tensor, and the kernel multiplies its fp32 accumulators by descale = 1/s.
+///
+///   scale rule     s = 2^e, the largest power of two with amax·s <= max finite of F (448 for E4M3FN,
+///                  57344 for E5M2), amax = max |x| over the tensor's finite values: Transformer
+///                  Engine's amax rule with margin 0, rounded down to a power of two so that
+///                  q8·descale is exact in binary64 (and in binary32 and bfloat16 within their
+///                  exponent range). amax = 0 (or no finite value): s = 1. e is kept within
+///                  [-1022, 1022] so that s and 1/s are normal doubles.
+///   rounding       x·s (exact: a power-of-two scaling) rounded once to nearest even into F, the OCP
+///                  8-bit specification's saturating conversion: a magnitude beyond max finite
+///                  becomes ±max and ±inf becomes ±max. With the amax scale no finite value exceeds
+///                  max (amax·s <= max and rounding is monotone, max being a value of F), so
+///                  saturation never acts on finite inputs; it is chosen over the non-saturating
+///                  mode (E4M3FN: overflow -> NaN, its only NaN code S.1111.111; E5M2: -> ±inf) because
+///                  the FP8 casts of those libraries saturate. NaN stays NaN (E4M3FN 0x7F/0xFF, E5M2
+///                  0x7E/0xFE). Subnormals of F are kept (E4M3FN down to 2^-9, E5M2 down to 2^-16);
+///                  below half the smallest subnormal x·s rounds to ±0.
+///   effective x    q8·descale, the value the kernel computes on (exact in binary64).
+struct fp8_tensor_scale {
+    int exponent = 0;     // e: s = 2^e
+    double scale = 1;     // s
+    double descale = 1;   // 1/s = 2^-e
+};
+
+/// The scale of a tensor whose largest finite magnitude is amax (see fp8_tensor_scale).
+template <class F>
+inline fp8_tensor_scale fp8_scale_for(double amax) {
+    const double max = static_cast<double>(std::numeric_limits<F>::max());
+    int e = 0;
+    if (amax > 0 && amax <= std::numeric_limits<double>::max()) {
+        double a = amax;  // amax·2^e, exact: halving only above max (normal), doubling is exact
+        while (a > max && e > -1022) a /= 2, --e;
+        while (a * 2 <= max && e < 1022) a *= 2, ++e;
+    }
+    fp8_tensor_scale s;
+    s.exponent = e;
+    s.scale = std::ldexp(1.0, e);
+    s.descale = std::ldexp(1.0, -e);
+    return s;
+}
+
+/// x·s rounded to nearest even into F with the OCP saturating conversion (see fp8_tensor_scale).
+template <class F>
+inline F fp8_quantise(double x, const fp8_tensor_scale& s) {
+    return convert<F>(x * s.scale, overflow_policy::saturate);
+}
+
+/// The value a kernel computes on for the code q: q·descale (exact in binary64).
+template <class F>
+inline double fp8_dequantise(F q, const fp8_tensor_scale& s) {
+    return static_cast<double>(q) * s.descale;
+}
+
 }  // namespace attnref::formats
 
 namespace attnref {
 
 using formats::bfloat16;
 using formats::convert;
+using formats::fp8_dequantise;
+using formats::fp8_quantise;
+using formats::fp8_scale_for;
+using formats::fp8_tensor_scale;
 using formats::float16;
 using formats::float8_e4m3;
 using formats::float8_e5m2;

@@ -19,6 +19,13 @@
 ///                                  fast_certify.hpp, and the certified backward for gradient cases)
 ///   rounded_case_dir               the derived case written to a fresh temporary directory and loaded
 ///                                  back (load_case's checks), removed again when it goes out of scope
+///   fp8 inputs (fp8e4m3, fp8e5m2): every real input tensor and grad_output quantised per tensor
+///                                  as FlashAttention-3, cuDNN and Transformer Engine take FP8 inputs
+///                                  (core/formats.hpp fp8_tensor_scale: s = 2^e the largest power of
+///                                  two with amax·s <= max finite, codes = round(x·s) saturating,
+///                                  descale 1/s); the derived case's inputs are the effective values
+///                                  codes·descale (exact), named name + "_inputs_fp8e4m3"
+///   quantise_fp8(data, f)          the codes, scales and effective inputs of every tensor
 ///   choose_inputs(lc, choice, …)   which inputs a verdict is about (`attnref check --input-format`,
 ///                                  attnref.check(input_format=)): the rule, the derived case, the report line
 /// Needs MPFR and MPFI (generate.hpp).
@@ -27,10 +34,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <optional>
+#include <variant>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "attnref/core/formats.hpp"
 #include "attnref/golden/case.hpp"
 #include "attnref/golden/generate.hpp"
 #include "attnref/golden/sha256.hpp"
@@ -44,6 +56,88 @@ inline std::vector<std::vector<double>*> rounded_roles(case_data& d) {
     return {&d.query, &d.key, &d.value, &d.w_q, &d.w_k, &d.w_v, &d.w_o, &d.b_q, &d.b_k, &d.b_v, &d.b_o, &d.grad_output};
 }
 }  // namespace rounded_detail
+
+/// The FP8 input formats (OCP 8-bit floating point, 2023): E4M3FN (max 448, no infinity) and E5M2.
+enum class fp8_input_format { e4m3, e5m2 };
+inline constexpr std::pair<const char*, fp8_input_format> fp8_input_format_names[] = {
+    {"fp8e4m3", fp8_input_format::e4m3},
+    {"fp8e5m2", fp8_input_format::e5m2},
+};
+inline std::string fp8_format_name(fp8_input_format f) { return f == fp8_input_format::e4m3 ? "fp8e4m3" : "fp8e5m2"; }
+inline std::optional<fp8_input_format> fp8_format_from_name(std::string_view n) {
+    for (const auto& [name, f] : fp8_input_format_names)
+        if (n == name) return f;
+    return std::nullopt;
+}
+
+/// What the inputs are rounded to: a binary_format (round to nearest even) or an FP8 format with a
+/// per-tensor scale.
+using input_rounding = std::variant<binary_format, fp8_input_format>;
+inline std::string rounding_name(const input_rounding& r) {
+    return std::holds_alternative<binary_format>(r) ? std::string(format_name(std::get<binary_format>(r)))
+                                                    : fp8_format_name(std::get<fp8_input_format>(r));
+}
+
+/// One input tensor quantised to FP8: its role, scale (core/formats.hpp fp8_tensor_scale) and codes
+/// (the bit patterns, C order).
+struct fp8_tensor {
+    std::string role;
+    fp8_tensor_scale scale;
+    std::vector<std::uint8_t> codes;
+    double amax = 0;  // max |x| over the tensor
+};
+/// Every real input and grad_output of a case quantised to FP8 (per tensor), with the effective
+/// inputs codes·descale in `effective` (masks as given).
+struct fp8_quantised {
+    fp8_input_format format;
+    std::vector<fp8_tensor> tensors;
+    case_data effective;
+};
+
+/// Whether every real input and grad_output is finite: the amax scale needs finite tensors.
+inline bool inputs_all_finite(const case_data& data) {
+    case_data& d = const_cast<case_data&>(data);  // read only
+    for (const std::vector<double>* v : rounded_detail::rounded_roles(d))
+        for (double x : *v)
+            if (!std::isfinite(x)) return false;
+    return true;
+}
+
+/// The case's inputs quantised to f, tensor by tensor (the file comment's rule). Non-finite inputs
+/// throw data_error (no amax scale is defined for them).
+inline fp8_quantised quantise_fp8(const case_data& data, fp8_input_format f) {
+    if (!inputs_all_finite(data)) throw data_error("the inputs hold a non-finite value: no per-tensor FP8 scale (amax) is defined");
+    static constexpr const char* names[] = {"query", "key", "value", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "grad_output"};
+    fp8_quantised r{f, {}, data};
+    const auto roles = rounded_detail::rounded_roles(r.effective);
+    for (std::size_t n = 0; n < roles.size(); ++n) {
+        std::vector<double>& v = *roles[n];
+        if (v.empty()) continue;
+        double amax = 0;
+        for (double x : v) amax = std::max(amax, std::abs(x));
+        fp8_tensor t{names[n], {}, std::vector<std::uint8_t>(v.size()), amax};
+        auto apply = [&]<class F>() {
+            t.scale = fp8_scale_for<F>(amax);
+            for (std::size_t i = 0; i < v.size(); ++i) {
+                const F q = fp8_quantise<F>(v[i], t.scale);
+                t.codes[i] = q.bits();
+                v[i] = fp8_dequantise(q, t.scale);
+            }
+        };
+        if (f == fp8_input_format::e4m3) apply.template operator()<float8_e4m3>();
+        else apply.template operator()<float8_e5m2>();
+        r.tensors.push_back(std::move(t));
+    }
+    return r;
+}
+
+/// The descales as the report names them, e.g. "descale query 2^-8, key 2^-7, value 2^-8".
+inline std::string fp8_descales_text(const fp8_quantised& q) {
+    std::string t = "descale";
+    for (const fp8_tensor& x : q.tensors)
+        t += (t == "descale" ? " " : ", ") + x.role + " 2^" + std::to_string(-x.scale.exponent);
+    return t;
+}
 
 /// Whether every real input of the case (and grad_output) is a value of format f (non-finite values
 /// count as exact: rounding keeps them).
@@ -73,11 +167,19 @@ inline case_data round_inputs(const case_data& data, binary_format f) {
 }
 
 /// The derived case's spec (see the file comment). `rounded`: round_inputs(data, f) of the case.
-inline case_spec rounded_spec(const case_spec& spec, const case_data& rounded, binary_format f) {
+/// For FP8 (r an fp8_input_format) the spec is always a "files" case, named name + "_inputs_fp8e4m3",
+/// its inputs.format the narrowest of bfloat16, float32, float64 that holds every effective input.
+inline case_spec rounded_spec(const case_spec& spec, const case_data& rounded, const input_rounding& r) {
     case_spec s = spec;
-    s.name = spec.name + "_inputs_" + std::string(format_name(f));
-    s.inputs.format = f;
-    if (!spec.inputs.from_files) {
+    s.name = spec.name + "_inputs_" + rounding_name(r);
+    if (std::holds_alternative<binary_format>(r)) {
+        s.inputs.format = std::get<binary_format>(r);
+    } else {
+        s.inputs.format = binary_format::float64;
+        for (binary_format f : {binary_format::float32, binary_format::bfloat16})
+            if (inputs_exact_in(rounded, f)) s.inputs.format = f;
+    }
+    if (!spec.inputs.from_files && std::holds_alternative<binary_format>(r)) {
         const case_data regenerated = generate_inputs(s);
         bool same = true;
         case_data& a = const_cast<case_data&>(rounded);
@@ -108,9 +210,11 @@ inline case_spec rounded_spec(const case_spec& spec, const case_data& rounded, b
 /// The derived case: the inputs rounded to f and their certified reference (output, weights, lse and,
 /// for gradient cases, every gradient), as generate_case writes a case.
 /// with_gradients false: the forward only (a gradient case loses its gradients and grad_output).
-inline generated_case rounded_case(const loaded_case& lc, binary_format f, std::size_t threads,
+/// For FP8 the inputs are quantise_fp8's effective inputs.
+inline generated_case rounded_case(const loaded_case& lc, const input_rounding& f, std::size_t threads,
                                    const std::function<void(const std::string&)>& progress = {}, bool with_gradients = true) {
-    case_data data = round_inputs(lc.data, f);
+    case_data data = std::holds_alternative<binary_format>(f) ? round_inputs(lc.data, std::get<binary_format>(f))
+                                                              : quantise_fp8(lc.data, std::get<fp8_input_format>(f)).effective;
     case_spec base = lc.m.spec;
     if (!with_gradients && base.outputs.gradients) {
         base.outputs.gradients = false;
@@ -123,7 +227,7 @@ inline generated_case rounded_case(const loaded_case& lc, binary_format f, std::
 /// The derived case in a fresh temporary directory (removed by the destructor), loaded back.
 class rounded_case_dir {
 public:
-    rounded_case_dir(const loaded_case& lc, binary_format f, std::size_t threads, bool with_gradients = true) {
+    rounded_case_dir(const loaded_case& lc, const input_rounding& f, std::size_t threads, bool with_gradients = true) {
         std::error_code ec;
         std::string pattern = (std::filesystem::temp_directory_path(ec) / "attnref-inputs-XXXXXX").string();
         if (ec) throw data_error("cannot find a temporary directory for the rounded-inputs case: " + ec.message());
@@ -156,16 +260,68 @@ private:
     loaded_case lc_;
 };
 
+/// The FP8 inputs of a derived case as files for users, in DIR/fp8/ (the derived case's directory
+/// DIR: its '<f8' inputs are the effective values code·descale, its reference theirs):
+///   <role>.npy   the codes of each quantised tensor, uint8 '|u1' bit patterns, the input's shape
+///   fp8.json     {"format", "encoding", "scale_rule", "case", "tensors": [{"role", "file", "dtype",
+///                "shape", "scale", "descale", "scale_exponent", "amax", "sha256"}]} (see golden/README.md)
+/// Each file written atomically, fp8.json last.
+inline void write_fp8_files(const std::filesystem::path& dir, const case_spec& derived, const fp8_quantised& q) {
+    const std::filesystem::path sub = dir / "fp8";
+    std::error_code ec;
+    std::filesystem::create_directories(sub, ec);
+    if (ec) throw data_error(sub.string() + ": cannot create the directory: " + ec.message());
+    nlohmann::ordered_json j;
+    j["format"] = fp8_format_name(q.format);
+    j["encoding"] = q.format == fp8_input_format::e4m3
+                        ? "OCP E4M3FN: 1 sign, 4 exponent (bias 7), 3 fraction bits; max 448 (0x7E); no infinity; NaN 0x7F/0xFF; "
+                          "min subnormal 2^-9"
+                        : "OCP E5M2: 1 sign, 5 exponent (bias 15), 2 fraction bits; max 57344 (0x7B); inf 0x7C/0xFC; NaN 0x7D-0x7F/0xFD-0xFF; "
+                          "min subnormal 2^-16";
+    j["scale_rule"] = "per tensor: scale = 2^e, the largest power of two with amax*scale <= max finite (amax = max |x|; "
+                      "amax 0: scale 1); code = x*scale rounded to nearest even, saturating (never reached: amax*scale <= max); "
+                      "descale = 1/scale; effective input = value(code)*descale, exact";
+    j["case"] = derived.name;
+    j["tensors"] = nlohmann::ordered_json::array();
+    for (const fp8_tensor& t : q.tensors) {
+        std::vector<std::size_t> shape{t.codes.size()};
+        for (const input_tensor_layout& l : input_layout(derived))
+            if (generator::role_name(l.role) == t.role) shape = l.shape;
+        if (t.role == "grad_output") shape = output_shape(derived);
+        const std::vector<std::byte> bytes = npy::serialize(npy::make_array("|u1", shape, t.codes));
+        const std::string file = t.role + ".npy";
+        write_file_atomic(sub / file, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), true);
+        nlohmann::ordered_json e;
+        e["role"] = t.role;
+        e["file"] = file;
+        e["dtype"] = "|u1";
+        e["shape"] = shape;
+        e["scale"] = t.scale.scale;
+        e["descale"] = t.scale.descale;
+        e["scale_exponent"] = t.scale.exponent;
+        e["amax"] = t.amax;
+        e["sha256"] = sha256_hex(bytes);
+        j["tensors"].push_back(e);
+    }
+    write_file_atomic(sub / "fp8.json", j.dump(2) + "\n", true);
+}
+
 /// The inputs a verdict is about: nullopt the case's own, else the format the golden inputs were
 /// rounded to (the checker then judges against `rounded`'s case), and the report's line saying so.
 struct input_choice {
     std::optional<binary_format> rounded_to;
     std::string text;
+    std::optional<fp8_input_format> fp8;  // the inputs quantised to FP8 (rounded then holds the derived case)
+    input_choice() = default;
+    input_choice(std::optional<binary_format> r, std::string t, std::optional<fp8_input_format> f = std::nullopt)
+        : rounded_to(r), text(std::move(t)), fp8(f) {}
 };
 
 /// Which inputs a candidate is judged on (`attnref check --input-format CHOICE`, attnref.check's
 /// input_format=). choice: "case" (the case's own inputs), a format name F (the golden inputs rounded
-/// to nearest even to F), or "auto": the candidate's format `candidate`, rounded only for 16-bit
+/// to nearest even to F), fp8e4m3 or fp8e5m2 (the inputs quantised per tensor, quantise_fp8; `fp8`
+/// then says so and `rounded` holds the derived case; non-finite inputs or a reference that cannot be
+/// certified throw data_error), or "auto": the candidate's format `candidate`, rounded only for 16-bit
 /// candidates and declared policies — for float32 and float64 the inputs' rounding is far inside the
 /// bound (the verdicts are the same), and certifying the rounded inputs' gradients costs seconds; a
 /// declared policy's bounds count every storage rounding with its widest roundoff, so the inputs are
@@ -183,12 +339,32 @@ inline input_choice choose_inputs(const loaded_case& lc, const std::string& choi
     const std::string own = lc.m.spec.inputs.from_files ? "the case's own" : std::string("the case's own (") +
                                                                                std::string(format_name(lc.m.spec.inputs.format)) + ")";
     if (choice == "case") return {std::nullopt, "the golden inputs, " + own + " (" + named + ")"};
+    if (const std::optional<fp8_input_format> f8 = fp8_format_from_name(choice)) {
+        // FP8: always the quantised inputs (FP8 rounding is far outside any bound for the case's own
+        // inputs); a case whose quantised inputs cannot be made or certified is a usage error, not a
+        // fallback to inputs the kernel did not read.
+        const std::string where = keyword ? option.substr(0, option.size() - 1) : "command line: " + option;
+        if (!inputs_all_finite(lc.data))
+            throw data_error(where + ": " + choice + ": case " + lc.m.spec.name + " has a non-finite input; no per-tensor FP8 scale is defined");
+        const fp8_quantised q = quantise_fp8(lc.data, *f8);
+        try {
+            rounded.emplace(lc, *f8, threads, with_gradients);
+        } catch (const check_failure& e) {
+            throw data_error(where + ": " + choice + ": the reference for the inputs of " + lc.m.spec.name + " quantised to " + choice +
+                             " could not be certified: " + e.what());
+        }
+        return {std::nullopt,
+                "the golden inputs quantised to " + choice + " with per-tensor power-of-two scales (amax rule, saturating; " +
+                    fp8_descales_text(q) + "; the kernel's effective input is code·descale) (" + named +
+                    "; reference certified for them: case " + rounded->loaded().m.spec.name + ")",
+                *f8};
+    }
     std::optional<binary_format> f = candidate;
     if (choice != "auto") {
         f = format_from_name(choice);
         if (!f)
             throw data_error((keyword ? option.substr(0, option.size() - 1) : "command line: " + option) +
-                             ": expected auto, case, float64, float32, bfloat16 or float16, got '" + choice + "'");
+                             ": expected auto, case, float64, float32, bfloat16, float16, fp8e4m3 or fp8e5m2, got '" + choice + "'");
     }
     if (choice == "auto" && f && !policy_declared && unit_roundoff(*f) <= unit_roundoff(binary_format::float32))
         return {std::nullopt, "the golden inputs, " + own + " (" + named + ": rounded only for 16-bit candidates and declared policies)"};

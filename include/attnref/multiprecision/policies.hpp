@@ -21,6 +21,15 @@
 ///   fp32_p_fp8e4m3_s256 / fp32_p_fp8e5m2_s256: the same with P·256 cast, O divided by 256 (kernel_models.hpp)
 ///   bf16_materialised bfloat16  float       bfloat16      bfloat16   baseline attention: the logits S too
 ///                                                                    are stored in bf16 before the softmax
+///   fp8e4m3_fa3_bf16 FP8 kernel in the FlashAttention-3 style: every input (q, k, v; x and the
+///                    projections; dO) quantised per tensor to E4M3 with a power-of-two descale
+///                    (golden/rounded_inputs.hpp quantise_fp8), the products accumulated in float
+///                    and multiplied by the descales (exact: powers of two), P·256 cast to E4M3
+///                    before P·V, O/256, output rounded to bfloat16. Modelled as
+///                    with_fp8_inputs<with_weights_scale<precision_policy<float, float, float8_e4m3,
+///                    bfloat16>, 256>, float8_e4m3>: the effective inputs code·descale are exact in
+///                    float, so the float storage rounds nothing after the quantisation.
+///   fp8e4m3_fa3_fp32 the same with a float32 output
 ///
 /// Usage:
 ///     attnref::visit_policy("bf16_fp32acc", [&]<class P>(std::type_identity<P>) { ... });
@@ -40,6 +49,17 @@
 #include "attnref/bounds/tolerance/names.hpp"
 
 namespace attnref {
+
+/// Policy P whose inputs are quantised per tensor to the FP8 format F (float8_e4m3 or float8_e5m2)
+/// before the arithmetic: `attnref run` feeds it quantise_fp8's effective inputs, `attnref check
+/// --policy` judges it against the certified result of those inputs (--input-format fp8e4m3).
+template <class P, class F>
+struct with_fp8_inputs : P {
+    using fp8_input_type = F;
+};
+/// Whether policy P reads FP8-quantised inputs.
+template <class P>
+concept has_fp8_inputs = requires { typename P::fp8_input_type; };
 
 struct policy_entry {
     std::string_view name;
@@ -64,6 +84,8 @@ inline constexpr std::array policy_names = {
     policy_entry{"fp32_p_fp8e4m3_s256", "fp32 storage and accumulation, P·256 cast to FP8 E4M3 before P·V, O/256"},
     policy_entry{"fp32_p_fp8e5m2_s256", "fp32 storage and accumulation, P·256 cast to FP8 E5M2 before P·V, O/256"},
     policy_entry{"bf16_materialised", "baseline bf16 attention: logits S and P stored in bf16, fp32 accumulation, bf16 output"},
+    policy_entry{"fp8e4m3_fa3_bf16", "FP8 E4M3 inputs with per-tensor descales, fp32 accumulation, P·256 in E4M3, bf16 output"},
+    policy_entry{"fp8e4m3_fa3_fp32", "FP8 E4M3 inputs with per-tensor descales, fp32 accumulation, P·256 in E4M3, fp32 output"},
 };
 
 /// Calls visitor(std::type_identity<Policy>{}) for the policy called `name`; returns false (and
@@ -94,7 +116,21 @@ bool visit_policy(std::string_view name, Visitor&& visitor) {
         return call.template operator()<with_weights_scale<precision_policy<float, float, float8_e5m2, float>, 256.0>>();
     if (name == "bf16_materialised")
         return call.template operator()<with_logits_storage<precision_policy<bfloat16, float, bfloat16, bfloat16>, bfloat16>>();
+    if (name == "fp8e4m3_fa3_bf16")
+        return call.template operator()<with_fp8_inputs<with_weights_scale<precision_policy<float, float, float8_e4m3, bfloat16>, 256.0>, float8_e4m3>>();
+    if (name == "fp8e4m3_fa3_fp32")
+        return call.template operator()<with_fp8_inputs<with_weights_scale<precision_policy<float, float, float8_e4m3, float>, 256.0>, float8_e4m3>>();
     return false;
+}
+
+/// The FP8 input format the policy called `name` reads ("fp8e4m3", "fp8e5m2"; "" for a policy whose
+/// inputs are rounded to its storage format, or an unknown name).
+inline std::string_view fp8_input_format_of_policy(std::string_view name) {
+    std::string_view r;
+    visit_policy(name, [&]<class P>(std::type_identity<P>) {
+        if constexpr (has_fp8_inputs<P>) r = std::is_same_v<typename P::fp8_input_type, float8_e4m3> ? "fp8e4m3" : "fp8e5m2";
+    });
+    return r;
 }
 
 /// The roundoffs of the policy called `name` (nullopt for an unknown name).
