@@ -100,6 +100,7 @@
 
 #include "attnref/core/attention.hpp"
 #include "attnref/core/backward.hpp"
+#include "attnref/core/binary_format.hpp"
 #include "attnref/bounds/error_bounds.hpp"
 #include "attnref/core/mask.hpp"
 #include "attnref/core/multi_head_attention.hpp"
@@ -513,6 +514,52 @@ struct mha_gradient_bounds {
     tensor<double, 1> grad_b_q, grad_b_k, grad_b_v, grad_b_o;
 };
 
+namespace detail {
+/// Multi-head attention's gradients in double from given head inputs (B, H, S, d) Q, K, V and head
+/// upstream gradients dO (as mha_gradient_bounds' tensors): SDPA forward (for dW_o) and textbook
+/// backward per head, then the projections' backward, y = x·W + b, every sum in double.
+inline mha_gradient_bounds mha_gradients_in_double(tensor_view<const double, 3> x_q, tensor_view<const double, 3> x_k,
+                                                   tensor_view<const double, 3> x_v, const mha_parameters<double>& p, const mha_options& o,
+                                                   tensor_view<const double, 3> grad_output, const tensor<double, 4>& qh,
+                                                   const tensor<double, 4>& kh, const tensor<double, 4>& vh, const tensor<double, 4>& doh) {
+    using D = uniform_precision<double>;
+    const attention_result<D> f = scaled_dot_product_attention<D, double, double, double>(qh.view(), kh.view(), vh.view(), o.attention);
+    const attention_gradients<D> g =
+        scaled_dot_product_attention_backward<D, double, double, double, double>(qh.view(), kh.view(), vh.view(), doh.view(), o.attention);
+    mha_gradient_bounds r;
+    auto linear = [](tensor_view<const double, 3> x, tensor_view<const double, 2> w, const tensor<double, 3>& dh, tensor<double, 3>& gx,
+                     tensor<double, 2>& gw, tensor<double, 1>& gb) {
+        const std::size_t B = x.extents[0], S = x.extents[1], E = x.extents[2], N = w.extents[1];
+        gx = tensor<double, 3>({B, S, E}, 0.0);
+        gw = tensor<double, 2>({E, N}, 0.0);
+        gb = tensor<double, 1>({N}, 0.0);
+        for (std::size_t rr = 0; rr < B * S; ++rr)
+            for (std::size_t c = 0; c < N; ++c) {
+                const double d = dh[rr * N + c];
+                gb[c] += d;
+                for (std::size_t e = 0; e < E; ++e) {
+                    gx[rr * E + e] += d * w(e, c);
+                    gw(e, c) += x[rr * E + e] * d;
+                }
+            }
+    };
+    linear(x_q, p.w_q, merge_heads<double>(g.grad_query.view()), r.grad_x_q, r.grad_w_q, r.grad_b_q);
+    linear(x_k, p.w_k, merge_heads<double>(g.grad_key.view()), r.grad_x_k, r.grad_w_k, r.grad_b_k);
+    linear(x_v, p.w_v, merge_heads<double>(g.grad_value.view()), r.grad_x_v, r.grad_w_v, r.grad_b_v);
+    const tensor<double, 3> merged = merge_heads<double>(f.output.view());
+    const std::size_t R = merged.extents()[0] * merged.extents()[1], Mo = merged.extents()[2], Eo = grad_output.extents[2];
+    r.grad_w_o = tensor<double, 2>({Mo, Eo}, 0.0);
+    r.grad_b_o = tensor<double, 1>({Eo}, 0.0);
+    for (std::size_t rr = 0; rr < R; ++rr)
+        for (std::size_t n = 0; n < Eo; ++n) {
+            const double gn = grad_output[rr * Eo + n];
+            r.grad_b_o[n] += gn;
+            for (std::size_t m = 0; m < Mo; ++m) r.grad_w_o(m, n) += merged[rr * Mo + m] * gn;
+        }
+    return r;
+}
+}  // namespace detail
+
 /// The first-order bound (B8)–(B13) for multi-head attention gradients computed with unit roundoff
 /// `u` and intermediates (projections, head outputs, head gradients) and results stored with
 /// `u_storage` (0: the arithmetic's own format). x_q, x_k, x_v, the parameters and grad_output
@@ -527,7 +574,8 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
                                                            double u, double u_storage = 0, double u_weights = 0,
                                                            double u_inputs = 0,
                                                            std::optional<backward_algorithm> declared = std::nullopt,
-                                                           double u_intermediates = 0) {
+                                                           double u_intermediates = 0,
+                                                           std::optional<binary_format> predicted_storage = std::nullopt) {
     const mha_dims md = mha_dims_of(x_q, x_k, x_v, p, o);
     require_extent("grad_output axis 0 (batch)", grad_output.extents[0], md.batch);
     require_extent("grad_output axis 1 (query length)", grad_output.extents[1], md.query_length);
@@ -558,8 +606,8 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
                 }
         return r;
     };
-    const projected Q = project(x_q, p.w_q, p.b_q, md.heads), K = project(x_k, p.w_k, p.b_k, md.kv_heads),
-                    V = project(x_v, p.w_v, p.b_v, md.kv_heads);
+    projected Q = project(x_q, p.w_q, p.b_q, md.heads), K = project(x_k, p.w_k, p.b_k, md.kv_heads),
+              V = project(x_v, p.w_v, p.b_v, md.kv_heads);
     // dO = dOut·W_oᵀ split into heads, and its error.
     const std::size_t Eo = md.output_dim, dv = md.head_dim_v;
     projected dO{tensor<double, 4>({md.batch, md.heads, md.query_length, dv}, 0.0),
@@ -576,6 +624,65 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
                                                  (static_cast<double>(Eo) + 1) * eta_a + eta_mat;  // (B14)
             }
     const attention_options& ao = o.attention;
+    // (B15) a declared policy that stores the projections and dO in a known format (round to nearest
+    // even, as linear_into does): the stored values are predicted, not bounded; the bound is taken at
+    // the predicted head inputs and the exact shift they cause is added at the end.
+    const bool predict = predicted_storage.has_value() && us > 0 && !(u_inputs > 0);
+    const tensor_view<const double, 4> weights_exact = weights;
+    const tensor_view<const double, 3> lse_exact = lse;
+    tensor<double, 4> w_hat;
+    tensor<double, 3> lse_hat;
+    std::optional<projected> exact_q, exact_k, exact_v, exact_do;
+    if (predict) {
+        auto predict_heads = [&](projected& y, std::size_t terms_plus_one, const std::vector<double>& magnitude) {
+            // |y_kernel − y| ≤ ε = (n + 1)(u + 2^-52)·Σ|terms| + (n + 1)·η_a (the kernel's sum and ours in double)
+            projected out{y.value, tensor<double, 4>(y.value.extents(), 0.0)};
+            const double n1 = static_cast<double>(terms_plus_one);
+            for (std::size_t e = 0; e < out.value.size(); ++e) {
+                const double v = y.value[e], eps = n1 * (u + 0x1p-52) * magnitude[e] + n1 * eta_a;
+                const double c = round_to(*predicted_storage, v), lo = round_to(*predicted_storage, v - eps),
+                             hi = round_to(*predicted_storage, v + eps);
+                out.value[e] = c;
+                out.error[e] = std::max(hi - c, c - lo);  // 0 unless y lies within ε of a rounding boundary
+            }
+            y = std::move(out);
+        };
+        auto magnitudes = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> w, tensor_view<const double, 1> bias,
+                              std::size_t heads) {
+            const std::size_t B = x.extents[0], S = x.extents[1], E = x.extents[2], N = w.extents[1], hd = N / heads;
+            std::vector<double> m(B * S * N, 0.0);
+            for (std::size_t b = 0; b < B; ++b)
+                for (std::size_t i = 0; i < S; ++i)
+                    for (std::size_t c = 0; c < N; ++c) {
+                        double a = bias.empty() ? 0.0 : std::fabs(bias[c]);
+                        for (std::size_t e = 0; e < E; ++e) a += std::fabs(x(b, i, e) * w(e, c));
+                        m[((b * heads + c / hd) * S + i) * hd + c % hd] = a;
+                    }
+            return m;
+        };
+        exact_q = Q, exact_k = K, exact_v = V, exact_do = dO;
+        predict_heads(Q, x_q.extents[2] + 2, magnitudes(x_q, p.w_q, p.b_q, md.heads));
+        predict_heads(K, x_k.extents[2] + 2, magnitudes(x_k, p.w_k, p.b_k, md.kv_heads));
+        predict_heads(V, x_v.extents[2] + 2, magnitudes(x_v, p.w_v, p.b_v, md.kv_heads));
+        {
+            std::vector<double> m(dO.value.size(), 0.0);
+            for (std::size_t b = 0; b < md.batch; ++b)
+                for (std::size_t i = 0; i < md.query_length; ++i)
+                    for (std::size_t mm = 0; mm < md.heads * dv; ++mm) {
+                        double a = 0;
+                        for (std::size_t n = 0; n < Eo; ++n) a += std::fabs(grad_output(b, i, n) * p.w_o(mm, n));
+                        m[((b * md.heads + mm / dv) * md.query_length + i) * dv + mm % dv] = a;
+                    }
+            predict_heads(dO, Eo + 1, m);
+        }
+        // The forward at the predicted heads, in double (its own rounding is second order).
+        attention_result<uniform_precision<double>> f =
+            scaled_dot_product_attention<uniform_precision<double>, double, double, double>(Q.value.view(), K.value.view(), V.value.view(), ao);
+        w_hat = std::move(f.weights);
+        lse_hat = std::move(f.lse);
+        weights = w_hat.view();
+        lse = lse_hat.view();
+    }
     detail::perturbed_head_bounds hb = detail::perturbed_sdpa_bounds(Q.value.view(), K.value.view(), V.value.view(), dO.value.view(),
                                                                      Q.error.view(), K.error.view(), V.error.view(), dO.error.view(),
                                                                      weights, lse, ao, u, us, u_weights, declared, u_intermediates);
@@ -629,6 +736,30 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
         for (double& x : t->storage()) x *= inflation;
     for (tensor<double, 1>* t : {&r.grad_b_q, &r.grad_b_k, &r.grad_b_v, &r.grad_b_o})
         for (double& x : t->storage()) x *= inflation;
+    if (predict) {
+        // (B15): |ĝ − g| ≤ bound at the predicted heads (r) + |g(predicted) − g(exact)|, both gradients
+        // computed in double: g(exact)'s double error is bounded by this bound at u = 2^-53 without
+        // storage, g(predicted)'s by 2^-29 of r (the same first-order form at 2^-53 ≤ 2^-29·u).
+        const mha_gradient_bounds at_hat = detail::mha_gradients_in_double(x_q, x_k, x_v, p, o, grad_output, Q.value, K.value, V.value, dO.value);
+        const mha_gradient_bounds at_exact =
+            detail::mha_gradients_in_double(x_q, x_k, x_v, p, o, grad_output, exact_q->value, exact_k->value, exact_v->value, exact_do->value);
+        const mha_gradient_bounds in_double = mha_gradient_first_order_bounds(x_q, x_k, x_v, p, o, grad_output, weights_exact, lse_exact, 0x1p-53);
+        auto add = [](auto& bound, const auto& a, const auto& e, const auto& d) {
+            for (std::size_t n = 0; n < bound.size(); ++n)
+                bound[n] = bound[n] * (1 + 0x1p-28) + std::fabs(a[n] - e[n]) * inflation + d[n];
+        };
+        add(r.grad_x_q, at_hat.grad_x_q, at_exact.grad_x_q, in_double.grad_x_q);
+        add(r.grad_x_k, at_hat.grad_x_k, at_exact.grad_x_k, in_double.grad_x_k);
+        add(r.grad_x_v, at_hat.grad_x_v, at_exact.grad_x_v, in_double.grad_x_v);
+        add(r.grad_w_q, at_hat.grad_w_q, at_exact.grad_w_q, in_double.grad_w_q);
+        add(r.grad_w_k, at_hat.grad_w_k, at_exact.grad_w_k, in_double.grad_w_k);
+        add(r.grad_w_v, at_hat.grad_w_v, at_exact.grad_w_v, in_double.grad_w_v);
+        add(r.grad_w_o, at_hat.grad_w_o, at_exact.grad_w_o, in_double.grad_w_o);
+        add(r.grad_b_q, at_hat.grad_b_q, at_exact.grad_b_q, in_double.grad_b_q);
+        add(r.grad_b_k, at_hat.grad_b_k, at_exact.grad_b_k, in_double.grad_b_k);
+        add(r.grad_b_v, at_hat.grad_b_v, at_exact.grad_b_v, in_double.grad_b_v);
+        add(r.grad_b_o, at_hat.grad_b_o, at_exact.grad_b_o, in_double.grad_b_o);
+    }
     return r;
 }
 

@@ -136,7 +136,13 @@ inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_
         r = {{"grad_query", cd::flat_of(b.grad_query)}, {"grad_key", cd::flat_of(b.grad_key)}, {"grad_value", cd::flat_of(b.grad_value)}};
     } else {
         const tensor_view<const double, 3> g{ref.grad_output.data(), {d.batch, d.query_length, d.output_dim}};
-        const mha_gradient_bounds b = mha_gradient_first_order_bounds(c.x_q, c.x_k, c.x_v, c.w, c.mo, g, w, lse, u, us, uw, u_in, declared, ui);
+        // A declared policy stores Q, K, V and the heads' dO in its storage format, rounded to nearest
+        // even: the bound predicts those values (docs/backward.md (B15)).
+        std::optional<binary_format> stored;
+        if (policy && us > 0 && policy->storage == us)
+            for (binary_format sf : {binary_format::bfloat16, binary_format::float16, binary_format::float32})
+                if (tol::unit_roundoff(sf) == us) stored = sf;
+        const mha_gradient_bounds b = mha_gradient_first_order_bounds(c.x_q, c.x_k, c.x_v, c.w, c.mo, g, w, lse, u, us, uw, u_in, declared, ui, stored);
         r = {{"grad_query", cd::flat_of(b.grad_x_q)}, {"grad_key", cd::flat_of(b.grad_x_k)}, {"grad_value", cd::flat_of(b.grad_x_v)},
              {"grad_w_q", cd::flat_of(b.grad_w_q)},   {"grad_w_k", cd::flat_of(b.grad_w_k)}, {"grad_w_v", cd::flat_of(b.grad_w_v)},
              {"grad_w_o", cd::flat_of(b.grad_w_o)},   {"grad_b_q", cd::flat_of(b.grad_b_q)}, {"grad_b_k", cd::flat_of(b.grad_b_k)},
