@@ -67,6 +67,11 @@
 ///        |ΔdX_rm| ≤ Σ_c(a^dH_rc + ((n + 1)u + u_s)|dH|~_rc)|W_mc|,
 ///        |ΔdW_mc| ≤ Σ_r |x_rm|(a^dH_rc + ((R + 1)u + u_s)|dH|~_rc), |Δdb_c| ≤ Σ_r(a^dH_rc + ((R + 1)u + u_s)|dH|~_rc).
 /// Evaluated in double with the same final factor 1 + 2^-20.
+///  (B15) a declared policy storing Q, K, V and the heads' dO in a format narrower than its accumulation
+///        (predicted_storage): each stored value is round(y) of a sum within ε of y, hence predicted
+///        exactly (one ulp of residual error where round(y − ε) ≠ round(y + ε)); the bound is (B9)–(B13)
+///        at the predicted heads plus |g(predicted heads) − g(exact heads)|, both in double, plus their
+///        double rounding (docs/backward.md (B15)).
 ///
 /// (B5t) dQ of a declared textbook backward (dS from the forward's own normalised weights P, D = Σ_j P dP
 /// or dO·O). Σ_j dS_ij = 0 exactly, and every perturbation that acts through the exact dS function —
