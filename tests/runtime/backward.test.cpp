@@ -513,6 +513,71 @@ BOOST_AUTO_TEST_CASE(textbook_grad_query_within_centred_bound) {
                                                                            << tightening);
 }
 
+// (B16): the bf16 policy (bf16 storage, P and gradients, float accumulation) on float64 inputs that
+// are not bf16 values — it rounds them to nearest even first — within the bound that predicts the
+// rounded inputs (bound at the rounded inputs + the exact shift of the gradients, storage by value),
+// against the exact gradients of the float64 inputs, on every convention case and the two adversarial
+// ones, both algorithms, declared textbook or not. Weakened: the same bound without the shift (the
+// arithmetic's bound at the rounded inputs alone) is exceeded — the prediction is load-bearing — and
+// the predicted bound is narrower than (B9)'s rounded-inputs bound.
+BOOST_AUTO_TEST_CASE(bf16_policy_from_float64_inputs_within_predicted_inputs_bound) {
+    using policy = precision_policy<bfloat16, float, bfloat16, bfloat16>;
+    std::vector<std::unique_ptr<sdpa_case>> cases = all_cases();
+    add_adversarial_cases(cases);
+    double worst = 0, worst_unshifted = 0, predicted_sum = 0, rounded_sum = 0;
+    for (auto& c : cases) {
+        const auto fwd = scaled_dot_product_attention(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v), c->options);
+        const tensor<double, 4> weights = cast<double>(fwd.weights);
+        const tensor<double, 3> lse = cast<double>(fwd.lse);
+        const auto exact = scaled_dot_product_attention_backward(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v), to<mp>(c->grad_output), c->options);
+        std::vector<tensor<double, 4>> r16;
+        for (const tensor<double, 4>* t : {&c->q, &c->k, &c->v, &c->grad_output}) {
+            tensor<double, 4> x = *t;
+            for (double& e : x.storage()) e = static_cast<double>(bfloat16(e));
+            r16.push_back(std::move(x));
+        }
+        const auto f16 = scaled_dot_product_attention(to<mp>(r16[0]), to<mp>(r16[1]), to<mp>(r16[2]), c->options);
+        const tensor<double, 4> w16 = cast<double>(f16.weights);
+        const tensor<double, 3> l16 = cast<double>(f16.lse);
+        const auto q = to<bfloat16>(c->q), k = to<bfloat16>(c->k), v = to<bfloat16>(c->v), g = to<bfloat16>(c->grad_output);
+        for (backward_algorithm algorithm : {backward_algorithm::textbook, backward_algorithm::flash})
+            for (std::optional<backward_algorithm> declared : {std::optional<backward_algorithm>{}, std::optional<backward_algorithm>{algorithm}}) {
+                if (declared == backward_algorithm::flash) continue;
+                const auto d = scaled_dot_product_attention_backward<policy, bfloat16, bfloat16, bfloat16, bfloat16>(
+                    q.view(), k.view(), v.view(), g.view(), c->options, {algorithm});
+                const std::optional<sdpa_gradient_bounds> b = sdpa_gradient_first_order_bounds_predicted_inputs(
+                    c->q.view(), c->k.view(), c->v.view(), c->grad_output.view(), weights.view(), lse.view(), c->options, 0x1p-24, 0x1p-8,
+                    0x1p-8, binary_format::bfloat16, declared);
+                BOOST_TEST_INFO(c->name << (algorithm == backward_algorithm::flash ? " flash" : " textbook") << (declared ? " declared" : ""));
+                BOOST_TEST_REQUIRE(b.has_value());
+                auto ratio = [](const tensor<bfloat16, 4>& x, const tensor<mp, 4>& y, const tensor<double, 4>& bound) {
+                    return worst_ratio(to_tensor<double>(x.view()), y, bound);
+                };
+                const double w = std::max({ratio(d.grad_query, exact.grad_query, b->grad_query), ratio(d.grad_key, exact.grad_key, b->grad_key),
+                                           ratio(d.grad_value, exact.grad_value, b->grad_value)});
+                BOOST_TEST(w <= 1.0);
+                worst = std::max(worst, w);
+                const sdpa_gradient_bounds unshifted = sdpa_gradient_first_order_bounds(
+                    r16[0].view(), r16[1].view(), r16[2].view(), r16[3].view(), w16.view(), l16.view(), c->options, 0x1p-24, 0x1p-8, 0x1p-8, declared);
+                worst_unshifted = std::max({worst_unshifted, ratio(d.grad_query, exact.grad_query, unshifted.grad_query),
+                                            ratio(d.grad_key, exact.grad_key, unshifted.grad_key),
+                                            ratio(d.grad_value, exact.grad_value, unshifted.grad_value)});
+                const sdpa_gradient_bounds rounded = sdpa_gradient_first_order_bounds_rounded_inputs(
+                    c->q.view(), c->k.view(), c->v.view(), c->grad_output.view(), weights.view(), lse.view(), c->options, 0x1p-24, 0x1p-8,
+                    0x1p-8, 0x1p-8, declared);
+                for (const auto& [x, y] : {std::pair{&b->grad_query, &rounded.grad_query}, std::pair{&b->grad_key, &rounded.grad_key},
+                                           std::pair{&b->grad_value, &rounded.grad_value}})
+                    for (std::size_t n = 0; n < x->size(); ++n) predicted_sum += (*x)[n], rounded_sum += (*y)[n];
+            }
+    }
+    BOOST_TEST_MESSAGE("(B16) bf16 policy from float64 inputs: worst |error| / predicted-inputs bound " << worst << "; without the shift "
+                                                                                                       << worst_unshifted << "; summed bound "
+                                                                                                       << predicted_sum / rounded_sum
+                                                                                                       << " of (B9)'s rounded-inputs bound");
+    BOOST_TEST(worst_unshifted > 1.0);
+    BOOST_TEST(predicted_sum < rounded_sum / 2);
+}
+
 // (B14) storage underflow: the fp16 policy (fp16 storage, P and gradients, float accumulation) on
 // inputs whose gradients are subnormal in fp16 (values and upstream gradients ~2⁻¹², so dV ~ 2⁻¹³ ...
 // 2⁻²⁴ and dQ, dK far below fp16's smallest normal 2⁻¹⁴), on every convention case and the two
@@ -942,4 +1007,6 @@ BOOST_AUTO_TEST_CASE(mha_gradients_within_first_order_bound) {
     BOOST_TEST_MESSAGE("(B15) predicting float32 storage for the bf16 kernel: worst |error| / bound " << worst_weakened);
     BOOST_TEST(width[3] < width[2] / 50);
     BOOST_TEST(worst_weakened > 1.0);
+    // (B15v): the results' storage bounded by their value, not their magnitude sums (1.14 before, 0.58 after).
+    BOOST_TEST(width[3] < 0.8);
 }

@@ -71,7 +71,10 @@
 ///        (predicted_storage): each stored value is round(y) of a sum within ε of y, hence predicted
 ///        exactly (one ulp of residual error where round(y − ε) ≠ round(y + ε)); the bound is (B9)–(B13)
 ///        at the predicted heads plus |g(predicted heads) − g(exact heads)|, both in double, plus their
-///        double rounding (docs/backward.md (B15)).
+///        double rounding (docs/backward.md (B15)). (B15v): the results' (and the heads' dK, dV) final
+///        storage bounded by their value, u_s(|g(predicted)| + the rest of the bound), not u_s times magnitude sums.
+///  (B16) a declared policy rounding SDPA's q, k, v, dO to nearest even in its storage format: the rounded
+///        inputs are predicted; bound at them (final storage by value) + the exact shift of the gradients.
 ///
 /// (B5t) dQ of a declared textbook backward (dS from the forward's own normalised weights P, D = Σ_j P dP
 /// or dO·O). Σ_j dS_ij = 0 exactly, and every perturbation that acts through the exact dS function —
@@ -334,7 +337,7 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
                                                              const attention_options& options, double u,
                                                              double u_storage = 0, double u_weights = 0,
                                                              std::optional<backward_algorithm> declared = std::nullopt,
-                                                             double u_intermediates = 0) {
+                                                             double u_intermediates = 0, bool final_storage_by_value = false) {
     const attention_dims d = logit_stage::attention_dims_of(q, k, v);
     require_extent("grad_output axis 3 (head dim dv)", grad_output.extents[3], d.head_dim_v);
     require_extent("weights axis 3 (key length)", weights.extents[3], d.key_length);
@@ -347,6 +350,9 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
                            tensor<double, 4>({d.batch, d.kv_heads, d.key_length, d.head_dim_v}, 0.0),
                            tensor<double, 4>({d.batch, d.heads, d.query_length, 1}, 0.0)};
     const bool centred = detail::textbook_bound_applies(declared, options);  // (B5t) gives dQ below
+    // (B7)'s final rounding u_s·|g| of dK, dV (and of dQ under (B5)) left to the caller, who bounds
+    // it by the value (final_storage_by_value: (B16), (B15v)); (B5t)'s dQ keeps its own.
+    const double us_final = final_storage_by_value ? 0.0 : u_storage;
     const detail::underflow_terms uf = detail::underflow_of(u, u_storage, u_weights, d, s);
     std::vector<double> dp_abs(d.key_length);
     for (std::size_t bb = 0; bb < d.batch; ++bb)
@@ -359,12 +365,12 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
                 if (r.empty) {  // only the uniform policy's dV_j += dO_i/Sk
                     for (std::size_t j = 0; j < d.key_length; ++j)
                         for (std::size_t x = 0; x < d.head_dim_v; ++x)
-                            b.grad_value(bb, hk, j, x) += (gamma + u_storage) * std::fabs(weights(bb, h, i, j)) * std::fabs(grad_output(bb, h, i, x));
+                            b.grad_value(bb, hk, j, x) += (gamma + us_final) * std::fabs(weights(bb, h, i, j)) * std::fabs(grad_output(bb, h, i, x));
                     continue;
                 }
                 const double e_cap = options.softcap ? u * (4 + 2 * (dk + 3) * logit_magnitude / std::fabs(*options.softcap)) : 0;
                 const double rho = 4 * gamma + 2 * e_p + e_cap + 3 * u + detail::stored_ds_roundings(options) * u_intermediates;  // (B5), (B4s)
-                const double rho_stored = rho + u_storage;                 // (B7)
+                const double rho_stored = rho + us_final;                  // (B7)
                 for (std::size_t j = 0; j < d.key_length; ++j) {
                     if (structurally_masked(options.mask, bb, h, i, j, d.query_length, d.key_length)) continue;
                     const double p = weights(bb, h, i, j);
@@ -378,7 +384,7 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
                         b.grad_key(bb, hk, j, x) += to_qk * std::fabs(q(bb, h, i, x));
                     }
                     for (std::size_t x = 0; x < d.head_dim_v; ++x)
-                        b.grad_value(bb, hk, j, x) += ((gamma + e_p + u_storage) * p + uf.eta_p) * std::fabs(grad_output(bb, h, i, x));
+                        b.grad_value(bb, hk, j, x) += ((gamma + e_p + us_final) * p + uf.eta_p) * std::fabs(grad_output(bb, h, i, x));
                 }
             }
     // (B14): each element's sum of products (η_a per product, before or after the scale) and its storage
@@ -411,7 +417,8 @@ inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> 
                                                    tensor_view<const double, 4> v_error, tensor_view<const double, 4> do_error,
                                                    tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
                                                    const attention_options& ao, double u, double us, double u_weights,
-                                                   std::optional<backward_algorithm> declared, double u_intermediates = 0) {
+                                                   std::optional<backward_algorithm> declared, double u_intermediates = 0,
+                                                   bool final_storage_by_value = false) {
     struct view_pair {
         tensor_view<const double, 4> value, error;
     };
@@ -419,7 +426,8 @@ inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> 
     const std::size_t dk = q_value.extents[3], dv = v_value.extents[3];
     // (B10) the SDPA bound at the exact head inputs; (B9) the perturbation by the inputs' errors.
     const sdpa_gradient_bounds sb = sdpa_gradient_first_order_bounds(Q.value, K.value, V.value, dO.value,
-                                                                      weights, lse, ao, u, us, u_weights, std::nullopt, u_intermediates);
+                                                                      weights, lse, ao, u, us, u_weights, std::nullopt, u_intermediates,
+                                                                      final_storage_by_value);
     const attention_dims d = logit_stage::attention_dims_of(Q.value, K.value, V.value);
     const std::size_t group = d.heads / d.kv_heads, sq = d.query_length, sk = d.key_length;
     const double s = detail::bound_logit_scale(ao, dk), gamma = detail::bound_terms(d) * u;
@@ -509,6 +517,54 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds_rounded_inputs(
     b.grad_query = std::move(hb.a_dq);
     b.grad_key = std::move(hb.a_dk);
     b.grad_value = std::move(hb.a_dv);
+    return b;
+}
+
+/// (B16) The bound of a declared policy that rounds q, k, v and grad_output to nearest even in
+/// `input_format` before its backward (the inputs are not values of that format): the rounded inputs
+/// x̂ are predicted exactly, so |ĝ − g(x)| ≤ bound(x̂) + |g(x̂) − g(x)| — the bound (B1)–(B7) (with
+/// (B5t) where declared) at the rounded inputs and forward weights, plus the exact shift of the
+/// gradients the rounding causes, both gradients computed in double by the textbook backward and
+/// each carrying its own double error ((B1)–(B6) at u = 2^-53). Row sums of dS: the bound at x̂.
+/// std::nullopt where a gradient is not finite (the caller keeps the rounded-inputs bound).
+inline std::optional<sdpa_gradient_bounds> sdpa_gradient_first_order_bounds_predicted_inputs(
+    tensor_view<const double, 4> q, tensor_view<const double, 4> k, tensor_view<const double, 4> v, tensor_view<const double, 4> grad_output,
+    tensor_view<const double, 4> weights, tensor_view<const double, 3> lse, const attention_options& options, double u, double u_storage,
+    double u_weights, binary_format input_format, std::optional<backward_algorithm> declared = std::nullopt, double u_intermediates = 0) {
+    using D = uniform_precision<double>;
+    auto rounded = [&](tensor_view<const double, 4> x) {
+        tensor<double, 4> r(x.extents, 0.0);
+        for (std::size_t n = 0; n < r.size(); ++n) r[n] = round_to(input_format, x[n]);
+        return r;
+    };
+    const tensor<double, 4> qh = rounded(q), kh = rounded(k), vh = rounded(v), gh = rounded(grad_output);
+    const attention_result<D> f = scaled_dot_product_attention<D, double, double, double>(qh.view(), kh.view(), vh.view(), options);
+    const attention_gradients<D> at_hat =
+        scaled_dot_product_attention_backward<D, double, double, double, double>(qh.view(), kh.view(), vh.view(), gh.view(), options);
+    const attention_gradients<D> at_exact =
+        scaled_dot_product_attention_backward<D, double, double, double, double>(q, k, v, grad_output, options);
+    sdpa_gradient_bounds b = sdpa_gradient_first_order_bounds(qh.view(), kh.view(), vh.view(), gh.view(), f.weights.view(), f.lse.view(),
+                                                              options, u, u_storage, u_weights, declared, u_intermediates, true);
+    const bool dq_by_value = !detail::textbook_bound_applies(declared, options);  // (B5t) keeps its own storage term
+    const sdpa_gradient_bounds hat_double =
+        sdpa_gradient_first_order_bounds(qh.view(), kh.view(), vh.view(), gh.view(), f.weights.view(), f.lse.view(), options, 0x1p-53);
+    const sdpa_gradient_bounds exact_double = sdpa_gradient_first_order_bounds(q, k, v, grad_output, weights, lse, options, 0x1p-53);
+    constexpr double inflation = 1 + 0x1p-20;
+    // The final storage by value: the kernel's unrounded y is within bound + da of g(x̂) (in double).
+    auto add = [&](tensor<double, 4>& bound, const tensor<double, 4>& a, const tensor<double, 4>& e, const tensor<double, 4>& da,
+                   const tensor<double, 4>& de, bool by_value = true) {
+        for (std::size_t n = 0; n < bound.size(); ++n) {
+            const double rest = bound[n] + da[n], stored = by_value ? u_storage * (std::fabs(a[n]) + rest) : 0.0;
+            const double x = (rest + stored + std::fabs(a[n] - e[n]) + de[n]) * inflation;
+            if (!std::isfinite(x)) return false;
+            bound[n] = x;
+        }
+        return true;
+    };
+    if (!add(b.grad_query, at_hat.grad_query, at_exact.grad_query, hat_double.grad_query, exact_double.grad_query, dq_by_value) ||
+        !add(b.grad_key, at_hat.grad_key, at_exact.grad_key, hat_double.grad_key, exact_double.grad_key) ||
+        !add(b.grad_value, at_hat.grad_value, at_exact.grad_value, hat_double.grad_value, exact_double.grad_value))
+        return std::nullopt;
     return b;
 }
 
@@ -690,7 +746,23 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
     }
     detail::perturbed_head_bounds hb = detail::perturbed_sdpa_bounds(Q.value.view(), K.value.view(), V.value.view(), dO.value.view(),
                                                                      Q.error.view(), K.error.view(), V.error.view(), dO.error.view(),
-                                                                     weights, lse, ao, u, us, u_weights, declared, u_intermediates);
+                                                                     weights, lse, ao, u, us, u_weights, declared, u_intermediates, predict);
+    if (predict) {
+        // (B15v): the heads' gradients' storage by value, u_s(|g(predicted heads)| + the rest), g in
+        // double (its own error ≤ 2^-29 of the rest, as below); (B5t)'s dQ keeps its own storage term.
+        const attention_gradients<uniform_precision<double>> gh =
+            scaled_dot_product_attention_backward<uniform_precision<double>, double, double, double, double>(
+                Q.value.view(), K.value.view(), V.value.view(), dO.value.view(), ao);
+        auto by_value = [&](tensor<double, 4>& a, const tensor<double, 4>& g) {
+            for (std::size_t n = 0; n < a.size(); ++n) {
+                const double rest = a[n] * (1 + 0x1p-28);
+                a[n] = rest + us * (std::fabs(g[n]) + rest);
+            }
+        };
+        if (!detail::textbook_bound_applies(declared, ao)) by_value(hb.a_dq, gh.grad_query);
+        by_value(hb.a_dk, gh.grad_key);
+        by_value(hb.a_dv, gh.grad_value);
+    }
     tensor<double, 4>&a_dq = hb.a_dq, &a_dk = hb.a_dk, &a_dv = hb.a_dv, &m_dq = hb.m_dq, &m_dk = hb.m_dk, &m_dv = hb.m_dv, &a_o = hb.a_o,
                      &m_o = hb.m_o;
     // (B12), (B13): the linear backward's sums over the merged (B, S, heads·d) layout.
@@ -699,10 +771,14 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
                             M_dk = merge_heads<double>(m_dk.view()), M_dv = merge_heads<double>(m_dv.view()),
                             A_o = merge_heads<double>(a_o.view()), M_o = merge_heads<double>(m_o.view());
     mha_gradient_bounds r;
+    // The results' own storage rounding, u_s·|g|: bounded by the magnitude sums below, or under (B15)
+    // by the value, u_s·(|g(predicted heads)| + the rest of the bound), added at the end (B15v).
+    const double us_final = predict ? 0.0 : us;
     auto linear = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> w, const tensor<double, 3>& a, const tensor<double, 3>& m,
                       tensor<double, 3>& gx, tensor<double, 2>& gw, tensor<double, 1>& gb) {
         const std::size_t B = x.extents[0], S = x.extents[1], E = x.extents[2], N = w.extents[1], R = B * S;
-        const double rel_x = (static_cast<double>(N) + 1) * u + us + u_inputs, rel_r = (static_cast<double>(R) + 1) * u + us + u_inputs;
+        const double rel_x = (static_cast<double>(N) + 1) * u + us_final + u_inputs,
+                     rel_r = (static_cast<double>(R) + 1) * u + us_final + u_inputs;
         // (B14): N (or R) products' η_a and the result's storage; the rounded W's (x's) η_in times |dH|.
         gx = tensor<double, 3>({B, S, E}, (static_cast<double>(N) + 1) * eta_a + eta_mat);
         gw = tensor<double, 2>({E, N}, (static_cast<double>(R) + 1) * eta_a + eta_mat);
@@ -723,7 +799,7 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
     linear(x_v, p.w_v, A_dv, M_dv, r.grad_x_v, r.grad_w_v, r.grad_b_v);
     {
         const std::size_t R = md.batch * md.query_length, Mo = md.heads * dv;
-        const double rel_r = (static_cast<double>(R) + 1) * u + us + u_inputs;
+        const double rel_r = (static_cast<double>(R) + 1) * u + us_final + u_inputs;
         r.grad_w_o = tensor<double, 2>({Mo, Eo}, (static_cast<double>(R) + 1) * eta_a + eta_mat);  // (B14)
         r.grad_b_o = tensor<double, 1>({Eo}, (static_cast<double>(R) + 1) * eta_a + eta_mat);
         for (std::size_t rr = 0; rr < R; ++rr)
@@ -745,13 +821,17 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
         // (B15): |ĝ − g| ≤ bound at the predicted heads (r) + |g(predicted) − g(exact)|, both gradients
         // computed in double: g(exact)'s double error is bounded by this bound at u = 2^-53 without
         // storage, g(predicted)'s by 2^-29 of r (the same first-order form at 2^-53 ≤ 2^-29·u).
+        // (B15v): r omits the results' final storage rounding; the kernel's unrounded result y lies
+        // within r·(1 + 2^-28) of the double g(predicted), so storing it adds ≤ u_s(|g(predicted)| + r(1 + 2^-28)).
         const mha_gradient_bounds at_hat = detail::mha_gradients_in_double(x_q, x_k, x_v, p, o, grad_output, Q.value, K.value, V.value, dO.value);
         const mha_gradient_bounds at_exact =
             detail::mha_gradients_in_double(x_q, x_k, x_v, p, o, grad_output, exact_q->value, exact_k->value, exact_v->value, exact_do->value);
         const mha_gradient_bounds in_double = mha_gradient_first_order_bounds(x_q, x_k, x_v, p, o, grad_output, weights_exact, lse_exact, 0x1p-53);
-        auto add = [](auto& bound, const auto& a, const auto& e, const auto& d) {
-            for (std::size_t n = 0; n < bound.size(); ++n)
-                bound[n] = bound[n] * (1 + 0x1p-28) + std::fabs(a[n] - e[n]) * inflation + d[n];
+        auto add = [&](auto& bound, const auto& a, const auto& e, const auto& d) {
+            for (std::size_t n = 0; n < bound.size(); ++n) {
+                const double rest = bound[n] * (1 + 0x1p-28);
+                bound[n] = (rest + us * (std::fabs(a[n]) + rest)) * inflation + std::fabs(a[n] - e[n]) * inflation + d[n];
+            }
         };
         add(r.grad_x_q, at_hat.grad_x_q, at_exact.grad_x_q, in_double.grad_x_q);
         add(r.grad_x_k, at_hat.grad_x_k, at_exact.grad_x_k, in_double.grad_x_k);

@@ -132,7 +132,17 @@ inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_
     std::vector<std::pair<std::string, std::vector<double>>> r;
     if (c.sdpa()) {
         const tensor_view<const double, 4> g{ref.grad_output.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}};
-        const sdpa_gradient_bounds b = sdpa_gradient_first_order_bounds_rounded_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, uw, u_in, declared, ui);
+        // A declared policy whose inputs are rounded to its storage format (not values of it): the
+        // rounded inputs are predicted exactly (docs/backward.md (B16)).
+        std::optional<binary_format> input_format;
+        if (policy && u_in > 0 && policy->storage == u_fmt)
+            for (binary_format sf : {binary_format::bfloat16, binary_format::float16, binary_format::float32})
+                if (tol::unit_roundoff(sf) == u_fmt) input_format = sf;
+        std::optional<sdpa_gradient_bounds> predicted;
+        if (input_format)
+            predicted = sdpa_gradient_first_order_bounds_predicted_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, uw, *input_format, declared, ui);
+        const sdpa_gradient_bounds b =
+            predicted ? std::move(*predicted) : sdpa_gradient_first_order_bounds_rounded_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, uw, u_in, declared, ui);
         r = {{"grad_query", cd::flat_of(b.grad_query)}, {"grad_key", cd::flat_of(b.grad_key)}, {"grad_value", cd::flat_of(b.grad_value)}};
     } else {
         const tensor_view<const double, 3> g{ref.grad_output.data(), {d.batch, d.query_length, d.output_dim}};
