@@ -234,9 +234,10 @@ inline tensor<double, 4> textbook_grad_query_bounds(tensor_view<const double, 4>
                                                     tensor_view<const double, 4> ev, tensor_view<const double, 4> edo,
                                                     tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
                                                     const attention_options& options, double u, double u_storage, double u_weights,
-                                                    double u_intermediates = 0) {
+                                                    double u_intermediates = 0, bool final_storage_by_value = false) {
     const attention_dims d = logit_stage::attention_dims_of(q, k, v);
     const std::size_t group = d.heads / d.kv_heads, sq = d.query_length, sk = d.key_length, dk = d.head_dim_qk, dv = d.head_dim_v;
+    const double us_final = final_storage_by_value ? 0.0 : u_storage;  // dQ's own storage: left to the caller
     const double s = bound_logit_scale(options, dk), gamma = bound_terms(d) * u;
     const double Sk = static_cast<double>(sk), Dk = static_cast<double>(dk), Dv = static_cast<double>(dv);
     const bool errors = !eq.empty();
@@ -295,7 +296,7 @@ inline tensor<double, 4> textbook_grad_query_bounds(tensor_view<const double, 4>
                     C[j] = p * ((2 * E + lambda) * g[j] + 2 * E * A + z[j] + z_bar);
                     T[j] = p * ((beta + 3 * u + u_storage + u_intermediates) * g[j] + lambda * abs_d + beta * r.d_abs + psi);  // (B4s): scaled dS
                     dS[j] = p * g[j];
-                    w[j] = C[j] + u_storage * dS[j];
+                    w[j] = C[j] + us_final * dS[j];
                 }
                 for (std::size_t c = 0; c < dk; ++c) {
                     // m_c: the weighted median of k_jc (weights w_j) minimises Σ_j w_j |k_jc − m_c|.
@@ -350,8 +351,8 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
                            tensor<double, 4>({d.batch, d.kv_heads, d.key_length, d.head_dim_v}, 0.0),
                            tensor<double, 4>({d.batch, d.heads, d.query_length, 1}, 0.0)};
     const bool centred = detail::textbook_bound_applies(declared, options);  // (B5t) gives dQ below
-    // (B7)'s final rounding u_s·|g| of dK, dV (and of dQ under (B5)) left to the caller, who bounds
-    // it by the value (final_storage_by_value: (B16), (B15v)); (B5t)'s dQ keeps its own.
+    // (B7)'s final rounding u_s·|g| of dQ, dK, dV left to the caller, who bounds it by the value
+    // (final_storage_by_value: (B15v), (B16), a declared policy's check).
     const double us_final = final_storage_by_value ? 0.0 : u_storage;
     const detail::underflow_terms uf = detail::underflow_of(u, u_storage, u_weights, d, s);
     std::vector<double> dp_abs(d.key_length);
@@ -397,7 +398,7 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
     }
     if (centred)  // (B5t)
         b.grad_query = detail::textbook_grad_query_bounds(q, k, v, grad_output, {}, {}, {}, {}, weights, lse, options, u, u_storage, u_weights,
-                                                          u_intermediates);
+                                                          u_intermediates, final_storage_by_value);
     constexpr double inflation = 1 + 0x1p-20;  // second-order terms and the bound's own rounding
     for (tensor<double, 4>* t : {&b.grad_query, &b.grad_key, &b.grad_value, &b.logits_row_sum})
         for (double& x : t->storage()) x *= inflation;
@@ -484,7 +485,7 @@ inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> 
             }
     if (textbook_bound_applies(declared, ao))  // (B5t) with the inputs' errors, in place of (B10)'s dQ
         a_dq = textbook_grad_query_bounds(Q.value, K.value, V.value, dO.value, Q.error, K.error, V.error, dO.error, weights, lse, ao, u, us,
-                                          u_weights, u_intermediates);
+                                          u_weights, u_intermediates, final_storage_by_value);
     return {std::move(a_dq), std::move(a_dk), std::move(a_dv), std::move(m_dq), std::move(m_dk), std::move(m_dv), std::move(a_o),
             std::move(m_o)};
 }
@@ -545,23 +546,22 @@ inline std::optional<sdpa_gradient_bounds> sdpa_gradient_first_order_bounds_pred
         scaled_dot_product_attention_backward<D, double, double, double, double>(q, k, v, grad_output, options);
     sdpa_gradient_bounds b = sdpa_gradient_first_order_bounds(qh.view(), kh.view(), vh.view(), gh.view(), f.weights.view(), f.lse.view(),
                                                               options, u, u_storage, u_weights, declared, u_intermediates, true);
-    const bool dq_by_value = !detail::textbook_bound_applies(declared, options);  // (B5t) keeps its own storage term
     const sdpa_gradient_bounds hat_double =
         sdpa_gradient_first_order_bounds(qh.view(), kh.view(), vh.view(), gh.view(), f.weights.view(), f.lse.view(), options, 0x1p-53);
     const sdpa_gradient_bounds exact_double = sdpa_gradient_first_order_bounds(q, k, v, grad_output, weights, lse, options, 0x1p-53);
     constexpr double inflation = 1 + 0x1p-20;
     // The final storage by value: the kernel's unrounded y is within bound + da of g(x̂) (in double).
     auto add = [&](tensor<double, 4>& bound, const tensor<double, 4>& a, const tensor<double, 4>& e, const tensor<double, 4>& da,
-                   const tensor<double, 4>& de, bool by_value = true) {
+                   const tensor<double, 4>& de) {
         for (std::size_t n = 0; n < bound.size(); ++n) {
-            const double rest = bound[n] + da[n], stored = by_value ? u_storage * (std::fabs(a[n]) + rest) : 0.0;
+            const double rest = bound[n] + da[n], stored = u_storage * (std::fabs(a[n]) + rest);
             const double x = (rest + stored + std::fabs(a[n] - e[n]) + de[n]) * inflation;
             if (!std::isfinite(x)) return false;
             bound[n] = x;
         }
         return true;
     };
-    if (!add(b.grad_query, at_hat.grad_query, at_exact.grad_query, hat_double.grad_query, exact_double.grad_query, dq_by_value) ||
+    if (!add(b.grad_query, at_hat.grad_query, at_exact.grad_query, hat_double.grad_query, exact_double.grad_query) ||
         !add(b.grad_key, at_hat.grad_key, at_exact.grad_key, hat_double.grad_key, exact_double.grad_key) ||
         !add(b.grad_value, at_hat.grad_value, at_exact.grad_value, hat_double.grad_value, exact_double.grad_value))
         return std::nullopt;
@@ -749,7 +749,7 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
                                                                      weights, lse, ao, u, us, u_weights, declared, u_intermediates, predict);
     if (predict) {
         // (B15v): the heads' gradients' storage by value, u_s(|g(predicted heads)| + the rest), g in
-        // double (its own error ≤ 2^-29 of the rest, as below); (B5t)'s dQ keeps its own storage term.
+        // double (its own error ≤ 2^-29 of the rest, as below).
         const attention_gradients<uniform_precision<double>> gh =
             scaled_dot_product_attention_backward<uniform_precision<double>, double, double, double, double>(
                 Q.value.view(), K.value.view(), V.value.view(), dO.value.view(), ao);
@@ -759,7 +759,7 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
                 a[n] = rest + us * (std::fabs(g[n]) + rest);
             }
         };
-        if (!detail::textbook_bound_applies(declared, ao)) by_value(hb.a_dq, gh.grad_query);
+        by_value(hb.a_dq, gh.grad_query);
         by_value(hb.a_dk, gh.grad_key);
         by_value(hb.a_dv, gh.grad_value);
     }

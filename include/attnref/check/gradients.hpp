@@ -141,8 +141,27 @@ inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_
         std::optional<sdpa_gradient_bounds> predicted;
         if (input_format)
             predicted = sdpa_gradient_first_order_bounds_predicted_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, uw, *input_format, declared, ui);
-        const sdpa_gradient_bounds b =
-            predicted ? std::move(*predicted) : sdpa_gradient_first_order_bounds_rounded_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, uw, u_in, declared, ui);
+        sdpa_gradient_bounds b;
+        if (predicted) {
+            b = std::move(*predicted);
+        } else if (policy && us > 0 && !(u_in > 0)) {
+            // A declared policy's gradients stored from y: u_s|y| ≤ u_s(|g| + the rest of the bound),
+            // g the certified gradient (within 2^-53 of its value): docs/backward.md (B15v).
+            b = sdpa_gradient_first_order_bounds(c.q, c.k, c.v, g, w, lse, c.o, u, us, uw, declared, ui, true);
+            auto by_value = [&](tensor<double, 4>& bound, const char* role) {
+                const std::vector<double>* e = ref.find(role);
+                for (std::size_t n = 0; n < bound.size(); ++n) {
+                    // A non-finite certified value is matched exactly (tol::compare), whatever the bound.
+                    if (!e || n >= e->size() || !std::isfinite((*e)[n])) continue;
+                    bound[n] = (bound[n] + us * (std::fabs((*e)[n]) * (1 + 0x1p-52) + bound[n])) * (1 + 0x1p-50);
+                }
+            };
+            by_value(b.grad_query, "grad_query");
+            by_value(b.grad_key, "grad_key");
+            by_value(b.grad_value, "grad_value");
+        } else {
+            b = sdpa_gradient_first_order_bounds_rounded_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, uw, u_in, declared, ui);
+        }
         r = {{"grad_query", cd::flat_of(b.grad_query)}, {"grad_key", cd::flat_of(b.grad_key)}, {"grad_value", cd::flat_of(b.grad_value)}};
     } else {
         const tensor_view<const double, 3> g{ref.grad_output.data(), {d.batch, d.query_length, d.output_dim}};
