@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attnref/bounds/backward_bounds.hpp"
@@ -576,6 +577,67 @@ BOOST_AUTO_TEST_CASE(bf16_policy_from_float64_inputs_within_predicted_inputs_bou
                                                                                                        << " of (B9)'s rounded-inputs bound");
     BOOST_TEST(worst_unshifted > 1.0);
     BOOST_TEST(predicted_sum < rounded_sum / 2);
+}
+
+// (B15v) as check applies it to a declared policy on the inputs it computed on: the bound without the
+// gradients' final storage (final_storage_by_value) plus u_s(|g| + that bound), g the exact gradient.
+// The bf16 and fp16 policies (textbook and flash, declared textbook or not) on inputs exact in their
+// format, every convention case and the two adversarial ones, stay within it; the bound halved is
+// exceeded, and it is narrower than the one with (B7)'s storage u_s times the magnitude sums.
+BOOST_AUTO_TEST_CASE(declared_policy_storage_by_value_within_bound) {
+    double worst = 0, worst_without = 0, sum_by_value = 0, sum_by_magnitude = 0;
+    auto run = [&]<class Policy, class S>(double us) {
+        std::vector<std::unique_ptr<sdpa_case>> cases = all_cases();
+        add_adversarial_cases(cases);
+        for (auto& c : cases) {
+            for (tensor<double, 4>* t : {&c->q, &c->k, &c->v, &c->grad_output})
+                for (double& e : t->storage()) e = static_cast<double>(S(e));
+            const auto fwd = scaled_dot_product_attention(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v), c->options);
+            const tensor<double, 4> weights = cast<double>(fwd.weights);
+            const tensor<double, 3> lse = cast<double>(fwd.lse);
+            const auto exact = scaled_dot_product_attention_backward(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v), to<mp>(c->grad_output), c->options);
+            const auto q = to<S>(c->q), k = to<S>(c->k), v = to<S>(c->v), g = to<S>(c->grad_output);
+            for (backward_algorithm algorithm : {backward_algorithm::textbook, backward_algorithm::flash})
+                for (std::optional<backward_algorithm> declared : {std::optional<backward_algorithm>{}, std::optional<backward_algorithm>{algorithm}}) {
+                    if (declared == backward_algorithm::flash) continue;
+                    const auto d = scaled_dot_product_attention_backward<Policy, S, S, S, S>(q.view(), k.view(), v.view(), g.view(), c->options, {algorithm});
+                    const sdpa_gradient_bounds rest = sdpa_gradient_first_order_bounds(c->q.view(), c->k.view(), c->v.view(), c->grad_output.view(),
+                                                                                       weights.view(), lse.view(), c->options, 0x1p-24, us, us,
+                                                                                       declared, 0, true);
+                    auto ratio = [&](const tensor<S, 4>& x, const tensor<mp, 4>& y, const tensor<double, 4>& r, bool stored) {
+                        tensor<double, 4> bound = r;
+                        if (stored)
+                            for (std::size_t n = 0; n < bound.size(); ++n)
+                                bound[n] = (r[n] + us * (std::fabs(static_cast<double>(y[n])) * (1 + 0x1p-52) + r[n])) * (1 + 0x1p-50);
+                        return worst_ratio(to_tensor<double>(x.view()), y, bound);
+                    };
+                    BOOST_TEST_INFO(c->name << (algorithm == backward_algorithm::flash ? " flash" : " textbook") << (declared ? " declared" : ""));
+                    const double w = std::max({ratio(d.grad_query, exact.grad_query, rest.grad_query, true),
+                                               ratio(d.grad_key, exact.grad_key, rest.grad_key, true),
+                                               ratio(d.grad_value, exact.grad_value, rest.grad_value, true)});
+                    BOOST_TEST(w <= 1.0);
+                    worst = std::max(worst, w);
+                    worst_without = std::max({worst_without, ratio(d.grad_query, exact.grad_query, rest.grad_query, false),
+                                              ratio(d.grad_key, exact.grad_key, rest.grad_key, false),
+                                              ratio(d.grad_value, exact.grad_value, rest.grad_value, false)});
+                    const sdpa_gradient_bounds magnitude = sdpa_gradient_first_order_bounds(
+                        c->q.view(), c->k.view(), c->v.view(), c->grad_output.view(), weights.view(), lse.view(), c->options, 0x1p-24, us, us, declared);
+                    for (const auto& [r, m, y] : {std::tuple{&rest.grad_query, &magnitude.grad_query, &exact.grad_query},
+                                                  std::tuple{&rest.grad_key, &magnitude.grad_key, &exact.grad_key},
+                                                  std::tuple{&rest.grad_value, &magnitude.grad_value, &exact.grad_value}})
+                        for (std::size_t n = 0; n < r->size(); ++n)
+                            sum_by_value += (*r)[n] + us * (std::fabs(static_cast<double>((*y)[n])) + (*r)[n]), sum_by_magnitude += (*m)[n];
+                }
+        }
+    };
+    run.template operator()<precision_policy<bfloat16, float, bfloat16, bfloat16>, bfloat16>(0x1p-8);
+    run.template operator()<precision_policy<float16, float, float16, float16>, float16>(0x1p-11);
+    BOOST_TEST_MESSAGE("(B15v) declared bf16/fp16 policies, storage by value: worst |error| / bound " << worst << "; without the storage term "
+                                                                                                     << worst_without << "; summed bound "
+                                                                                                     << sum_by_value / sum_by_magnitude
+                                                                                                     << " of the magnitude form's");
+    BOOST_TEST(worst > 0.5);
+    BOOST_TEST(sum_by_value < 0.9 * sum_by_magnitude);
 }
 
 // (B14) storage underflow: the fp16 policy (fp16 storage, P and gradients, float accumulation) on
