@@ -202,7 +202,7 @@ void register_check(CLI::App& app) {
                 for (const gradient_tensor_layout& g : gradient_layout(m->spec))
                     for (const auto& [role, file] : rq.gradients)
                         if (role == g.role) gradient_values += safe_io_detail::sat_count(g.shape);
-                require_memory(check_memory_estimate(m->spec, !a->weights.empty(), !a->lse.empty(), gradient_values), m->spec, mf,
+                require_memory(check_memory_estimate(m->spec, !a->weights.empty(), !a->lse.empty(), gradient_values, !a->policy.empty()), m->spec, mf,
                                "check");
             }
         }

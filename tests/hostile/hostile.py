@@ -579,6 +579,15 @@ def estimates():
         check(f'check ({label}): refused under 1K with the estimate', rc == 2 and est is not None, err.strip()[:200])
         rc, peak = peak_rss(chk)
         check(f'check ({label}): estimate {est} >= peak {peak}', rc == 0 and est is not None and est >= peak)
+    # A declared policy's bound of a multi-head output holds V·W_o per (batch, head, key) and σ_P per
+    # output (up to 2^22 values, 8 bytes each): the estimate counts them (before, it was the same as undeclared).
+    chk = ('check', '--golden', os.path.join(d, 'm'), '--output', os.path.join(r32, 'output.npy'))
+    _, plain, _ = estimate_of(chk)
+    rc, est, err = estimate_of(chk + ('--policy', 'float32', '--input-format', 'case'))
+    check(f'check --policy: estimate {est} >= {plain} + 32 MiB', rc == 2 and est is not None and plain is not None and
+          est >= plain + 8 * 2**22, err.strip()[:200])
+    rc, peak = peak_rss(chk + ('--policy', 'float32', '--input-format', 'case'))
+    check(f'check --policy: estimate {est} >= peak {peak}', rc == 0 and est is not None and est >= peak)
 
 
 CATEGORIES = {'memory': memory, 'deep': deep, 'sizes': sizes, 'lost': lost, 'shell': shell, 'hang': hang, 'strict': strict,

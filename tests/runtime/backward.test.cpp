@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attnref/bounds/backward_bounds.hpp"
@@ -513,6 +514,132 @@ BOOST_AUTO_TEST_CASE(textbook_grad_query_within_centred_bound) {
                                                                            << tightening);
 }
 
+// (B16): the bf16 policy (bf16 storage, P and gradients, float accumulation) on float64 inputs that
+// are not bf16 values — it rounds them to nearest even first — within the bound that predicts the
+// rounded inputs (bound at the rounded inputs + the exact shift of the gradients, storage by value),
+// against the exact gradients of the float64 inputs, on every convention case and the two adversarial
+// ones, both algorithms, declared textbook or not. Weakened: the same bound without the shift (the
+// arithmetic's bound at the rounded inputs alone) is exceeded — the prediction is load-bearing — and
+// the predicted bound is narrower than (B9)'s rounded-inputs bound.
+BOOST_AUTO_TEST_CASE(bf16_policy_from_float64_inputs_within_predicted_inputs_bound) {
+    using policy = precision_policy<bfloat16, float, bfloat16, bfloat16>;
+    std::vector<std::unique_ptr<sdpa_case>> cases = all_cases();
+    add_adversarial_cases(cases);
+    double worst = 0, worst_unshifted = 0, predicted_sum = 0, rounded_sum = 0;
+    for (auto& c : cases) {
+        const auto fwd = scaled_dot_product_attention(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v), c->options);
+        const tensor<double, 4> weights = cast<double>(fwd.weights);
+        const tensor<double, 3> lse = cast<double>(fwd.lse);
+        const auto exact = scaled_dot_product_attention_backward(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v), to<mp>(c->grad_output), c->options);
+        std::vector<tensor<double, 4>> r16;
+        for (const tensor<double, 4>* t : {&c->q, &c->k, &c->v, &c->grad_output}) {
+            tensor<double, 4> x = *t;
+            for (double& e : x.storage()) e = static_cast<double>(bfloat16(e));
+            r16.push_back(std::move(x));
+        }
+        const auto f16 = scaled_dot_product_attention(to<mp>(r16[0]), to<mp>(r16[1]), to<mp>(r16[2]), c->options);
+        const tensor<double, 4> w16 = cast<double>(f16.weights);
+        const tensor<double, 3> l16 = cast<double>(f16.lse);
+        const auto q = to<bfloat16>(c->q), k = to<bfloat16>(c->k), v = to<bfloat16>(c->v), g = to<bfloat16>(c->grad_output);
+        for (backward_algorithm algorithm : {backward_algorithm::textbook, backward_algorithm::flash})
+            for (std::optional<backward_algorithm> declared : {std::optional<backward_algorithm>{}, std::optional<backward_algorithm>{algorithm}}) {
+                if (declared == backward_algorithm::flash) continue;
+                const auto d = scaled_dot_product_attention_backward<policy, bfloat16, bfloat16, bfloat16, bfloat16>(
+                    q.view(), k.view(), v.view(), g.view(), c->options, {algorithm});
+                const std::optional<sdpa_gradient_bounds> b = sdpa_gradient_first_order_bounds_predicted_inputs(
+                    c->q.view(), c->k.view(), c->v.view(), c->grad_output.view(), weights.view(), lse.view(), c->options, 0x1p-24, 0x1p-8,
+                    0x1p-8, binary_format::bfloat16, declared);
+                BOOST_TEST_INFO(c->name << (algorithm == backward_algorithm::flash ? " flash" : " textbook") << (declared ? " declared" : ""));
+                BOOST_TEST_REQUIRE(b.has_value());
+                auto ratio = [](const tensor<bfloat16, 4>& x, const tensor<mp, 4>& y, const tensor<double, 4>& bound) {
+                    return worst_ratio(to_tensor<double>(x.view()), y, bound);
+                };
+                const double w = std::max({ratio(d.grad_query, exact.grad_query, b->grad_query), ratio(d.grad_key, exact.grad_key, b->grad_key),
+                                           ratio(d.grad_value, exact.grad_value, b->grad_value)});
+                BOOST_TEST(w <= 1.0);
+                worst = std::max(worst, w);
+                const sdpa_gradient_bounds unshifted = sdpa_gradient_first_order_bounds(
+                    r16[0].view(), r16[1].view(), r16[2].view(), r16[3].view(), w16.view(), l16.view(), c->options, 0x1p-24, 0x1p-8, 0x1p-8, declared);
+                worst_unshifted = std::max({worst_unshifted, ratio(d.grad_query, exact.grad_query, unshifted.grad_query),
+                                            ratio(d.grad_key, exact.grad_key, unshifted.grad_key),
+                                            ratio(d.grad_value, exact.grad_value, unshifted.grad_value)});
+                const sdpa_gradient_bounds rounded = sdpa_gradient_first_order_bounds_rounded_inputs(
+                    c->q.view(), c->k.view(), c->v.view(), c->grad_output.view(), weights.view(), lse.view(), c->options, 0x1p-24, 0x1p-8,
+                    0x1p-8, 0x1p-8, declared);
+                for (const auto& [x, y] : {std::pair{&b->grad_query, &rounded.grad_query}, std::pair{&b->grad_key, &rounded.grad_key},
+                                           std::pair{&b->grad_value, &rounded.grad_value}})
+                    for (std::size_t n = 0; n < x->size(); ++n) predicted_sum += (*x)[n], rounded_sum += (*y)[n];
+            }
+    }
+    BOOST_TEST_MESSAGE("(B16) bf16 policy from float64 inputs: worst |error| / predicted-inputs bound " << worst << "; without the shift "
+                                                                                                       << worst_unshifted << "; summed bound "
+                                                                                                       << predicted_sum / rounded_sum
+                                                                                                       << " of (B9)'s rounded-inputs bound");
+    BOOST_TEST(worst_unshifted > 1.0);
+    BOOST_TEST(predicted_sum < rounded_sum / 2);
+}
+
+// (B15v) as check applies it to a declared policy on the inputs it computed on: the bound without the
+// gradients' final storage (final_storage_by_value) plus u_s(|g| + that bound), g the exact gradient.
+// The bf16 and fp16 policies (textbook and flash, declared textbook or not) on inputs exact in their
+// format, every convention case and the two adversarial ones, stay within it; the bound halved is
+// exceeded, and it is narrower than the one with (B7)'s storage u_s times the magnitude sums.
+BOOST_AUTO_TEST_CASE(declared_policy_storage_by_value_within_bound) {
+    double worst = 0, worst_without = 0, sum_by_value = 0, sum_by_magnitude = 0;
+    auto run = [&]<class Policy, class S>(double us) {
+        std::vector<std::unique_ptr<sdpa_case>> cases = all_cases();
+        add_adversarial_cases(cases);
+        for (auto& c : cases) {
+            for (tensor<double, 4>* t : {&c->q, &c->k, &c->v, &c->grad_output})
+                for (double& e : t->storage()) e = static_cast<double>(S(e));
+            const auto fwd = scaled_dot_product_attention(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v), c->options);
+            const tensor<double, 4> weights = cast<double>(fwd.weights);
+            const tensor<double, 3> lse = cast<double>(fwd.lse);
+            const auto exact = scaled_dot_product_attention_backward(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v), to<mp>(c->grad_output), c->options);
+            const auto q = to<S>(c->q), k = to<S>(c->k), v = to<S>(c->v), g = to<S>(c->grad_output);
+            for (backward_algorithm algorithm : {backward_algorithm::textbook, backward_algorithm::flash})
+                for (std::optional<backward_algorithm> declared : {std::optional<backward_algorithm>{}, std::optional<backward_algorithm>{algorithm}}) {
+                    if (declared == backward_algorithm::flash) continue;
+                    const auto d = scaled_dot_product_attention_backward<Policy, S, S, S, S>(q.view(), k.view(), v.view(), g.view(), c->options, {algorithm});
+                    const sdpa_gradient_bounds rest = sdpa_gradient_first_order_bounds(c->q.view(), c->k.view(), c->v.view(), c->grad_output.view(),
+                                                                                       weights.view(), lse.view(), c->options, 0x1p-24, us, us,
+                                                                                       declared, 0, true);
+                    auto ratio = [&](const tensor<S, 4>& x, const tensor<mp, 4>& y, const tensor<double, 4>& r, bool stored) {
+                        tensor<double, 4> bound = r;
+                        if (stored)
+                            for (std::size_t n = 0; n < bound.size(); ++n)
+                                bound[n] = (r[n] + us * (std::fabs(static_cast<double>(y[n])) * (1 + 0x1p-52) + r[n])) * (1 + 0x1p-50);
+                        return worst_ratio(to_tensor<double>(x.view()), y, bound);
+                    };
+                    BOOST_TEST_INFO(c->name << (algorithm == backward_algorithm::flash ? " flash" : " textbook") << (declared ? " declared" : ""));
+                    const double w = std::max({ratio(d.grad_query, exact.grad_query, rest.grad_query, true),
+                                               ratio(d.grad_key, exact.grad_key, rest.grad_key, true),
+                                               ratio(d.grad_value, exact.grad_value, rest.grad_value, true)});
+                    BOOST_TEST(w <= 1.0);
+                    worst = std::max(worst, w);
+                    worst_without = std::max({worst_without, ratio(d.grad_query, exact.grad_query, rest.grad_query, false),
+                                              ratio(d.grad_key, exact.grad_key, rest.grad_key, false),
+                                              ratio(d.grad_value, exact.grad_value, rest.grad_value, false)});
+                    const sdpa_gradient_bounds magnitude = sdpa_gradient_first_order_bounds(
+                        c->q.view(), c->k.view(), c->v.view(), c->grad_output.view(), weights.view(), lse.view(), c->options, 0x1p-24, us, us, declared);
+                    for (const auto& [r, m, y] : {std::tuple{&rest.grad_query, &magnitude.grad_query, &exact.grad_query},
+                                                  std::tuple{&rest.grad_key, &magnitude.grad_key, &exact.grad_key},
+                                                  std::tuple{&rest.grad_value, &magnitude.grad_value, &exact.grad_value}})
+                        for (std::size_t n = 0; n < r->size(); ++n)
+                            sum_by_value += (*r)[n] + us * (std::fabs(static_cast<double>((*y)[n])) + (*r)[n]), sum_by_magnitude += (*m)[n];
+                }
+        }
+    };
+    run.template operator()<precision_policy<bfloat16, float, bfloat16, bfloat16>, bfloat16>(0x1p-8);
+    run.template operator()<precision_policy<float16, float, float16, float16>, float16>(0x1p-11);
+    BOOST_TEST_MESSAGE("(B15v) declared bf16/fp16 policies, storage by value: worst |error| / bound " << worst << "; without the storage term "
+                                                                                                     << worst_without << "; summed bound "
+                                                                                                     << sum_by_value / sum_by_magnitude
+                                                                                                     << " of the magnitude form's");
+    BOOST_TEST(worst > 0.5);
+    BOOST_TEST(sum_by_value < 0.9 * sum_by_magnitude);
+}
+
 // (B14) storage underflow: the fp16 policy (fp16 storage, P and gradients, float accumulation) on
 // inputs whose gradients are subnormal in fp16 (values and upstream gradients ~2⁻¹², so dV ~ 2⁻¹³ ...
 // 2⁻²⁴ and dQ, dK far below fp16's smallest normal 2⁻¹⁴), on every convention case and the two
@@ -775,6 +902,7 @@ struct mha_bound_case {
     bool bias, causal;
     std::vector<std::size_t> key_lengths;
     std::optional<double> softcap;
+    double gain = 1;  ///< x_q and x_k multiplied by it (a power of 2: bf16-exact): logits gain²
 };
 }  // namespace
 
@@ -782,8 +910,9 @@ BOOST_AUTO_TEST_CASE(mha_gradients_within_first_order_bound) {
     using bf16_policy = precision_policy<bfloat16, float, bfloat16, bfloat16>;
     const mha_bound_case cases[] = {{"causal", 1, 5, 5, 8, 2, 2, 4, 4, 8, false, true, {}, {}},
                                     {"gqa_bias", 2, 4, 6, 8, 4, 2, 3, 2, 5, true, false, {}, {}},
-                                    {"mqa_padding_softcap", 2, 3, 7, 6, 3, 1, 4, 3, 6, true, false, {7, 3}, 2.0}};
-    double worst[3] = {0, 0, 0}, width[3] = {0, 0, 0};
+                                    {"mqa_padding_softcap", 2, 3, 7, 6, 3, 1, 4, 3, 6, true, false, {7, 3}, 2.0},
+                                    {"large_logits", 1, 4, 6, 16, 2, 2, 4, 4, 6, false, false, {}, {}, 2.0}};
+    double worst[4] = {0, 0, 0, 0}, width[4] = {0, 0, 0, 0}, worst_weakened = 0;
     const double width_limit[2] = {1e-9, 0x1p-7};
     std::uint64_t seed = 900;
     for (const mha_bound_case& c : cases) {
@@ -802,7 +931,10 @@ BOOST_AUTO_TEST_CASE(mha_gradients_within_first_order_bound) {
             };
             for (int variant = 0; variant < 2; ++variant) {  // 0: float inputs (f64, f32), 1: bf16-exact inputs
                 const bool b16 = variant == 1;
-                const auto vxq = rnd({c.batch, c.sq, c.e}, b16), vxk = rnd({c.batch, c.sk, c.e}, b16), vxv = rnd({c.batch, c.sk, c.e}, b16);
+                auto vxq = rnd({c.batch, c.sq, c.e}, b16), vxk = rnd({c.batch, c.sk, c.e}, b16);
+                const auto vxv = rnd({c.batch, c.sk, c.e}, b16);
+                for (double& x : vxq) x *= c.gain;
+                for (double& x : vxk) x *= c.gain;
                 const auto vwq = rnd({c.e, c.heads * c.dk}, b16), vwk = rnd({c.e, c.kv * c.dk}, b16), vwv = rnd({c.e, c.kv * c.dv}, b16),
                            vwo = rnd({c.heads * c.dv, c.eo}, b16);
                 const auto vbq = rnd({c.heads * c.dk}, b16), vbk = rnd({c.kv * c.dk}, b16), vbv = rnd({c.kv * c.dv}, b16),
@@ -847,12 +979,29 @@ BOOST_AUTO_TEST_CASE(mha_gradients_within_first_order_bound) {
                 // Each result against the bound valid for any algorithm and, for the textbook backward, also
                 // against the one of a declared textbook backward ((B5t) in place of (B5) for the heads' dQ).
                 auto judge = [&](int slot, const auto& got, double u, double us, double uw, backward_algorithm a) {
-                  for (std::optional<backward_algorithm> declared : {std::optional<backward_algorithm>{}, std::optional<backward_algorithm>{a}}) {
+                  for (std::optional<backward_algorithm> declared : {std::optional<backward_algorithm>{}, std::optional<backward_algorithm>{a}})
+                  for (std::optional<binary_format> predicted : {std::optional<binary_format>{}, std::optional<binary_format>{binary_format::bfloat16},
+                                                              std::optional<binary_format>{binary_format::float32}}) {
                     if (declared == backward_algorithm::flash) continue;
+                    if (predicted && !(us > 0)) continue;
                     const mha_gradient_bounds b = mha_gradient_first_order_bounds(xq.view(), xk.view(), xv.view(), p, o, g.view(),
-                                                                                  weights.view(), lse.view(), u, us, uw, 0, declared);
+                                                                                  weights.view(), lse.view(), u, us, uw, 0, declared, 0, predicted);
                     auto one = [&](const char* name, const auto& x, const auto& y, const auto& bound) {
                         const double w = worst_ratio(to_tensor<double>(x.view()), y, bound);
+                        if (predicted == binary_format::float32) {  // a weakened (B15): no storage rounding predicted (float32)
+                            worst_weakened = std::max(worst_weakened, w);
+                            return;
+                        }
+                        if (predicted) {  // (B15): within the bound
+                            BOOST_TEST_INFO(name << " predicted bf16 storage");
+                            BOOST_TEST(w <= 1.0);
+                            worst[3] = std::max(worst[3], w);
+                            double bmax = 0, gmax = 0;
+                            for (std::size_t n = 0; n < bound.size(); ++n)
+                                bmax = std::max(bmax, bound[n]), gmax = std::max(gmax, std::fabs(static_cast<double>(y[n])));
+                            if (std::string(name) != "db_k") width[3] = std::max(width[3], bmax / gmax);
+                            return;
+                        }
                         double bmax = 0, gmax = 0;
                         for (std::size_t n = 0; n < bound.size(); ++n)
                             bmax = std::max(bmax, bound[n]), gmax = std::max(gmax, std::fabs(static_cast<double>(y[n])));
@@ -860,7 +1009,7 @@ BOOST_AUTO_TEST_CASE(mha_gradients_within_first_order_bound) {
                         BOOST_TEST(w <= 1.0);
                         worst[slot] = std::max(worst[slot], w);
                         if (std::string(name) == "db_k") return;  // exactly 0 (below): no scale of its own
-                        if (slot < 2) {
+                        if (slot < 2 && c.gain == 1) {  // large_logits: a soundness case for (B15), not a width one
                             BOOST_TEST_INFO(name << " slot " << slot);
                             BOOST_TEST(bmax <= width_limit[slot] * gmax);
                         }
@@ -912,6 +1061,14 @@ BOOST_AUTO_TEST_CASE(mha_gradients_within_first_order_bound) {
     }
     BOOST_TEST_MESSAGE("MHA vs MPFR: worst |error| / first-order bound: float64 " << worst[0] << ", float32 " << worst[1]
                                                                                    << ", bf16 policy " << worst[2]
+                                                                                   << ", bf16 policy with predicted storage (B15) " << worst[3]
                                                                                    << "; largest bound / largest |gradient|: " << width[0]
-                                                                                   << ", " << width[1] << ", " << width[2]);
+                                                                                   << ", " << width[1] << ", " << width[2] << ", " << width[3]);
+    // (B15) is far narrower than (B8)–(B13), and its prediction is load-bearing: the same bound
+    // predicting float32 storage (no rounding of the projections: the dominant term gone) is exceeded.
+    BOOST_TEST_MESSAGE("(B15) predicting float32 storage for the bf16 kernel: worst |error| / bound " << worst_weakened);
+    BOOST_TEST(width[3] < width[2] / 50);
+    BOOST_TEST(worst_weakened > 1.0);
+    // (B15v): the results' storage bounded by their value, not their magnitude sums (1.14 before, 0.58 after).
+    BOOST_TEST(width[3] < 0.8);
 }

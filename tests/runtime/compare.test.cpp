@@ -421,6 +421,73 @@ BOOST_AUTO_TEST_CASE(declared_policy_bounds_hold_for_kernels_that_follow_them) {
     BOOST_TEST(runs[2].r.worst_dominant_weakened > 1.0, "bf16 P: " << runs[2].r.worst_dominant_weakened);
 }
 
+// Multi-head, fp32_p_fp8e4m3_s256 declared: P's storage reaches y through W_o by value (σ_P,
+// data_aware_scales::sigma_weights: one rounding per weight, shared by the head's features, so
+// p_hij·|V_hj·W_o^h| instead of Σ_c p_hij|V_hjc||W_o|). attnref's kernel that follows the policy stays
+// within the bound on GQA shapes (plain, sharper logits ×16, the online softmax in blocks of 4 keys, a
+// causal mask) against the same attention in double; the bound is ≥ 1.5× narrower than with σ through
+// |W_o| summed, and P stored 16× more precisely than declared is exceeded.
+BOOST_AUTO_TEST_CASE(declared_fp8_policy_mha_bound_takes_p_through_w_o_by_value) {
+    using namespace attnref;
+    using policy = with_weights_scale<precision_policy<float, float, float8_e4m3, float>, 256.0>;
+    const double u32 = 0x1p-24;
+    const tol::policy_roundoffs pr{u32, u32, 0x1p-4, u32, 0, 256}, weakened{u32, u32, 0x1p-8, u32, 0, 256};
+    double worst = 0, worst_weakened = 0, narrowing = std::numeric_limits<double>::infinity();
+    for (int variant = 0; variant < 4; ++variant) {
+        const std::size_t B = 2, H = 4, Hkv = 2, S = 12, E = 32, d = 8, Eo = 24;
+        const auto seed = static_cast<std::uint64_t>(10 * variant);
+        auto rnd3 = [&](std::vector<std::size_t> shape, std::uint64_t sd) {
+            auto t = test::random_tensor<double, 3>({shape[0], shape[1], shape[2]}, sd);
+            for (double& x : t.storage()) x = static_cast<double>(static_cast<float>(x));
+            return t;
+        };
+        auto rnd2 = [&](std::size_t r, std::size_t c, std::uint64_t sd) {
+            auto t = test::random_tensor<double, 2>({r, c}, sd);
+            for (double& x : t.storage()) x = static_cast<double>(static_cast<float>(x / std::sqrt(static_cast<double>(r))));
+            return t;
+        };
+        auto xq = rnd3({B, S, E}, 51 + seed), xk = rnd3({B, S, E}, 52 + seed), xv = rnd3({B, S, E}, 53 + seed);
+        const auto wq = rnd2(E, H * d, 54 + seed), wk = rnd2(E, Hkv * d, 55 + seed), wv = rnd2(E, Hkv * d, 56 + seed),
+                   wo = rnd2(H * d, Eo, 57 + seed);
+        mha_options mo{H, Hkv, {}};
+        mo.attention.threads = 1;
+        if (variant == 1)  // logits ×16
+            for (auto* t : {&xq, &xk})
+                for (double& x : t->storage()) x *= 4;
+        if (variant == 2) {  // FlashAttention's online softmax: P rounded unnormalised, per block of 4 keys
+            mo.attention.softmax.algorithm = softmax_algorithm::online;
+            mo.attention.softmax.block_size = 4;
+            for (double& x : xq.storage()) x *= 2;
+        }
+        if (variant == 3) mo.attention.mask.causal = true;
+        const mha_parameters<double> pd{wq.view(), wk.view(), wv.view(), wo.view()};
+        const auto exact = multi_head_attention<uniform_precision<double>>(tensor_view<const double, 3>(xq.view()), tensor_view<const double, 3>(xk.view()),
+                                                                            tensor_view<const double, 3>(xv.view()), pd, mo);
+        const auto fq = test::cast<float>(xq), fk = test::cast<float>(xk), fv = test::cast<float>(xv);
+        const auto fwq = test::cast<float>(wq), fwk = test::cast<float>(wk), fwv = test::cast<float>(wv), fwo = test::cast<float>(wo);
+        const mha_parameters<float> pf{fwq.view(), fwk.view(), fwv.view(), fwo.view()};
+        const auto got = multi_head_attention<policy>(tensor_view<const float, 3>(fq.view()), tensor_view<const float, 3>(fk.view()),
+                                                      tensor_view<const float, 3>(fv.view()), pf, mo);
+        const tol::data_aware_scales s = tol::mha_scales(xq.view(), xk.view(), xv.view(), pd, exact.weights.view(), mo, true);
+        BOOST_TEST_REQUIRE(s.sigma_weights.size() == s.size());
+        tol::data_aware_scales summed = s;
+        summed.sigma_weights.clear();  // σ through |W_o| summed, as before
+        double sum_new = 0, sum_old = 0;
+        for (std::size_t e = 0; e < s.size(); ++e) {
+            const double err = std::fabs(static_cast<double>(got.output[e]) - exact.output[e]);
+            worst = std::max(worst, err / s.bound(e, pr));
+            worst_weakened = std::max(worst_weakened, err / s.bound(e, weakened));
+            sum_new += s.bound(e, pr), sum_old += summed.bound(e, pr);
+        }
+        narrowing = std::min(narrowing, sum_old / sum_new);
+    }
+    BOOST_TEST_MESSAGE("fp32_p_fp8e4m3_s256 MHA: worst |error| / bound " << worst << " (P 16x more precise: " << worst_weakened
+                                                                         << "); bound summed through |W_o| / by value >= " << narrowing);
+    BOOST_TEST(worst <= 1.0);
+    BOOST_TEST(worst_weakened > 1.0);
+    BOOST_TEST(narrowing >= 1.5);
+}
+
 // The bound drivers (tolerance/data_aware.hpp, worst_case.hpp) split their rows over threads and
 // run vectorised inner loops (tolerance/parallel_bounds.hpp): every term and every element bound
 // must be the same, bit for bit, on 1, 2 and 3 threads. Shapes with odd head dimensions and key
@@ -467,6 +534,7 @@ void check_same(const tol::data_aware_scales& a, const tol::data_aware_scales& b
     BOOST_TEST(same_bits(a.row_logit_var, b.row_logit_var), what << ": row_logit_var");
     BOOST_TEST(same_bits(a.row_logit_linear, b.row_logit_linear), what << ": row_logit_linear");
     BOOST_TEST(same_bits(a.sigma_linear, b.sigma_linear), what << ": sigma_linear");
+    BOOST_TEST(same_bits(a.sigma_weights, b.sigma_weights), what << ": sigma_weights");
     BOOST_TEST(same_bits(a.output_value, b.output_value), what << ": output_value");
     BOOST_TEST(same_bits(a.worst_case.t0, b.worst_case.t0), what << ": worst-case t0");
     BOOST_TEST(same_bits(a.worst_case.t1, b.worst_case.t1), what << ": worst-case t1");

@@ -67,6 +67,14 @@
 ///        |ΔdX_rm| ≤ Σ_c(a^dH_rc + ((n + 1)u + u_s)|dH|~_rc)|W_mc|,
 ///        |ΔdW_mc| ≤ Σ_r |x_rm|(a^dH_rc + ((R + 1)u + u_s)|dH|~_rc), |Δdb_c| ≤ Σ_r(a^dH_rc + ((R + 1)u + u_s)|dH|~_rc).
 /// Evaluated in double with the same final factor 1 + 2^-20.
+///  (B15) a declared policy storing Q, K, V and the heads' dO in a format narrower than its accumulation
+///        (predicted_storage): each stored value is round(y) of a sum within ε of y, hence predicted
+///        exactly (one ulp of residual error where round(y − ε) ≠ round(y + ε)); the bound is (B9)–(B13)
+///        at the predicted heads plus |g(predicted heads) − g(exact heads)|, both in double, plus their
+///        double rounding (docs/backward.md (B15)). (B15v): the results' (and the heads' dK, dV) final
+///        storage bounded by their value, u_s(|g(predicted)| + the rest of the bound), not u_s times magnitude sums.
+///  (B16) a declared policy rounding SDPA's q, k, v, dO to nearest even in its storage format: the rounded
+///        inputs are predicted; bound at them (final storage by value) + the exact shift of the gradients.
 ///
 /// (B5t) dQ of a declared textbook backward (dS from the forward's own normalised weights P, D = Σ_j P dP
 /// or dO·O). Σ_j dS_ij = 0 exactly, and every perturbation that acts through the exact dS function —
@@ -100,6 +108,7 @@
 
 #include "attnref/core/attention.hpp"
 #include "attnref/core/backward.hpp"
+#include "attnref/core/binary_format.hpp"
 #include "attnref/bounds/error_bounds.hpp"
 #include "attnref/core/mask.hpp"
 #include "attnref/core/multi_head_attention.hpp"
@@ -225,9 +234,10 @@ inline tensor<double, 4> textbook_grad_query_bounds(tensor_view<const double, 4>
                                                     tensor_view<const double, 4> ev, tensor_view<const double, 4> edo,
                                                     tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
                                                     const attention_options& options, double u, double u_storage, double u_weights,
-                                                    double u_intermediates = 0) {
+                                                    double u_intermediates = 0, bool final_storage_by_value = false) {
     const attention_dims d = logit_stage::attention_dims_of(q, k, v);
     const std::size_t group = d.heads / d.kv_heads, sq = d.query_length, sk = d.key_length, dk = d.head_dim_qk, dv = d.head_dim_v;
+    const double us_final = final_storage_by_value ? 0.0 : u_storage;  // dQ's own storage: left to the caller
     const double s = bound_logit_scale(options, dk), gamma = bound_terms(d) * u;
     const double Sk = static_cast<double>(sk), Dk = static_cast<double>(dk), Dv = static_cast<double>(dv);
     const bool errors = !eq.empty();
@@ -286,7 +296,7 @@ inline tensor<double, 4> textbook_grad_query_bounds(tensor_view<const double, 4>
                     C[j] = p * ((2 * E + lambda) * g[j] + 2 * E * A + z[j] + z_bar);
                     T[j] = p * ((beta + 3 * u + u_storage + u_intermediates) * g[j] + lambda * abs_d + beta * r.d_abs + psi);  // (B4s): scaled dS
                     dS[j] = p * g[j];
-                    w[j] = C[j] + u_storage * dS[j];
+                    w[j] = C[j] + us_final * dS[j];
                 }
                 for (std::size_t c = 0; c < dk; ++c) {
                     // m_c: the weighted median of k_jc (weights w_j) minimises Σ_j w_j |k_jc − m_c|.
@@ -328,7 +338,7 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
                                                              const attention_options& options, double u,
                                                              double u_storage = 0, double u_weights = 0,
                                                              std::optional<backward_algorithm> declared = std::nullopt,
-                                                             double u_intermediates = 0) {
+                                                             double u_intermediates = 0, bool final_storage_by_value = false) {
     const attention_dims d = logit_stage::attention_dims_of(q, k, v);
     require_extent("grad_output axis 3 (head dim dv)", grad_output.extents[3], d.head_dim_v);
     require_extent("weights axis 3 (key length)", weights.extents[3], d.key_length);
@@ -341,6 +351,9 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
                            tensor<double, 4>({d.batch, d.kv_heads, d.key_length, d.head_dim_v}, 0.0),
                            tensor<double, 4>({d.batch, d.heads, d.query_length, 1}, 0.0)};
     const bool centred = detail::textbook_bound_applies(declared, options);  // (B5t) gives dQ below
+    // (B7)'s final rounding u_s·|g| of dQ, dK, dV left to the caller, who bounds it by the value
+    // (final_storage_by_value: (B15v), (B16), a declared policy's check).
+    const double us_final = final_storage_by_value ? 0.0 : u_storage;
     const detail::underflow_terms uf = detail::underflow_of(u, u_storage, u_weights, d, s);
     std::vector<double> dp_abs(d.key_length);
     for (std::size_t bb = 0; bb < d.batch; ++bb)
@@ -353,12 +366,12 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
                 if (r.empty) {  // only the uniform policy's dV_j += dO_i/Sk
                     for (std::size_t j = 0; j < d.key_length; ++j)
                         for (std::size_t x = 0; x < d.head_dim_v; ++x)
-                            b.grad_value(bb, hk, j, x) += (gamma + u_storage) * std::fabs(weights(bb, h, i, j)) * std::fabs(grad_output(bb, h, i, x));
+                            b.grad_value(bb, hk, j, x) += (gamma + us_final) * std::fabs(weights(bb, h, i, j)) * std::fabs(grad_output(bb, h, i, x));
                     continue;
                 }
                 const double e_cap = options.softcap ? u * (4 + 2 * (dk + 3) * logit_magnitude / std::fabs(*options.softcap)) : 0;
                 const double rho = 4 * gamma + 2 * e_p + e_cap + 3 * u + detail::stored_ds_roundings(options) * u_intermediates;  // (B5), (B4s)
-                const double rho_stored = rho + u_storage;                 // (B7)
+                const double rho_stored = rho + us_final;                  // (B7)
                 for (std::size_t j = 0; j < d.key_length; ++j) {
                     if (structurally_masked(options.mask, bb, h, i, j, d.query_length, d.key_length)) continue;
                     const double p = weights(bb, h, i, j);
@@ -372,7 +385,7 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
                         b.grad_key(bb, hk, j, x) += to_qk * std::fabs(q(bb, h, i, x));
                     }
                     for (std::size_t x = 0; x < d.head_dim_v; ++x)
-                        b.grad_value(bb, hk, j, x) += ((gamma + e_p + u_storage) * p + uf.eta_p) * std::fabs(grad_output(bb, h, i, x));
+                        b.grad_value(bb, hk, j, x) += ((gamma + e_p + us_final) * p + uf.eta_p) * std::fabs(grad_output(bb, h, i, x));
                 }
             }
     // (B14): each element's sum of products (η_a per product, before or after the scale) and its storage
@@ -385,7 +398,7 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
     }
     if (centred)  // (B5t)
         b.grad_query = detail::textbook_grad_query_bounds(q, k, v, grad_output, {}, {}, {}, {}, weights, lse, options, u, u_storage, u_weights,
-                                                          u_intermediates);
+                                                          u_intermediates, final_storage_by_value);
     constexpr double inflation = 1 + 0x1p-20;  // second-order terms and the bound's own rounding
     for (tensor<double, 4>* t : {&b.grad_query, &b.grad_key, &b.grad_value, &b.logits_row_sum})
         for (double& x : t->storage()) x *= inflation;
@@ -405,7 +418,8 @@ inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> 
                                                    tensor_view<const double, 4> v_error, tensor_view<const double, 4> do_error,
                                                    tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
                                                    const attention_options& ao, double u, double us, double u_weights,
-                                                   std::optional<backward_algorithm> declared, double u_intermediates = 0) {
+                                                   std::optional<backward_algorithm> declared, double u_intermediates = 0,
+                                                   bool final_storage_by_value = false) {
     struct view_pair {
         tensor_view<const double, 4> value, error;
     };
@@ -413,7 +427,8 @@ inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> 
     const std::size_t dk = q_value.extents[3], dv = v_value.extents[3];
     // (B10) the SDPA bound at the exact head inputs; (B9) the perturbation by the inputs' errors.
     const sdpa_gradient_bounds sb = sdpa_gradient_first_order_bounds(Q.value, K.value, V.value, dO.value,
-                                                                      weights, lse, ao, u, us, u_weights, std::nullopt, u_intermediates);
+                                                                      weights, lse, ao, u, us, u_weights, std::nullopt, u_intermediates,
+                                                                      final_storage_by_value);
     const attention_dims d = logit_stage::attention_dims_of(Q.value, K.value, V.value);
     const std::size_t group = d.heads / d.kv_heads, sq = d.query_length, sk = d.key_length;
     const double s = detail::bound_logit_scale(ao, dk), gamma = detail::bound_terms(d) * u;
@@ -470,7 +485,7 @@ inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> 
             }
     if (textbook_bound_applies(declared, ao))  // (B5t) with the inputs' errors, in place of (B10)'s dQ
         a_dq = textbook_grad_query_bounds(Q.value, K.value, V.value, dO.value, Q.error, K.error, V.error, dO.error, weights, lse, ao, u, us,
-                                          u_weights, u_intermediates);
+                                          u_weights, u_intermediates, final_storage_by_value);
     return {std::move(a_dq), std::move(a_dk), std::move(a_dv), std::move(m_dq), std::move(m_dk), std::move(m_dv), std::move(a_o),
             std::move(m_o)};
 }
@@ -506,12 +521,105 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds_rounded_inputs(
     return b;
 }
 
+/// (B16) The bound of a declared policy that rounds q, k, v and grad_output to nearest even in
+/// `input_format` before its backward (the inputs are not values of that format): the rounded inputs
+/// x̂ are predicted exactly, so |ĝ − g(x)| ≤ bound(x̂) + |g(x̂) − g(x)| — the bound (B1)–(B7) (with
+/// (B5t) where declared) at the rounded inputs and forward weights, plus the exact shift of the
+/// gradients the rounding causes, both gradients computed in double by the textbook backward and
+/// each carrying its own double error ((B1)–(B6) at u = 2^-53). Row sums of dS: the bound at x̂.
+/// std::nullopt where a gradient is not finite (the caller keeps the rounded-inputs bound).
+inline std::optional<sdpa_gradient_bounds> sdpa_gradient_first_order_bounds_predicted_inputs(
+    tensor_view<const double, 4> q, tensor_view<const double, 4> k, tensor_view<const double, 4> v, tensor_view<const double, 4> grad_output,
+    tensor_view<const double, 4> weights, tensor_view<const double, 3> lse, const attention_options& options, double u, double u_storage,
+    double u_weights, binary_format input_format, std::optional<backward_algorithm> declared = std::nullopt, double u_intermediates = 0) {
+    using D = uniform_precision<double>;
+    auto rounded = [&](tensor_view<const double, 4> x) {
+        tensor<double, 4> r(x.extents, 0.0);
+        for (std::size_t n = 0; n < r.size(); ++n) r[n] = round_to(input_format, x[n]);
+        return r;
+    };
+    const tensor<double, 4> qh = rounded(q), kh = rounded(k), vh = rounded(v), gh = rounded(grad_output);
+    const attention_result<D> f = scaled_dot_product_attention<D, double, double, double>(qh.view(), kh.view(), vh.view(), options);
+    const attention_gradients<D> at_hat =
+        scaled_dot_product_attention_backward<D, double, double, double, double>(qh.view(), kh.view(), vh.view(), gh.view(), options);
+    const attention_gradients<D> at_exact =
+        scaled_dot_product_attention_backward<D, double, double, double, double>(q, k, v, grad_output, options);
+    sdpa_gradient_bounds b = sdpa_gradient_first_order_bounds(qh.view(), kh.view(), vh.view(), gh.view(), f.weights.view(), f.lse.view(),
+                                                              options, u, u_storage, u_weights, declared, u_intermediates, true);
+    const sdpa_gradient_bounds hat_double =
+        sdpa_gradient_first_order_bounds(qh.view(), kh.view(), vh.view(), gh.view(), f.weights.view(), f.lse.view(), options, 0x1p-53);
+    const sdpa_gradient_bounds exact_double = sdpa_gradient_first_order_bounds(q, k, v, grad_output, weights, lse, options, 0x1p-53);
+    constexpr double inflation = 1 + 0x1p-20;
+    // The final storage by value: the kernel's unrounded y is within bound + da of g(x̂) (in double).
+    auto add = [&](tensor<double, 4>& bound, const tensor<double, 4>& a, const tensor<double, 4>& e, const tensor<double, 4>& da,
+                   const tensor<double, 4>& de) {
+        for (std::size_t n = 0; n < bound.size(); ++n) {
+            const double rest = bound[n] + da[n], stored = u_storage * (std::fabs(a[n]) + rest);
+            const double x = (rest + stored + std::fabs(a[n] - e[n]) + de[n]) * inflation;
+            if (!std::isfinite(x)) return false;
+            bound[n] = x;
+        }
+        return true;
+    };
+    if (!add(b.grad_query, at_hat.grad_query, at_exact.grad_query, hat_double.grad_query, exact_double.grad_query) ||
+        !add(b.grad_key, at_hat.grad_key, at_exact.grad_key, hat_double.grad_key, exact_double.grad_key) ||
+        !add(b.grad_value, at_hat.grad_value, at_exact.grad_value, hat_double.grad_value, exact_double.grad_value))
+        return std::nullopt;
+    return b;
+}
+
 /// Per-element bounds on |ĝ − g| of multi-head attention gradients, shaped like mha_gradients.
 struct mha_gradient_bounds {
     tensor<double, 3> grad_x_q, grad_x_k, grad_x_v;
     tensor<double, 2> grad_w_q, grad_w_k, grad_w_v, grad_w_o;
     tensor<double, 1> grad_b_q, grad_b_k, grad_b_v, grad_b_o;
 };
+
+namespace detail {
+/// Multi-head attention's gradients in double from given head inputs (B, H, S, d) Q, K, V and head
+/// upstream gradients dO (as mha_gradient_bounds' tensors): SDPA forward (for dW_o) and textbook
+/// backward per head, then the projections' backward, y = x·W + b, every sum in double.
+inline mha_gradient_bounds mha_gradients_in_double(tensor_view<const double, 3> x_q, tensor_view<const double, 3> x_k,
+                                                   tensor_view<const double, 3> x_v, const mha_parameters<double>& p, const mha_options& o,
+                                                   tensor_view<const double, 3> grad_output, const tensor<double, 4>& qh,
+                                                   const tensor<double, 4>& kh, const tensor<double, 4>& vh, const tensor<double, 4>& doh) {
+    using D = uniform_precision<double>;
+    const attention_result<D> f = scaled_dot_product_attention<D, double, double, double>(qh.view(), kh.view(), vh.view(), o.attention);
+    const attention_gradients<D> g =
+        scaled_dot_product_attention_backward<D, double, double, double, double>(qh.view(), kh.view(), vh.view(), doh.view(), o.attention);
+    mha_gradient_bounds r;
+    auto linear = [](tensor_view<const double, 3> x, tensor_view<const double, 2> w, const tensor<double, 3>& dh, tensor<double, 3>& gx,
+                     tensor<double, 2>& gw, tensor<double, 1>& gb) {
+        const std::size_t B = x.extents[0], S = x.extents[1], E = x.extents[2], N = w.extents[1];
+        gx = tensor<double, 3>({B, S, E}, 0.0);
+        gw = tensor<double, 2>({E, N}, 0.0);
+        gb = tensor<double, 1>({N}, 0.0);
+        for (std::size_t rr = 0; rr < B * S; ++rr)
+            for (std::size_t c = 0; c < N; ++c) {
+                const double d = dh[rr * N + c];
+                gb[c] += d;
+                for (std::size_t e = 0; e < E; ++e) {
+                    gx[rr * E + e] += d * w(e, c);
+                    gw(e, c) += x[rr * E + e] * d;
+                }
+            }
+    };
+    linear(x_q, p.w_q, merge_heads<double>(g.grad_query.view()), r.grad_x_q, r.grad_w_q, r.grad_b_q);
+    linear(x_k, p.w_k, merge_heads<double>(g.grad_key.view()), r.grad_x_k, r.grad_w_k, r.grad_b_k);
+    linear(x_v, p.w_v, merge_heads<double>(g.grad_value.view()), r.grad_x_v, r.grad_w_v, r.grad_b_v);
+    const tensor<double, 3> merged = merge_heads<double>(f.output.view());
+    const std::size_t R = merged.extents()[0] * merged.extents()[1], Mo = merged.extents()[2], Eo = grad_output.extents[2];
+    r.grad_w_o = tensor<double, 2>({Mo, Eo}, 0.0);
+    r.grad_b_o = tensor<double, 1>({Eo}, 0.0);
+    for (std::size_t rr = 0; rr < R; ++rr)
+        for (std::size_t n = 0; n < Eo; ++n) {
+            const double gn = grad_output[rr * Eo + n];
+            r.grad_b_o[n] += gn;
+            for (std::size_t m = 0; m < Mo; ++m) r.grad_w_o(m, n) += merged[rr * Mo + m] * gn;
+        }
+    return r;
+}
+}  // namespace detail
 
 /// The first-order bound (B8)–(B13) for multi-head attention gradients computed with unit roundoff
 /// `u` and intermediates (projections, head outputs, head gradients) and results stored with
@@ -527,7 +635,8 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
                                                            double u, double u_storage = 0, double u_weights = 0,
                                                            double u_inputs = 0,
                                                            std::optional<backward_algorithm> declared = std::nullopt,
-                                                           double u_intermediates = 0) {
+                                                           double u_intermediates = 0,
+                                                           std::optional<binary_format> predicted_storage = std::nullopt) {
     const mha_dims md = mha_dims_of(x_q, x_k, x_v, p, o);
     require_extent("grad_output axis 0 (batch)", grad_output.extents[0], md.batch);
     require_extent("grad_output axis 1 (query length)", grad_output.extents[1], md.query_length);
@@ -558,8 +667,8 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
                 }
         return r;
     };
-    const projected Q = project(x_q, p.w_q, p.b_q, md.heads), K = project(x_k, p.w_k, p.b_k, md.kv_heads),
-                    V = project(x_v, p.w_v, p.b_v, md.kv_heads);
+    projected Q = project(x_q, p.w_q, p.b_q, md.heads), K = project(x_k, p.w_k, p.b_k, md.kv_heads),
+              V = project(x_v, p.w_v, p.b_v, md.kv_heads);
     // dO = dOut·W_oᵀ split into heads, and its error.
     const std::size_t Eo = md.output_dim, dv = md.head_dim_v;
     projected dO{tensor<double, 4>({md.batch, md.heads, md.query_length, dv}, 0.0),
@@ -576,9 +685,84 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
                                                  (static_cast<double>(Eo) + 1) * eta_a + eta_mat;  // (B14)
             }
     const attention_options& ao = o.attention;
+    // (B15) a declared policy that stores the projections and dO in a known format (round to nearest
+    // even, as linear_into does): the stored values are predicted, not bounded; the bound is taken at
+    // the predicted head inputs and the exact shift they cause is added at the end.
+    const bool predict = predicted_storage.has_value() && us > 0 && !(u_inputs > 0);
+    const tensor_view<const double, 4> weights_exact = weights;
+    const tensor_view<const double, 3> lse_exact = lse;
+    tensor<double, 4> w_hat;
+    tensor<double, 3> lse_hat;
+    std::optional<projected> exact_q, exact_k, exact_v, exact_do;
+    if (predict) {
+        auto predict_heads = [&](projected& y, std::size_t terms_plus_one, const std::vector<double>& magnitude) {
+            // |y_kernel − y| ≤ ε = (n + 1)(u + 2^-52)·Σ|terms| + (n + 1)·η_a (the kernel's sum and ours in double)
+            projected out{y.value, tensor<double, 4>(y.value.extents(), 0.0)};
+            const double n1 = static_cast<double>(terms_plus_one);
+            for (std::size_t e = 0; e < out.value.size(); ++e) {
+                const double v = y.value[e], eps = n1 * (u + 0x1p-52) * magnitude[e] + n1 * eta_a;
+                const double c = round_to(*predicted_storage, v), lo = round_to(*predicted_storage, v - eps),
+                             hi = round_to(*predicted_storage, v + eps);
+                out.value[e] = c;
+                out.error[e] = std::max(hi - c, c - lo);  // 0 unless y lies within ε of a rounding boundary
+            }
+            y = std::move(out);
+        };
+        auto magnitudes = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> w, tensor_view<const double, 1> bias,
+                              std::size_t heads) {
+            const std::size_t B = x.extents[0], S = x.extents[1], E = x.extents[2], N = w.extents[1], hd = N / heads;
+            std::vector<double> m(B * S * N, 0.0);
+            for (std::size_t b = 0; b < B; ++b)
+                for (std::size_t i = 0; i < S; ++i)
+                    for (std::size_t c = 0; c < N; ++c) {
+                        double a = bias.empty() ? 0.0 : std::fabs(bias[c]);
+                        for (std::size_t e = 0; e < E; ++e) a += std::fabs(x(b, i, e) * w(e, c));
+                        m[((b * heads + c / hd) * S + i) * hd + c % hd] = a;
+                    }
+            return m;
+        };
+        exact_q = Q, exact_k = K, exact_v = V, exact_do = dO;
+        predict_heads(Q, x_q.extents[2] + 2, magnitudes(x_q, p.w_q, p.b_q, md.heads));
+        predict_heads(K, x_k.extents[2] + 2, magnitudes(x_k, p.w_k, p.b_k, md.kv_heads));
+        predict_heads(V, x_v.extents[2] + 2, magnitudes(x_v, p.w_v, p.b_v, md.kv_heads));
+        {
+            std::vector<double> m(dO.value.size(), 0.0);
+            for (std::size_t b = 0; b < md.batch; ++b)
+                for (std::size_t i = 0; i < md.query_length; ++i)
+                    for (std::size_t mm = 0; mm < md.heads * dv; ++mm) {
+                        double a = 0;
+                        for (std::size_t n = 0; n < Eo; ++n) a += std::fabs(grad_output(b, i, n) * p.w_o(mm, n));
+                        m[((b * md.heads + mm / dv) * md.query_length + i) * dv + mm % dv] = a;
+                    }
+            predict_heads(dO, Eo + 1, m);
+        }
+        // The forward at the predicted heads, in double (its own rounding is second order).
+        attention_result<uniform_precision<double>> f =
+            scaled_dot_product_attention<uniform_precision<double>, double, double, double>(Q.value.view(), K.value.view(), V.value.view(), ao);
+        w_hat = std::move(f.weights);
+        lse_hat = std::move(f.lse);
+        weights = w_hat.view();
+        lse = lse_hat.view();
+    }
     detail::perturbed_head_bounds hb = detail::perturbed_sdpa_bounds(Q.value.view(), K.value.view(), V.value.view(), dO.value.view(),
                                                                      Q.error.view(), K.error.view(), V.error.view(), dO.error.view(),
-                                                                     weights, lse, ao, u, us, u_weights, declared, u_intermediates);
+                                                                     weights, lse, ao, u, us, u_weights, declared, u_intermediates, predict);
+    if (predict) {
+        // (B15v): the heads' gradients' storage by value, u_s(|g(predicted heads)| + the rest), g in
+        // double (its own error ≤ 2^-29 of the rest, as below).
+        const attention_gradients<uniform_precision<double>> gh =
+            scaled_dot_product_attention_backward<uniform_precision<double>, double, double, double, double>(
+                Q.value.view(), K.value.view(), V.value.view(), dO.value.view(), ao);
+        auto by_value = [&](tensor<double, 4>& a, const tensor<double, 4>& g) {
+            for (std::size_t n = 0; n < a.size(); ++n) {
+                const double rest = a[n] * (1 + 0x1p-28);
+                a[n] = rest + us * (std::fabs(g[n]) + rest);
+            }
+        };
+        by_value(hb.a_dq, gh.grad_query);
+        by_value(hb.a_dk, gh.grad_key);
+        by_value(hb.a_dv, gh.grad_value);
+    }
     tensor<double, 4>&a_dq = hb.a_dq, &a_dk = hb.a_dk, &a_dv = hb.a_dv, &m_dq = hb.m_dq, &m_dk = hb.m_dk, &m_dv = hb.m_dv, &a_o = hb.a_o,
                      &m_o = hb.m_o;
     // (B12), (B13): the linear backward's sums over the merged (B, S, heads·d) layout.
@@ -587,10 +771,14 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
                             M_dk = merge_heads<double>(m_dk.view()), M_dv = merge_heads<double>(m_dv.view()),
                             A_o = merge_heads<double>(a_o.view()), M_o = merge_heads<double>(m_o.view());
     mha_gradient_bounds r;
+    // The results' own storage rounding, u_s·|g|: bounded by the magnitude sums below, or under (B15)
+    // by the value, u_s·(|g(predicted heads)| + the rest of the bound), added at the end (B15v).
+    const double us_final = predict ? 0.0 : us;
     auto linear = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> w, const tensor<double, 3>& a, const tensor<double, 3>& m,
                       tensor<double, 3>& gx, tensor<double, 2>& gw, tensor<double, 1>& gb) {
         const std::size_t B = x.extents[0], S = x.extents[1], E = x.extents[2], N = w.extents[1], R = B * S;
-        const double rel_x = (static_cast<double>(N) + 1) * u + us + u_inputs, rel_r = (static_cast<double>(R) + 1) * u + us + u_inputs;
+        const double rel_x = (static_cast<double>(N) + 1) * u + us_final + u_inputs,
+                     rel_r = (static_cast<double>(R) + 1) * u + us_final + u_inputs;
         // (B14): N (or R) products' η_a and the result's storage; the rounded W's (x's) η_in times |dH|.
         gx = tensor<double, 3>({B, S, E}, (static_cast<double>(N) + 1) * eta_a + eta_mat);
         gw = tensor<double, 2>({E, N}, (static_cast<double>(R) + 1) * eta_a + eta_mat);
@@ -611,7 +799,7 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
     linear(x_v, p.w_v, A_dv, M_dv, r.grad_x_v, r.grad_w_v, r.grad_b_v);
     {
         const std::size_t R = md.batch * md.query_length, Mo = md.heads * dv;
-        const double rel_r = (static_cast<double>(R) + 1) * u + us + u_inputs;
+        const double rel_r = (static_cast<double>(R) + 1) * u + us_final + u_inputs;
         r.grad_w_o = tensor<double, 2>({Mo, Eo}, (static_cast<double>(R) + 1) * eta_a + eta_mat);  // (B14)
         r.grad_b_o = tensor<double, 1>({Eo}, (static_cast<double>(R) + 1) * eta_a + eta_mat);
         for (std::size_t rr = 0; rr < R; ++rr)
@@ -629,6 +817,34 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
         for (double& x : t->storage()) x *= inflation;
     for (tensor<double, 1>* t : {&r.grad_b_q, &r.grad_b_k, &r.grad_b_v, &r.grad_b_o})
         for (double& x : t->storage()) x *= inflation;
+    if (predict) {
+        // (B15): |ĝ − g| ≤ bound at the predicted heads (r) + |g(predicted) − g(exact)|, both gradients
+        // computed in double: g(exact)'s double error is bounded by this bound at u = 2^-53 without
+        // storage, g(predicted)'s by 2^-29 of r (the same first-order form at 2^-53 ≤ 2^-29·u).
+        // (B15v): r omits the results' final storage rounding; the kernel's unrounded result y lies
+        // within r·(1 + 2^-28) of the double g(predicted), so storing it adds ≤ u_s(|g(predicted)| + r(1 + 2^-28)).
+        const mha_gradient_bounds at_hat = detail::mha_gradients_in_double(x_q, x_k, x_v, p, o, grad_output, Q.value, K.value, V.value, dO.value);
+        const mha_gradient_bounds at_exact =
+            detail::mha_gradients_in_double(x_q, x_k, x_v, p, o, grad_output, exact_q->value, exact_k->value, exact_v->value, exact_do->value);
+        const mha_gradient_bounds in_double = mha_gradient_first_order_bounds(x_q, x_k, x_v, p, o, grad_output, weights_exact, lse_exact, 0x1p-53);
+        auto add = [&](auto& bound, const auto& a, const auto& e, const auto& d) {
+            for (std::size_t n = 0; n < bound.size(); ++n) {
+                const double rest = bound[n] * (1 + 0x1p-28);
+                bound[n] = (rest + us * (std::fabs(a[n]) + rest)) * inflation + std::fabs(a[n] - e[n]) * inflation + d[n];
+            }
+        };
+        add(r.grad_x_q, at_hat.grad_x_q, at_exact.grad_x_q, in_double.grad_x_q);
+        add(r.grad_x_k, at_hat.grad_x_k, at_exact.grad_x_k, in_double.grad_x_k);
+        add(r.grad_x_v, at_hat.grad_x_v, at_exact.grad_x_v, in_double.grad_x_v);
+        add(r.grad_w_q, at_hat.grad_w_q, at_exact.grad_w_q, in_double.grad_w_q);
+        add(r.grad_w_k, at_hat.grad_w_k, at_exact.grad_w_k, in_double.grad_w_k);
+        add(r.grad_w_v, at_hat.grad_w_v, at_exact.grad_w_v, in_double.grad_w_v);
+        add(r.grad_w_o, at_hat.grad_w_o, at_exact.grad_w_o, in_double.grad_w_o);
+        add(r.grad_b_q, at_hat.grad_b_q, at_exact.grad_b_q, in_double.grad_b_q);
+        add(r.grad_b_k, at_hat.grad_b_k, at_exact.grad_b_k, in_double.grad_b_k);
+        add(r.grad_b_v, at_hat.grad_b_v, at_exact.grad_b_v, in_double.grad_b_v);
+        add(r.grad_b_o, at_hat.grad_b_o, at_exact.grad_b_o, in_double.grad_b_o);
+    }
     return r;
 }
 

@@ -132,11 +132,46 @@ inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_
     std::vector<std::pair<std::string, std::vector<double>>> r;
     if (c.sdpa()) {
         const tensor_view<const double, 4> g{ref.grad_output.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}};
-        const sdpa_gradient_bounds b = sdpa_gradient_first_order_bounds_rounded_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, uw, u_in, declared, ui);
+        // A declared policy whose inputs are rounded to its storage format (not values of it): the
+        // rounded inputs are predicted exactly (docs/backward.md (B16)).
+        std::optional<binary_format> input_format;
+        if (policy && u_in > 0 && policy->storage == u_fmt)
+            for (binary_format sf : {binary_format::bfloat16, binary_format::float16, binary_format::float32})
+                if (tol::unit_roundoff(sf) == u_fmt) input_format = sf;
+        std::optional<sdpa_gradient_bounds> predicted;
+        if (input_format)
+            predicted = sdpa_gradient_first_order_bounds_predicted_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, uw, *input_format, declared, ui);
+        sdpa_gradient_bounds b;
+        if (predicted) {
+            b = std::move(*predicted);
+        } else if (policy && us > 0 && !(u_in > 0)) {
+            // A declared policy's gradients stored from y: u_s|y| ≤ u_s(|g| + the rest of the bound),
+            // g the certified gradient (within 2^-53 of its value): docs/backward.md (B15v).
+            b = sdpa_gradient_first_order_bounds(c.q, c.k, c.v, g, w, lse, c.o, u, us, uw, declared, ui, true);
+            auto by_value = [&](tensor<double, 4>& bound, const char* role) {
+                const std::vector<double>* e = ref.find(role);
+                for (std::size_t n = 0; n < bound.size(); ++n) {
+                    // A non-finite certified value is matched exactly (tol::compare), whatever the bound.
+                    if (!e || n >= e->size() || !std::isfinite((*e)[n])) continue;
+                    bound[n] = (bound[n] + us * (std::fabs((*e)[n]) * (1 + 0x1p-52) + bound[n])) * (1 + 0x1p-50);
+                }
+            };
+            by_value(b.grad_query, "grad_query");
+            by_value(b.grad_key, "grad_key");
+            by_value(b.grad_value, "grad_value");
+        } else {
+            b = sdpa_gradient_first_order_bounds_rounded_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, uw, u_in, declared, ui);
+        }
         r = {{"grad_query", cd::flat_of(b.grad_query)}, {"grad_key", cd::flat_of(b.grad_key)}, {"grad_value", cd::flat_of(b.grad_value)}};
     } else {
         const tensor_view<const double, 3> g{ref.grad_output.data(), {d.batch, d.query_length, d.output_dim}};
-        const mha_gradient_bounds b = mha_gradient_first_order_bounds(c.x_q, c.x_k, c.x_v, c.w, c.mo, g, w, lse, u, us, uw, u_in, declared, ui);
+        // A declared policy stores Q, K, V and the heads' dO in its storage format, rounded to nearest
+        // even: the bound predicts those values (docs/backward.md (B15)).
+        std::optional<binary_format> stored;
+        if (policy && us > 0 && policy->storage == us)
+            for (binary_format sf : {binary_format::bfloat16, binary_format::float16, binary_format::float32})
+                if (tol::unit_roundoff(sf) == us) stored = sf;
+        const mha_gradient_bounds b = mha_gradient_first_order_bounds(c.x_q, c.x_k, c.x_v, c.w, c.mo, g, w, lse, u, us, uw, u_in, declared, ui, stored);
         r = {{"grad_query", cd::flat_of(b.grad_x_q)}, {"grad_key", cd::flat_of(b.grad_x_k)}, {"grad_value", cd::flat_of(b.grad_x_v)},
              {"grad_w_q", cd::flat_of(b.grad_w_q)},   {"grad_w_k", cd::flat_of(b.grad_w_k)}, {"grad_w_v", cd::flat_of(b.grad_w_v)},
              {"grad_w_o", cd::flat_of(b.grad_w_o)},   {"grad_b_q", cd::flat_of(b.grad_b_q)}, {"grad_b_k", cd::flat_of(b.grad_b_k)},

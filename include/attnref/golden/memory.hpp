@@ -53,8 +53,14 @@ inline std::uint64_t run_memory_estimate(const case_spec& spec, std::uint64_t va
 /// always counted, weights and lse when given, `gradient_values` gradient elements), for judged
 /// weights or lse the exact logits and weights recomputed for their bounds and the invariant
 /// P = exp(S − lse) (16 bytes per weight element), and command_program_bytes. Measured against peak
-/// RSS in tests/hostile/hostile.py (estimates).
-inline std::uint64_t check_memory_estimate(const case_spec& spec, bool weights, bool lse, std::uint64_t gradient_values) {
+/// RSS in tests/hostile/hostile.py (estimates). declared_policy (`check --policy`): judged gradients'
+/// bounds predict the policy's rounded heads or inputs (docs/backward.md (B15), (B16)) and run a
+/// forward and two backwards in double besides (8 bytes per weight element for each of their P, dP,
+/// dS and the forward's weights: 8 copies; 6 per gradient value: the two runs' gradients and the
+/// extra bounds; 2 per input: the rounded copies); the forward's bound of a multi-head case holds
+/// V·W_o per (batch, head, key) (data_aware_scales::sigma_weights, at most 2^22 values) and σ_P per output.
+inline std::uint64_t check_memory_estimate(const case_spec& spec, bool weights, bool lse, std::uint64_t gradient_values,
+                                           bool declared_policy = false) {
     using safe_io_detail::sat_add, safe_io_detail::sat_mul, safe_io_detail::sat_count;
     std::uint64_t judged = sat_add(sat_count(output_shape(spec)), gradient_values);
     const std::uint64_t w = sat_count(weights_shape(spec));
@@ -62,6 +68,14 @@ inline std::uint64_t check_memory_estimate(const case_spec& spec, bool weights, 
     if (lse) judged = sat_add(judged, sat_count(lse_shape(spec)));
     std::uint64_t bytes = sat_add(case_memory_estimate(spec), sat_mul(16, judged));
     if (weights || lse) bytes = sat_add(bytes, sat_mul(16, w));
+    if (declared_policy) {
+        std::uint64_t inputs = 0;
+        for (const input_tensor_layout& t : input_layout(spec)) inputs = sat_add(inputs, sat_count(t.shape));
+        std::uint64_t values = sat_add(sat_mul(2, inputs), sat_count(output_shape(spec)));
+        if (gradient_values > 0) values = sat_add(values, sat_add(sat_mul(8, w), sat_mul(6, gradient_values)));
+        if (spec.kind != case_kind::sdpa) values = sat_add(values, std::uint64_t{1} << 22);
+        bytes = sat_add(bytes, sat_mul(8, values));
+    }
     return sat_add(bytes, command_program_bytes);
 }
 

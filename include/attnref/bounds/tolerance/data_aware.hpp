@@ -54,6 +54,11 @@ struct data_aware_scales {
     /// logit-level constants' rounding (scale, softcap, slopes: 3·Σ_j p_j·M_j·|v_jc − o_c|). Lets a
     /// declared policy (bound(e, policy_roundoffs)) put each in its own format.
     std::vector<double> sigma_linear;
+    /// Multi-head only, σ_P ≤ sigma_linear: P's storage rounding by value through W_o. A weight P_hij is
+    /// rounded once for all the head's dv features, so its error reaches y_l as δ_hij·p_hij·(V_hj·W_o^h)_l:
+    /// σ_P,l = Σ_{h,j} p_hij |Σ_c V_hjc W_o[h·dv + c, l]| (+ those double sums' rounding) instead of
+    /// Σ_{h,c} σ_hc |W_o[h·dv + c, l]|. Empty (too large a case, or SDPA): sigma_linear is used.
+    std::vector<double> sigma_weights;
     /// The exact output value per element: its storage rounding, u²·o² in `independent.store`, is one
     /// rounding of the computed value, which a declared policy bounds as such (bound(e, policy_roundoffs)).
     std::vector<double> output_value;
@@ -149,10 +154,12 @@ struct data_aware_scales {
         // up to the two sums' rounding (relative 2⁻³⁰ covers 2²² terms).
         const double sg = sigma_linear[e], st = linear[e].store;
         const double consts = std::max(0.0, st - 2 * sg) + 0x1p-30 * st;
-        // P's storage rounding, u_P·Σ_j p_j|v_jc| (σ), but for a dominant key whose stored weight the
-        // rounding fixes (dominant_key_rounding): its u_P·p*|v*| becomes d*·|v*|. σ − p*|v*| is summed in
-        // double from nonnegative terms: relative 2⁻³⁰ covers its rounding as above.
-        double p_store = sg * u_p;
+        // P's storage rounding: u_P·Σ_j p_j|v_jc| (σ; multi-head: sigma_weights, by value through W_o),
+        // but for a dominant key whose stored weight the rounding fixes (SDPA, dominant_key_rounding):
+        // its u_P·p*|v*| becomes d*·|v*|. σ − p*|v*| is summed in double from nonnegative terms:
+        // relative 2⁻³⁰ covers its rounding as above.
+        const double sp = sigma_weights.size() == size() ? sigma_weights[e] : sg;
+        double p_store = sp * u_p;
         if (dominant_weight.size() == size() && dominant_value.size() == size()) {
             const double d = dominant_key_rounding(dominant_weight[e], eps, u_p, u_acc, pr.weights_scale, n_keys);
             const double pv = dominant_weight[e] * dominant_value[e];
@@ -473,6 +480,24 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
     std::vector<double> wo_abs(H * dv * eo);  // |W_o|, for σ through |W_o| (sigma_linear)
     for (std::size_t m = 0; m < H * dv; ++m)
         for (std::size_t l = 0; l < eo; ++l) wo_abs[m * eo + l] = detail::abs_d(w.w_o(m, l));
+    // σ_P (sigma_weights): V_hj·W_o^h per (b, h, j) in double, where the work stays within a few times
+    // the bound's own (B·H·Sk·Eo ≤ 2^22 values, B·Sq·H·Sk·Eo ≤ 2^30 products); else left empty.
+    const double vw_values = static_cast<double>(d.batch * H * sk) * static_cast<double>(eo);
+    const bool weights_by_value = vw_values <= 0x1p22 && vw_values * static_cast<double>(sq) <= 0x1p30;
+    std::vector<double> vw;
+    if (weights_by_value) {
+        vw.assign(d.batch * H * sk * eo, 0.0);
+        for (std::size_t b = 0; b < d.batch; ++b)
+            for (std::size_t h = 0; h < H; ++h)
+                for (std::size_t j = 0; j < sk; ++j) {
+                    double* out = &vw[((b * H + h) * sk + j) * eo];
+                    for (std::size_t c = 0; c < dv; ++c) {
+                        const double vc = vh(b, h / group, j, c);
+                        for (std::size_t l = 0; l < eo; ++l) out[l] += vc * w.w_o(h * dv + c, l);
+                    }
+                }
+        r.sigma_weights.assign(total, 0.0);
+    }
     // Output rows (b, i) on the threads, each computed alone in the same order whatever the split;
     // a row's terms are summed in row-local arrays (the two_part halves apart) and stored at its end.
     ::attnref::parallel_for(d.batch * sq, o.attention.threads, [&](std::size_t out_index) {
@@ -514,6 +539,19 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
                 r.independent[out_row + l] += two_part{y2[l] + (hd + 1) * m * m, (inputs_exact ? 0.0 : y2[l] + bl * bl) + yl * yl};
                 r.logit_var[out_row + l] = eps_var;
                 r.logit_linear[out_row + l] = eps_lin;
+            }
+            if (weights_by_value) {
+                std::vector<double> sp(eo, 0.0);
+                for (std::size_t h = 0; h < H; ++h)
+                    for (std::size_t j = 0; j < sk; ++j) {
+                        const double pw = p(b, h, i, j);
+                        if (!(pw > 0)) continue;  // masked keys (0); NaN rows' outputs are NaN whatever the bound
+                        const double* x = &vw[((b * H + h) * sk + j) * eo];
+                        for (std::size_t l = 0; l < eo; ++l) sp[l] += pw * detail::abs_d(x[l]);
+                    }
+                // Each V·W_o sum (dv terms) and this sum (H·Sk terms) in double: within (H·Sk + dv + 2)·2^-53·σ.
+                const double slack = static_cast<double>(H * sk + dv + 2) * 0x1p-53;
+                for (std::size_t l = 0; l < eo; ++l) r.sigma_weights[out_row + l] = std::min(sig[l], sp[l] + slack * sig[l]);
             }
     });
     r.row_logit_var = std::move(t.logit_var);
