@@ -48,6 +48,7 @@ struct generate_args {
     std::vector<std::size_t> key_lengths;
     std::vector<double> alibi_slopes;
     bool boolean_mask = false, additive_mask = false, seed_mask = false, bias = false, no_weights = false, no_lse = false;
+    bool gradients = false;  ///< --gradients: a backward case (generated grad_output, certified gradients)
     std::optional<double> scale, softcap;
     std::ptrdiff_t diagonal_offset = 0;
     std::string input_format = "float64";
@@ -116,6 +117,12 @@ case_spec ad_hoc_case(const generate_args& a) {
     s.inputs.format = *from_name<generator::input_format>(a.input_format);
     s.inputs.seed = a.seed;
     s.outputs = {!a.no_weights, !a.no_lse, a.targets};
+    if (a.gradients) {
+        // The gradients' bound (golden/check.hpp) needs the stored weights and lse.
+        if (a.no_weights || a.no_lse)
+            throw data_error("command line: --gradients: a backward case stores the weights and lse; drop --no-weights and --no-lse");
+        s.outputs.gradients = true;  // grad_output from the generator, like the suite's backward cases
+    }
     nlohmann::ordered_json c = to_json(s);
     // Omitted, the multi-head widths take the suite's defaults (model_dim = heads × dk, output_dim = model_dim).
     if (s.kind == case_kind::mha && !a.model_dim) c["shapes"].erase("model_dim");
@@ -159,8 +166,13 @@ std::pair<case_spec, case_data> inputs_from_case(generate_args a) {
     const std::optional<generator::input_format> declared =
         a.given.count("--input-format") ? from_name<generator::input_format>(a.input_format) : std::nullopt;
     a.input_format = "float64";
+    const bool gradients_flag = a.gradients;
+    a.gradients = false;  // here the file decides: grad_output.npy makes the backward case
     case_spec spec = ad_hoc_case(a);
     request_user_gradients(dir, spec);  // grad_output.npy: a backward case
+    if (gradients_flag && !spec.outputs.gradients)
+        throw data_error("command line: --gradients: with --inputs-from the gradients need " + printable((dir / "grad_output.npy").string()) +
+                         " (dO, the output's shape), which is missing");
     check_generate_memory(spec, a.method == "mpfi" ? certification_method::mpfi : certification_method::fast,
                           a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency()),
                           printable(dir.string()) + " (--inputs-from)");
@@ -426,6 +438,10 @@ void register_generate(CLI::App& app) {
     g->add_option("--targets", a->targets, "extra correctly rounded copies: float32, bfloat16, float16")->delimiter(',')->group(adhoc);
     g->add_flag("--no-weights", a->no_weights, "do not store the attention weights P")->group(adhoc);
     g->add_flag("--no-lse", a->no_lse, "do not store the log-sum-exp")->group(adhoc);
+    g->add_flag("--gradients", a->gradients,
+                "a backward case: grad_output from the generator (the suite's), certified gradients of every gradient role "
+                "of the kind (with --inputs-from: needs DIR/grad_output.npy)")
+        ->group(adhoc);
     g->callback([a, g] {
         for (const char* flag : {"--batch", "--heads", "--kv-heads", "--sq", "--sk", "--dk", "--dv", "--model-dim", "--output-dim",
                                  "--input-format", "--seed"})

@@ -661,3 +661,59 @@ BOOST_AUTO_TEST_CASE(larger_case_sampled_rows_match_the_mpfi_path) {
     BOOST_TEST(differ == 0u);
     BOOST_TEST(stats.ladder_rows == sample.size() * H);
 }
+
+/// The fast certified backward (certify/fast/backward.hpp) against the committed backward cases'
+/// gradients (certified by the MPFI ladder when committed): every SDPA case gives the same bytes,
+/// through the fast rung alone where it decides (counted: most elements), and with the MPFI ladder
+/// for what it leaves undecided. Multi-head cases go to the MPFI ladder whole (counted).
+BOOST_AUTO_TEST_CASE(fast_gradients_identical_to_committed) {
+    const fs::path golden = ATTNREF_SOURCE_DIR "/golden";
+    std::vector<fs::path> cases;
+    for (const auto& e : fs::directory_iterator(golden))
+        if (e.is_directory() && fs::exists(e.path() / "manifest.json") && e.path().filename().string().find("_bwd_") != std::string::npos)
+            cases.push_back(e.path());
+    std::sort(cases.begin(), cases.end());
+    BOOST_TEST(cases.size() >= 30u);  // the committed backward cases (30 when this test was written)
+    std::size_t compared = 0, fast_decided = 0, escalated = 0, sdpa = 0, whole = 0;
+    for (const fs::path& dir : cases) {
+        const golden::loaded_case lc = golden::load_case(dir);
+        const golden::case_spec& spec = lc.m.spec;
+        std::vector<std::string> targets{"float64"};
+        for (const std::string& t : spec.outputs.targets) targets.push_back(t);
+        std::vector<format_description> formats;
+        for (const std::string& t : targets) formats.push_back(golden::target_format(t));
+        fast::fast_stats stats;
+        const certify::result r = golden::certify_gradients_fast(spec, lc.data, 2, formats, {}, &stats);
+        if (!stats.whole_case_reason.empty()) ++whole;
+        else ++sdpa;
+        escalated += stats.whole_case_reason.empty() ? stats.escalated_elements : 0;
+        const std::vector<golden::gradient_tensor_layout> layout = golden::gradient_layout(spec);
+        BOOST_TEST_REQUIRE(r.values.size() == layout.size());
+        std::size_t case_compared = 0;
+        for (std::size_t t = 0; t < layout.size(); ++t)
+            for (std::size_t k = 0; k < targets.size(); ++k) {
+                const golden::tensor_entry* entry = nullptr;
+                for (const golden::tensor_entry& te : lc.m.tensors)
+                    if (te.role == layout[t].role && (k == 0 ? !te.target : te.target == targets[k])) entry = &te;
+                BOOST_TEST_REQUIRE(entry != nullptr, dir.filename().string() << ": no file for " << layout[t].role << " " << targets[k]);
+                const std::vector<double> want = npy::to_double(npy::read(dir / entry->file));
+                const std::vector<double>& got = r.values[t][k];
+                BOOST_TEST_REQUIRE(want.size() == got.size());
+                std::size_t bad = 0;
+                for (std::size_t n = 0; n < got.size(); ++n)
+                    if (!same_bits(stored(got[n], targets[k]), want[n]) && bad++ < 3)
+                        BOOST_ERROR(dir.filename().string() << " " << entry->file << " element " << n << ": fast " << fmt::format("{:a}", got[n])
+                                                            << ", committed " << fmt::format("{:a}", want[n]));
+                compared += got.size();
+                case_compared += got.size();
+            }
+        if (stats.whole_case_reason.empty()) fast_decided += case_compared - stats.escalated_elements * targets.size();
+        BOOST_TEST_MESSAGE(fmt::format("{:<40} gradients {:>6}  undecided by the fast rung {:>5}  {}", dir.filename().string(), case_compared,
+                                       stats.escalated_elements, stats.whole_case_reason));
+    }
+    BOOST_TEST_MESSAGE(fmt::format("fast backward: {} SDPA cases ({} elements decided by the fast rung, {} escalated), {} cases to MPFI "
+                                   "whole; {} gradient elements compared",
+                                   sdpa, fast_decided, escalated, whole, compared));
+    BOOST_TEST(sdpa >= 25u);  // 27 SDPA backward cases, 2 of them soft-capped (whole to MPFI)
+    BOOST_TEST(fast_decided > 10 * escalated);  // the fast rung decides nearly everything
+}

@@ -20,6 +20,7 @@
 #include "attnref/core/backward.hpp"
 #include "attnref/certify/certify.hpp"
 #include "attnref/certify/fast.hpp"
+#include "attnref/certify/fast/backward.hpp"
 #include "attnref/certify/fast/problem_of.hpp"
 #include "attnref/core/formats.hpp"
 #include "attnref/multiprecision/multiprecision.hpp"
@@ -260,6 +261,57 @@ inline certify::result certify_gradients(const case_spec& spec, const case_data&
             return r;
         },
         opts);
+}
+
+/// The certified gradients of an SDPA backward case through the fast rung (certify/fast/backward.hpp:
+/// double-word values with rigorous bounds, each element decided by the rounding check), the
+/// elements it leaves undecided taken from certify_gradients (the MPFI ladder). Same values as
+/// certify_gradients (a correctly rounded value is unique; tested on the committed backward cases);
+/// reports: escalated = elements the fast rung left undecided, precisions_bits {106} plus the MPFI
+/// rungs when any. Multi-head cases go to certify_gradients whole. `stats`: elements escalated, and
+/// the reason when the whole case went to MPFI.
+inline certify::result certify_gradients_fast(const case_spec& spec, const case_data& data, std::size_t threads,
+                                              const std::vector<format_description>& targets,
+                                              const std::function<void(const std::string&)>& progress = {},
+                                              fast::fast_stats* stats = nullptr, fast::fast_options options = {}) {
+    if (spec.kind != case_kind::sdpa) {
+        if (stats) stats->whole_case_reason = "multi-head attention (the fast backward is SDPA only)";
+        return certify_gradients(spec, data, threads, targets, progress);
+    }
+    const case_shapes& d = spec.shapes;
+    const case_views c = views_of(spec, data, threads);
+    options.threads = threads;
+    const tensor_view<const double, 4> g{data.grad_output.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}};
+    if (progress) progress(spec.name + ": computing the gradients in double-double with error bounds");
+    fast::fast_gradients fg = fast::sdpa_gradients_fast(fast::fast_problem_of(problem_of(c)), g, targets, options);
+    const std::vector<gradient_tensor_layout> layout = gradient_layout(spec);
+    certify::result r;
+    r.precisions_bits = {106};
+    for (std::size_t t = 0; t < layout.size(); ++t) {
+        std::size_t left = 0;
+        for (std::uint8_t f : fg.undecided[t]) left += f;
+        for (const format_description& f : targets)
+            r.reports.push_back(certify::tensor_report{layout[t].role, f.name, fg.undecided[t].size(), fg.undecided[t].size(), left, {106}});
+    }
+    if (stats) {
+        stats->whole_case_reason = fg.whole_case_reason;
+        stats->escalated_elements = fg.undecided_elements;
+    }
+    if (fg.undecided_elements && options.fallback) {
+        if (progress) progress(spec.name + ": " + std::to_string(fg.undecided_elements) + " gradient element(s) undecided, through the MPFI ladder");
+        const certify::result m = certify_gradients(spec, data, threads, targets, progress);
+        for (std::size_t t = 0; t < layout.size(); ++t)
+            for (std::size_t n = 0; n < fg.undecided[t].size(); ++n)
+                if (fg.undecided[t][n])
+                    for (std::size_t k = 0; k < targets.size(); ++k) fg.values[t][k][n] = m.values[t][k][n];
+        for (int b : m.precisions_bits) r.precisions_bits.push_back(b);
+        for (certify::tensor_report& rep : r.reports)
+            if (rep.escalated) rep.precisions_bits.insert(rep.precisions_bits.end(), m.precisions_bits.begin(), m.precisions_bits.end());
+    } else if (fg.undecided_elements) {
+        for (certify::tensor_report& rep : r.reports) rep.certified = rep.elements - rep.escalated;
+    }
+    r.values = std::move(fg.values);
+    return r;
 }
 
 /// Generates the inputs, certifies the reference (threads for attnref's parallel_for) and
