@@ -175,12 +175,12 @@ std::pair<case_spec, case_data> inputs_from_case(generate_args a) {
                          " (dO, the output's shape), which is missing");
     check_generate_memory(spec, a.method == "mpfi" ? certification_method::mpfi : certification_method::fast,
                           a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency()),
-                          printable(dir.string()) + " (--inputs-from)");
+                          printable(dir.string()) + " (--inputs-from)", nullptr, true);
     user_inputs in = read_user_inputs(dir, spec, o);
     // The values may send the whole case to the MPFI ladder (fast_path_declines): the estimate again, with them.
     check_generate_memory(spec, a.method == "mpfi" ? certification_method::mpfi : certification_method::fast,
                           a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency()),
-                          printable(dir.string()) + " (--inputs-from)", &in.data);
+                          printable(dir.string()) + " (--inputs-from)", &in.data, true);
     if (declared) require_exact_in(dir, spec, in.data, *declared, "--input-format " + std::string(format_name(*declared)));
     spec.inputs.format = declared ? *declared : in.narrowest;
     spec.inputs.seed = 0;
@@ -204,6 +204,9 @@ void run_generate(generate_args a) {
     fs::path out = a.out;
     std::optional<case_data> inputs;    // a "files" case's inputs (not the generator's)
     std::optional<fs::path> case_dir;   // --golden: the one directory compared or written
+    // Ad-hoc backward cases (--name, --inputs-from) certify SDPA gradients through the fast backward;
+    // --golden follows its manifest; the suite's cases keep the MPFI ladder's (their committed record).
+    bool fast_gradients = !a.name.empty();
     if (!a.golden.empty()) {
         if (!a.name.empty() || !a.inputs_from.empty() || !a.cases.empty() || a.shard_given)
             throw data_error("command line: --golden: regenerates one case from its own manifest; not with --name, --inputs-from, --case or --shard");
@@ -225,6 +228,7 @@ void run_generate(generate_args a) {
         } else {
         if (lc.m.spec.inputs.from_files) inputs = std::move(lc.data);
         if (lc.m.reference.method == reference_method_mpfi && a.method == "fast") a.method = "mpfi";
+        fast_gradients = lc.m.reference.method == reference_method_fast + std::string(reference_method_fast_gradients_suffix);
         cases.push_back(lc.m.spec);
         case_dir = a.out.empty() ? fs::path(a.golden) : fs::path(a.out) / lc.m.spec.name;
         if (out.empty()) out = fs::path(a.golden).parent_path();
@@ -275,7 +279,7 @@ void run_generate(generate_args a) {
     // each case's estimate on `threads` threads bounds the first, and the small ones are small.
     for (std::size_t i = 0; i < cases.size(); ++i)
         check_generate_memory(cases[i], a.method == "mpfi" ? certification_method::mpfi : certification_method::fast, threads,
-                              a.name.empty() ? a.suite + " case '" + cases[i].name + "'" : std::string("command line"));
+                              a.name.empty() ? a.suite + " case '" + cases[i].name + "'" : std::string("command line"), nullptr, fast_gradients);
     if (!a.verify) {
         std::error_code ec;
         fs::create_directories(out, ec);
@@ -295,7 +299,7 @@ void run_generate(generate_args a) {
         const generated_case g = generate_case(s, inner_threads,
                                                long_case ? std::function<void(const std::string&)>(say) : std::function<void(const std::string&)>(),
                                                a.method == "mpfi" ? certification_method::mpfi : certification_method::fast,
-                                               inputs ? &*inputs : nullptr);
+                                               inputs ? &*inputs : nullptr, fast_gradients);
         case_outcome& o = outcomes[i];
         o.seconds = g.seconds;
         o.certified = g.certified_elements;

@@ -717,3 +717,59 @@ BOOST_AUTO_TEST_CASE(fast_gradients_identical_to_committed) {
     BOOST_TEST(sdpa >= 25u);  // 27 SDPA backward cases, 2 of them soft-capped (whole to MPFI)
     BOOST_TEST(fast_decided > 10 * escalated);  // the fast rung decides nearly everything
 }
+
+/// Every bound the fast backward states holds: the exact gradient (a 266-bit MPFI enclosure of it,
+/// attnref's templated backward) lies within value ± bound for every element of dQ, dK, dV on four
+/// committed SDPA backward cases; the same bounds weakened by 2^-40 are caught (so the comparison
+/// can fail). Prints the largest |mid − value| / bound.
+BOOST_AUTO_TEST_CASE(fast_gradient_bounds_enclose_mpfi) {
+    using T = mpfr_interval<80>;
+    using P = uniform_precision<T>;
+    for (const char* name : {"sdpa_bwd_basic", "sdpa_bwd_gqa", "sdpa_bwd_adv_logit_offset_1000", "sdpa_bwd_alibi_causal"}) {
+        const golden::loaded_case lc = golden::load_case(fs::path(ATTNREF_SOURCE_DIR "/golden") / name);
+        const golden::case_spec& spec = lc.m.spec;
+        const golden::case_shapes& d = spec.shapes;
+        const golden::case_views c = golden::views_of(spec, lc.data, 1);
+        const tensor_view<const double, 4> g{lc.data.grad_output.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}};
+        const attention_gradients<P> a = scaled_dot_product_attention_backward<P, double, double, double, double>(c.q, c.k, c.v, g, c.o);
+        const std::vector<std::vector<T>> ref{flat<T>(a.grad_query), flat<T>(a.grad_key), flat<T>(a.grad_value)};
+        for (double scale : {1.0, 0x1p-40}) {
+            std::mutex lock;
+            std::size_t checked = 0, violations = 0;
+            double worst = 0;
+            fast::fast_options fo;
+            fo.threads = 2;
+            fo.bound_scale = scale;
+            fo.observe = [&](std::size_t t, std::size_t n, const fast::bounded& x) {
+                if (std::isinf(x.bound)) return;
+                mpfr_t v, lo, hi, b, dd;
+                for (auto* z : {&v, &lo, &hi, &b, &dd}) mpfr_init2(*z, 600);
+                mpfr_set_d(v, x.v.hi, MPFR_RNDN);
+                mpfr_add_d(v, v, x.v.lo, MPFR_RNDN);  // exact at 600 bits
+                mpfr_set_d(b, x.bound, MPFR_RNDN);
+                mpfr_set(lo, &ref[t][n].backend().data()[0].left, MPFR_RNDD);
+                mpfr_set(hi, &ref[t][n].backend().data()[0].right, MPFR_RNDU);
+                mpfr_sub(dd, v, b, MPFR_RNDN);
+                const bool below = mpfr_less_p(lo, dd);
+                mpfr_add(dd, v, b, MPFR_RNDN);
+                const bool above = mpfr_greater_p(hi, dd);
+                mpfr_add(dd, lo, hi, MPFR_RNDN);
+                mpfr_div_2ui(dd, dd, 1, MPFR_RNDN);
+                mpfr_sub(dd, dd, v, MPFR_RNDN);
+                mpfr_abs(dd, dd, MPFR_RNDN);
+                const double ratio = mpfr_zero_p(b) ? 0 : mpfr_get_d(dd, MPFR_RNDU) / mpfr_get_d(b, MPFR_RNDD);
+                for (auto* z : {&v, &lo, &hi, &b, &dd}) mpfr_clear(*z);
+                const std::lock_guard<std::mutex> guard(lock);
+                ++checked;
+                violations += below || above;
+                worst = std::max(worst, ratio);
+            };
+            (void)fast::sdpa_gradients_fast(fast::fast_problem_of(golden::problem_of(c)), g, {certify::float64_target}, fo);
+            BOOST_TEST_MESSAGE(fmt::format("{:<32} bound × {:a}: {} elements, {} outside, worst |error|/bound {:.3g}", name, scale, checked,
+                                           violations, worst));
+            BOOST_TEST(checked > 0u);
+            if (scale == 1.0) BOOST_TEST(violations == 0u, name);
+            else BOOST_TEST(violations > 0u, name << ": a bound weakened by 2^-40 is caught");
+        }
+    }
+}
