@@ -11,7 +11,10 @@ For a small SDPA case (causal GQA) and a small MHA case with biases:
    moved by 1e-6 relative FAIL it (exit 1);
 3. `generate --inputs-from DIR` with the case's stored inputs and grad_output gives the same
    gradient and output bytes (the certified values do not depend on where the inputs came from);
-4. --gradients with --no-lse, and with --inputs-from lacking grad_output.npy, exit 2 naming the flag.
+4. --gradients with --no-lse, and with --inputs-from lacking grad_output.npy, exit 2 naming the flag;
+5. SDPA: the manifest records the fast backward, `--method mpfi` (the MPFI ladder's gradients) gives
+   the same gradient bytes, `generate --golden CASE --verify` is identical; a (1, 16, 2048, 64) case
+   above --max-memory is refused with the estimate naming the fast backward.
 """
 import json
 import os
@@ -47,6 +50,8 @@ ROLES = {"sdpa": ["grad_query", "grad_key", "grad_value"],
                  "grad_b_q", "grad_b_k", "grad_b_v", "grad_b_o"]}
 FLAGS = {r: "--" + r.replace("_", "-") for r in sum(ROLES.values(), [])}
 
+FAST_SUFFIX_START = "; gradients: double-double then mpfi-interval"
+
 CASES = [
     ("gsdpa", "sdpa", ["--batch", "1", "--heads", "4", "--kv-heads", "2", "--sq", "6", "--sk", "7", "--dk", "8", "--dv", "5",
                        "--causal", "bottom_right", "--seed", "11"]),
@@ -65,6 +70,22 @@ for name, kind, flags in CASES:
     expect(m["outputs"].get("gradients") is True, f"{name}: manifest outputs.gradients")
     expect("grad_output" in roles and m["inputs"]["generator"] != "files", f"{name}: grad_output from the generator among the inputs")
     expect(all(r in roles for r in ROLES[kind]), f"{name}: a certified file for every gradient role of {kind}: {ROLES[kind]}")
+
+    if kind == "sdpa":
+        # Through the fast backward (the manifest says so); --method mpfi gives the same gradient bytes,
+        # and generate --golden --verify regenerates the case identically.
+        expect(FAST_SUFFIX_START in m["reference"]["method"], f"{name}: manifest records the fast backward")
+        out_m = fresh(os.path.join(WORK, "genm_" + name))
+        rc, so, se = run("generate", "--name", name, "--kind", kind, *flags, "--gradients", "--method", "mpfi", "--out", out_m, "--quiet")
+        expect(rc == 0, f"{name}: generate --gradients --method mpfi (exit {rc}) {se.strip()}")
+        if rc == 0:
+            mm = json.load(open(os.path.join(out_m, name, "manifest.json")))
+            sha = {t["role"]: t["sha256"] for t in m["tensors"]}
+            shm = {t["role"]: t["sha256"] for t in mm["tensors"]}
+            expect(all(sha[r] == shm[r] for r in ROLES[kind]), f"{name}: fast and MPFI gradients byte for byte")
+            expect(FAST_SUFFIX_START not in mm["reference"]["method"], f"{name}: --method mpfi records the MPFI ladder's gradients")
+        rc, so, se = run("generate", "--golden", case, "--verify", "--quiet")
+        expect(rc == 0 and "identical" in so, f"{name}: generate --golden --verify regenerates it identically (exit {rc}) {se.strip()}")
 
     # attnref's float64 textbook backward as the candidate.
     cand = fresh(os.path.join(WORK, "cand_" + name))
@@ -111,6 +132,12 @@ for r in ("query", "key", "value"):
     np.save(os.path.join(src, r + ".npy"), rng.standard_normal((1, 1, 3, 4)))
 rc, so, se = run("generate", "--name", "x", "--inputs-from", src, "--gradients", "--out", fresh(os.path.join(WORK, "bad2")), "--quiet")
 expect(rc == 2 and "--gradients" in se and "grad_output.npy" in se, f"--gradients with --inputs-from without grad_output.npy: exit 2 (exit {rc}) {se.strip()}")
+
+# The memory estimate covers the fast backward: a (1, 16, 2048, 64) case under --max-memory 1G is refused
+# naming it, before anything is computed.
+rc, so, se = run("generate", "--name", "big", "--heads", "16", "--sq", "2048", "--dk", "64", "--gradients", "--max-memory", "1G",
+                 "--out", fresh(os.path.join(WORK, "bad3")), "--quiet")
+expect(rc == 2 and "gradients by the fast backward" in se and "GiB" in se, f"a large --gradients case above --max-memory: exit 2 with the estimate (exit {rc}) {se.strip()}")
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)
