@@ -175,12 +175,12 @@ std::pair<case_spec, case_data> inputs_from_case(generate_args a) {
                          " (dO, the output's shape), which is missing");
     check_generate_memory(spec, a.method == "mpfi" ? certification_method::mpfi : certification_method::fast,
                           a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency()),
-                          printable(dir.string()) + " (--inputs-from)", nullptr, true);
+                          printable(dir.string()) + " (--inputs-from)", nullptr, gradients_flag);
     user_inputs in = read_user_inputs(dir, spec, o);
     // The values may send the whole case to the MPFI ladder (fast_path_declines): the estimate again, with them.
     check_generate_memory(spec, a.method == "mpfi" ? certification_method::mpfi : certification_method::fast,
                           a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency()),
-                          printable(dir.string()) + " (--inputs-from)", &in.data, true);
+                          printable(dir.string()) + " (--inputs-from)", &in.data, gradients_flag);
     if (declared) require_exact_in(dir, spec, in.data, *declared, "--input-format " + std::string(format_name(*declared)));
     spec.inputs.format = declared ? *declared : in.narrowest;
     spec.inputs.seed = 0;
@@ -204,9 +204,10 @@ void run_generate(generate_args a) {
     fs::path out = a.out;
     std::optional<case_data> inputs;    // a "files" case's inputs (not the generator's)
     std::optional<fs::path> case_dir;   // --golden: the one directory compared or written
-    // Ad-hoc backward cases (--name, --inputs-from) certify SDPA gradients through the fast backward;
-    // --golden follows its manifest; the suite's cases keep the MPFI ladder's (their committed record).
-    bool fast_gradients = !a.name.empty();
+    // Ad-hoc cases asked for with --gradients (also with --inputs-from) certify SDPA gradients through
+    // the fast backward; --golden follows its manifest; the suite's cases and --inputs-from without
+    // --gradients keep the MPFI ladder's (the suite's committed record).
+    bool fast_gradients = !a.name.empty() && a.gradients;
     if (!a.golden.empty()) {
         if (!a.name.empty() || !a.inputs_from.empty() || !a.cases.empty() || a.shard_given)
             throw data_error("command line: --golden: regenerates one case from its own manifest; not with --name, --inputs-from, --case or --shard");
@@ -444,7 +445,8 @@ void register_generate(CLI::App& app) {
     g->add_flag("--no-lse", a->no_lse, "do not store the log-sum-exp")->group(adhoc);
     g->add_flag("--gradients", a->gradients,
                 "a backward case: grad_output from the generator (the suite's), certified gradients of every gradient role "
-                "of the kind (with --inputs-from: needs DIR/grad_output.npy)")
+                "of the kind, SDPA's through the fast backward (docs/fast-certify.md (11)); with --inputs-from: needs "
+                "DIR/grad_output.npy, and its gradients go through the fast backward too")
         ->group(adhoc);
     g->callback([a, g] {
         for (const char* flag : {"--batch", "--heads", "--kv-heads", "--sq", "--sk", "--dk", "--dv", "--model-dim", "--output-dim",

@@ -9,8 +9,8 @@ For a small SDPA case (causal GQA) and a small MHA case with biases:
 2. `attnref run --arith float64` (attnref's textbook backward in float64, an independent
    computation of the gradients) PASSes `attnref check --grad-*`; the same gradients with one element
    moved by 1e-6 relative FAIL it (exit 1);
-3. `generate --inputs-from DIR` with the case's stored inputs and grad_output gives the same
-   gradient and output bytes (the certified values do not depend on where the inputs came from);
+3. `generate --inputs-from DIR` with the case's stored inputs and grad_output (without --gradients:
+   the MPFI ladder's gradients) gives the same gradient and output bytes;
 4. --gradients with --no-lse, and with --inputs-from lacking grad_output.npy, exit 2 naming the flag;
 5. SDPA: the manifest records the fast backward, `--method mpfi` (the MPFI ladder's gradients) gives
    the same gradient bytes, `generate --golden CASE --verify` is identical; a (1, 16, 2048, 64) case

@@ -101,7 +101,7 @@ inline constexpr const char* reference_method_gradients_suffix =
     "until every element agrees; exact zeros of the backward decided from the mask alone (golden/README.md)";
 
 /// Backward cases whose gradients went through the fast backward (golden::certify_gradients_fast:
-/// SDPA, ad-hoc cases of `attnref generate --name ... --gradients` or --inputs-from) append this
+/// SDPA, ad-hoc cases of `attnref generate --name ... --gradients`, with or without --inputs-from) append this
 /// instead; the values are the same (a correctly rounded value is unique).
 inline constexpr const char* reference_method_fast_gradients_suffix =
     "; gradients: double-double then mpfi-interval: every gradient element computed in double-double with a rigorous "
