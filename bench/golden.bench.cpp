@@ -17,14 +17,21 @@
 // With --bound-histogram, the distribution of log2(bound / ulp(value)) of every bounded output and
 // weight element (an element is certified only when the ratio is below ~1/4 and it is not too near
 // a rounding midpoint). --seed S sets the inputs' seed (default 1); --only-large runs the largest shape.
+// With --gradients [--length L] [--seeds N]: certified SDPA gradients instead (golden::certify_gradients_fast:
+// dQ, dK, dV in float64 through the fast backward, certify/fast/backward.hpp) of (1, 16, L, 64) (default
+// L = 2048) for N seeds (default 5) from --seed on, against PyTorch float64 forward + backward of the same
+// shape (bench/torch_sdpa_backward.py, same threads), one line per seed, then the worst and median ratio;
+// for L ≤ 256 also the MPFI path's time and a byte comparison. Above L = 512 undecided elements are
+// counted, not sent to the MPFI ladder (its whole-backward recomputation would not fit; the line says so).
 // Usage: golden.bench [--threads N] [--skip-mpfi-large] [--skip-large] [--only-large] [--seed S]
-//                     [--fast-rung-only] [--bound-histogram] [--python PATH]
+//                     [--fast-rung-only] [--bound-histogram] [--python PATH] [--gradients [--length L] [--seeds N]]
 
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -135,6 +142,77 @@ struct histogram {
     }
 };
 
+case_spec sdpa_gradient_case(std::size_t heads, std::size_t length, std::size_t dk, unsigned long seed) {
+    const std::string json = fmt::format(
+        R"({{"schema": "attnref.suite", "schema_version": 2, "cases": [{{"name": "bench", "kind": "sdpa",
+            "shapes": {{"batch": 1, "heads": {0}, "query_length": {1}, "key_length": {1}, "head_dim_qk": {2}, "head_dim_v": {2}}},
+            "inputs": {{"seed": {3}}}, "outputs": {{"gradients": true}}}}]}})",
+        heads, length, dk, seed);
+    return parse_suite(json, "bench").front();
+}
+
+/// --gradients: certified SDPA gradients of (1, 16, L, 64) for several seeds against PyTorch float64
+/// forward + backward in the same run.
+int gradients_bench(std::size_t threads, std::size_t length, unsigned long seed, std::size_t seeds, const std::string& python) {
+    const std::size_t heads = 16, dk = 64;
+    double torch_cpu = -1;
+    const std::string load0 = load_average();
+    const double torch_s = [&] {
+        double wall = 0;
+        if (!bench::torch_mha_seconds(python, 1, length, heads * dk, heads, threads, length > 512 ? 3 : 10, wall, torch_cpu,
+                                      "torch_sdpa_backward.py"))
+            return -1.0;
+        return wall;
+    }();
+    const bool fallback = length <= 512;
+    std::printf("%s\n", fmt::format("golden.bench --gradients: SDPA (1, {}, {}, {}) dQ, dK, dV certified in float64, {} threads on both sides; "
+                                    "PyTorch f64 forward+backward {:.3f} s wall / {:.3f} s CPU (load average before {}){}",
+                                    heads, length, dk, threads, torch_s, torch_cpu, load0,
+                                    fallback ? "" : "; undecided elements counted, NOT sent to MPFI")
+                            .c_str());
+    std::printf("%s\n", fmt::format("{:>6} {:>21} {:>15} {:>10} {:>9} {:>8} {:>10} {:>16}", "seed", "attnref wall/CPU", "ratio wall/CPU",
+                                    "elements", "escalated", "peak RSS", "MPFI path", "load average")
+                            .c_str());
+    std::vector<double> ratios;
+    int status = 0;
+    for (unsigned long sd = seed; sd < seed + seeds; ++sd) {
+        const case_spec spec = sdpa_gradient_case(heads, length, dk, sd);
+        const case_data data = generate_inputs(spec);
+        fast::fast_stats stats;
+        fast::fast_options fo;
+        fo.fallback = fallback;
+        certify::result r;
+        const std::string load = load_average();
+        const double cpu0 = user_cpu_seconds();
+        const double wall = seconds([&] { r = certify_gradients_fast(spec, data, threads, {certify::float64_target}, {}, &stats, fo); });
+        const double cpu = user_cpu_seconds() - cpu0;
+        std::size_t elements = 0;
+        for (const certify::tensor_report& rep : r.reports) elements += rep.elements;
+        std::string mpfi = "-";
+        if (length <= 256) {
+            certify::result m;
+            mpfi = fmt::format("{:.3f} s", seconds([&] { m = certify_gradients(spec, data, threads, {certify::float64_target}); }));
+            for (std::size_t t = 0; t < m.values.size(); ++t)
+                if (m.values[t][0] != r.values[t][0]) {
+                    std::fprintf(stderr, "golden.bench: seed %lu: fast gradient %zu differs from the MPFI path\n", sd, t);
+                    status = 1;
+                }
+        }
+        ratios.push_back(torch_s > 0 ? wall / torch_s : 0.0);
+        std::printf("%s\n", fmt::format("{:>6} {:>21} {:>15} {:>10} {:>9} {:>6.2f} G {:>10} {:>16}", sd, fmt::format("{:.3f} / {:.3f} s", wall, cpu),
+                                        fmt::format("{:.1f}x / {:.1f}x", ratios.back(), torch_cpu > 0 ? cpu / torch_cpu : 0.0), elements,
+                                        stats.escalated_elements, peak_rss_gib(), mpfi, load)
+                                .c_str());
+        std::fflush(stdout);
+    }
+    std::sort(ratios.begin(), ratios.end());
+    if (!ratios.empty())
+        std::printf("%s\n", fmt::format("wall ratio to PyTorch f64 forward+backward: worst {:.1f}x, median {:.1f}x over {} seeds", ratios.back(),
+                                        ratios[ratios.size() / 2], ratios.size())
+                                .c_str());
+    return status;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -142,6 +220,8 @@ int main(int argc, char** argv) {
     bool skip_mpfi_large = false, skip_large = false, only_large = false, fast_rung_only = false, bound_histogram = false;
     unsigned long seed = 1;
     std::string python = "/usr/bin/python3";
+    bool gradients = false;
+    std::size_t length = 2048, seeds = 5;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::stoul(argv[++i]);
         else if (!std::strcmp(argv[i], "--skip-mpfi-large")) skip_mpfi_large = true;
@@ -151,11 +231,15 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--fast-rung-only")) fast_rung_only = true;
         else if (!std::strcmp(argv[i], "--bound-histogram")) bound_histogram = true;
         else if (!std::strcmp(argv[i], "--python") && i + 1 < argc) python = argv[++i];
+        else if (!std::strcmp(argv[i], "--gradients")) gradients = true;
+        else if (!std::strcmp(argv[i], "--length") && i + 1 < argc) length = std::stoul(argv[++i]);
+        else if (!std::strcmp(argv[i], "--seeds") && i + 1 < argc) seeds = std::stoul(argv[++i]);
         else {
             std::fprintf(stderr, "golden.bench: unknown argument '%s'\n", argv[i]);
             return 2;
         }
     }
+    if (gradients) return gradients_bench(threads, length, seed, seeds, python);
     std::printf("%s\n", fmt::format("golden.bench: {} threads on both sides; inputs seed {}; certified: output, weights, lse in float64{}",
                                     threads, seed, fast_rung_only ? "; FAST RUNG ONLY: escalated elements are not certified" : "")
                             .c_str());

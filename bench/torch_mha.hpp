@@ -17,11 +17,13 @@ extern char** environ;
 
 namespace attnref::bench {
 
-/// Runs bench/torch_mha.py (ATTNREF_BENCH_DIR) with `python` and reads its line into wall and cpu;
-/// false when the process cannot start, fails or prints something else.
+/// Runs bench/torch_mha.py (or `script`, another bench/ script with the same arguments and output line;
+/// ATTNREF_BENCH_DIR) with `python` and reads its line into wall and cpu; false when the process cannot
+/// start, fails or prints something else.
 inline bool torch_mha_seconds(const std::string& python, std::size_t batch, std::size_t length, std::size_t model_dim,
-                              std::size_t heads, std::size_t threads, std::size_t repeats, double& wall, double& cpu) {
-    std::vector<std::string> args{python, ATTNREF_BENCH_DIR "/torch_mha.py", std::to_string(batch), std::to_string(length),
+                              std::size_t heads, std::size_t threads, std::size_t repeats, double& wall, double& cpu,
+                              const char* script = "torch_mha.py") {
+    std::vector<std::string> args{python, std::string(ATTNREF_BENCH_DIR "/") + script, std::to_string(batch), std::to_string(length),
                                   std::to_string(model_dim), std::to_string(heads), std::to_string(threads), std::to_string(repeats)};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());

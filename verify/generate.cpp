@@ -48,6 +48,7 @@ struct generate_args {
     std::vector<std::size_t> key_lengths;
     std::vector<double> alibi_slopes;
     bool boolean_mask = false, additive_mask = false, seed_mask = false, bias = false, no_weights = false, no_lse = false;
+    bool gradients = false;  ///< --gradients: a backward case (generated grad_output, certified gradients)
     std::optional<double> scale, softcap;
     std::ptrdiff_t diagonal_offset = 0;
     std::string input_format = "float64";
@@ -116,6 +117,12 @@ case_spec ad_hoc_case(const generate_args& a) {
     s.inputs.format = *from_name<generator::input_format>(a.input_format);
     s.inputs.seed = a.seed;
     s.outputs = {!a.no_weights, !a.no_lse, a.targets};
+    if (a.gradients) {
+        // The gradients' bound (golden/check.hpp) needs the stored weights and lse.
+        if (a.no_weights || a.no_lse)
+            throw data_error("command line: --gradients: a backward case stores the weights and lse; drop --no-weights and --no-lse");
+        s.outputs.gradients = true;  // grad_output from the generator, like the suite's backward cases
+    }
     nlohmann::ordered_json c = to_json(s);
     // Omitted, the multi-head widths take the suite's defaults (model_dim = heads × dk, output_dim = model_dim).
     if (s.kind == case_kind::mha && !a.model_dim) c["shapes"].erase("model_dim");
@@ -159,16 +166,21 @@ std::pair<case_spec, case_data> inputs_from_case(generate_args a) {
     const std::optional<generator::input_format> declared =
         a.given.count("--input-format") ? from_name<generator::input_format>(a.input_format) : std::nullopt;
     a.input_format = "float64";
+    const bool gradients_flag = a.gradients;
+    a.gradients = false;  // here the file decides: grad_output.npy makes the backward case
     case_spec spec = ad_hoc_case(a);
     request_user_gradients(dir, spec);  // grad_output.npy: a backward case
+    if (gradients_flag && !spec.outputs.gradients)
+        throw data_error("command line: --gradients: with --inputs-from the gradients need " + printable((dir / "grad_output.npy").string()) +
+                         " (dO, the output's shape), which is missing");
     check_generate_memory(spec, a.method == "mpfi" ? certification_method::mpfi : certification_method::fast,
                           a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency()),
-                          printable(dir.string()) + " (--inputs-from)");
+                          printable(dir.string()) + " (--inputs-from)", nullptr, gradients_flag);
     user_inputs in = read_user_inputs(dir, spec, o);
     // The values may send the whole case to the MPFI ladder (fast_path_declines): the estimate again, with them.
     check_generate_memory(spec, a.method == "mpfi" ? certification_method::mpfi : certification_method::fast,
                           a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency()),
-                          printable(dir.string()) + " (--inputs-from)", &in.data);
+                          printable(dir.string()) + " (--inputs-from)", &in.data, gradients_flag);
     if (declared) require_exact_in(dir, spec, in.data, *declared, "--input-format " + std::string(format_name(*declared)));
     spec.inputs.format = declared ? *declared : in.narrowest;
     spec.inputs.seed = 0;
@@ -195,6 +207,10 @@ void run_generate(generate_args a) {
     std::optional<fp8_quantised> fp8;   // --golden --input-format fp8e4m3|fp8e5m2: the codes and scales
     if (a.golden.empty() && fp8_format_from_name(a.input_format))
         throw data_error("command line: --input-format " + a.input_format + ": only with --golden (the derived case of a golden case)");
+    // Ad-hoc cases asked for with --gradients (also with --inputs-from) certify SDPA gradients through
+    // the fast backward; --golden follows its manifest; the suite's cases and --inputs-from without
+    // --gradients keep the MPFI ladder's (the suite's committed record).
+    bool fast_gradients = !a.name.empty() && a.gradients;
     if (!a.golden.empty()) {
         if (!a.name.empty() || !a.inputs_from.empty() || !a.cases.empty() || a.shard_given)
             throw data_error("command line: --golden: regenerates one case from its own manifest; not with --name, --inputs-from, --case or --shard");
@@ -226,6 +242,7 @@ void run_generate(generate_args a) {
         } else {
         if (lc.m.spec.inputs.from_files) inputs = std::move(lc.data);
         if (lc.m.reference.method == reference_method_mpfi && a.method == "fast") a.method = "mpfi";
+        fast_gradients = lc.m.reference.method == reference_method_fast + std::string(reference_method_fast_gradients_suffix);
         cases.push_back(lc.m.spec);
         case_dir = a.out.empty() ? fs::path(a.golden) : fs::path(a.out) / lc.m.spec.name;
         if (out.empty()) out = fs::path(a.golden).parent_path();
@@ -276,7 +293,7 @@ void run_generate(generate_args a) {
     // each case's estimate on `threads` threads bounds the first, and the small ones are small.
     for (std::size_t i = 0; i < cases.size(); ++i)
         check_generate_memory(cases[i], a.method == "mpfi" ? certification_method::mpfi : certification_method::fast, threads,
-                              a.name.empty() ? a.suite + " case '" + cases[i].name + "'" : std::string("command line"));
+                              a.name.empty() ? a.suite + " case '" + cases[i].name + "'" : std::string("command line"), nullptr, fast_gradients);
     if (!a.verify) {
         std::error_code ec;
         fs::create_directories(out, ec);
@@ -296,7 +313,7 @@ void run_generate(generate_args a) {
         const generated_case g = generate_case(s, inner_threads,
                                                long_case ? std::function<void(const std::string&)>(say) : std::function<void(const std::string&)>(),
                                                a.method == "mpfi" ? certification_method::mpfi : certification_method::fast,
-                                               inputs ? &*inputs : nullptr);
+                                               inputs ? &*inputs : nullptr, fast_gradients);
         case_outcome& o = outcomes[i];
         o.seconds = g.seconds;
         o.certified = g.certified_elements;
@@ -441,6 +458,11 @@ void register_generate(CLI::App& app) {
     g->add_option("--targets", a->targets, "extra correctly rounded copies: float32, bfloat16, float16")->delimiter(',')->group(adhoc);
     g->add_flag("--no-weights", a->no_weights, "do not store the attention weights P")->group(adhoc);
     g->add_flag("--no-lse", a->no_lse, "do not store the log-sum-exp")->group(adhoc);
+    g->add_flag("--gradients", a->gradients,
+                "a backward case: grad_output from the generator (the suite's), certified gradients of every gradient role "
+                "of the kind, SDPA's through the fast backward (docs/fast-certify.md (11)); with --inputs-from: needs "
+                "DIR/grad_output.npy, and its gradients go through the fast backward too")
+        ->group(adhoc);
     g->callback([a, g] {
         for (const char* flag : {"--batch", "--heads", "--kv-heads", "--sq", "--sk", "--dk", "--dv", "--model-dim", "--output-dim",
                                  "--input-format", "--seed"})

@@ -661,3 +661,115 @@ BOOST_AUTO_TEST_CASE(larger_case_sampled_rows_match_the_mpfi_path) {
     BOOST_TEST(differ == 0u);
     BOOST_TEST(stats.ladder_rows == sample.size() * H);
 }
+
+/// The fast certified backward (certify/fast/backward.hpp) against the committed backward cases'
+/// gradients (certified by the MPFI ladder when committed): every SDPA case gives the same bytes,
+/// through the fast rung alone where it decides (counted: most elements), and with the MPFI ladder
+/// for what it leaves undecided. Multi-head cases go to the MPFI ladder whole (counted).
+BOOST_AUTO_TEST_CASE(fast_gradients_identical_to_committed) {
+    const fs::path golden = ATTNREF_SOURCE_DIR "/golden";
+    std::vector<fs::path> cases;
+    for (const auto& e : fs::directory_iterator(golden))
+        if (e.is_directory() && fs::exists(e.path() / "manifest.json") && e.path().filename().string().find("_bwd_") != std::string::npos)
+            cases.push_back(e.path());
+    std::sort(cases.begin(), cases.end());
+    BOOST_TEST(cases.size() >= 30u);  // the committed backward cases (30 when this test was written)
+    std::size_t compared = 0, fast_decided = 0, escalated = 0, sdpa = 0, whole = 0;
+    for (const fs::path& dir : cases) {
+        const golden::loaded_case lc = golden::load_case(dir);
+        const golden::case_spec& spec = lc.m.spec;
+        std::vector<std::string> targets{"float64"};
+        for (const std::string& t : spec.outputs.targets) targets.push_back(t);
+        std::vector<format_description> formats;
+        for (const std::string& t : targets) formats.push_back(golden::target_format(t));
+        fast::fast_stats stats;
+        const certify::result r = golden::certify_gradients_fast(spec, lc.data, 2, formats, {}, &stats);
+        if (!stats.whole_case_reason.empty()) ++whole;
+        else ++sdpa;
+        escalated += stats.whole_case_reason.empty() ? stats.escalated_elements : 0;
+        const std::vector<golden::gradient_tensor_layout> layout = golden::gradient_layout(spec);
+        BOOST_TEST_REQUIRE(r.values.size() == layout.size());
+        std::size_t case_compared = 0;
+        for (std::size_t t = 0; t < layout.size(); ++t)
+            for (std::size_t k = 0; k < targets.size(); ++k) {
+                const golden::tensor_entry* entry = nullptr;
+                for (const golden::tensor_entry& te : lc.m.tensors)
+                    if (te.role == layout[t].role && (k == 0 ? !te.target : te.target == targets[k])) entry = &te;
+                BOOST_TEST_REQUIRE(entry != nullptr, dir.filename().string() << ": no file for " << layout[t].role << " " << targets[k]);
+                const std::vector<double> want = npy::to_double(npy::read(dir / entry->file));
+                const std::vector<double>& got = r.values[t][k];
+                BOOST_TEST_REQUIRE(want.size() == got.size());
+                std::size_t bad = 0;
+                for (std::size_t n = 0; n < got.size(); ++n)
+                    if (!same_bits(stored(got[n], targets[k]), want[n]) && bad++ < 3)
+                        BOOST_ERROR(dir.filename().string() << " " << entry->file << " element " << n << ": fast " << fmt::format("{:a}", got[n])
+                                                            << ", committed " << fmt::format("{:a}", want[n]));
+                compared += got.size();
+                case_compared += got.size();
+            }
+        if (stats.whole_case_reason.empty()) fast_decided += case_compared - stats.escalated_elements * targets.size();
+        BOOST_TEST_MESSAGE(fmt::format("{:<40} gradients {:>6}  undecided by the fast rung {:>5}  {}", dir.filename().string(), case_compared,
+                                       stats.escalated_elements, stats.whole_case_reason));
+    }
+    BOOST_TEST_MESSAGE(fmt::format("fast backward: {} SDPA cases ({} elements decided by the fast rung, {} escalated), {} cases to MPFI "
+                                   "whole; {} gradient elements compared",
+                                   sdpa, fast_decided, escalated, whole, compared));
+    BOOST_TEST(sdpa >= 25u);  // 27 SDPA backward cases, 2 of them soft-capped (whole to MPFI)
+    BOOST_TEST(fast_decided > 10 * escalated);  // the fast rung decides nearly everything
+}
+
+/// Every bound the fast backward states holds: the exact gradient (a 266-bit MPFI enclosure of it,
+/// attnref's templated backward) lies within value ± bound for every element of dQ, dK, dV on four
+/// committed SDPA backward cases; the same bounds weakened by 2^-40 are caught (so the comparison
+/// can fail). Prints the largest |mid − value| / bound.
+BOOST_AUTO_TEST_CASE(fast_gradient_bounds_enclose_mpfi) {
+    using T = mpfr_interval<80>;
+    using P = uniform_precision<T>;
+    for (const char* name : {"sdpa_bwd_basic", "sdpa_bwd_gqa", "sdpa_bwd_adv_logit_offset_1000", "sdpa_bwd_alibi_causal"}) {
+        const golden::loaded_case lc = golden::load_case(fs::path(ATTNREF_SOURCE_DIR "/golden") / name);
+        const golden::case_spec& spec = lc.m.spec;
+        const golden::case_shapes& d = spec.shapes;
+        const golden::case_views c = golden::views_of(spec, lc.data, 1);
+        const tensor_view<const double, 4> g{lc.data.grad_output.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}};
+        const attention_gradients<P> a = scaled_dot_product_attention_backward<P, double, double, double, double>(c.q, c.k, c.v, g, c.o);
+        const std::vector<std::vector<T>> ref{flat<T>(a.grad_query), flat<T>(a.grad_key), flat<T>(a.grad_value)};
+        for (double scale : {1.0, 0x1p-40}) {
+            std::mutex lock;
+            std::size_t checked = 0, violations = 0;
+            double worst = 0;
+            fast::fast_options fo;
+            fo.threads = 2;
+            fo.bound_scale = scale;
+            fo.observe = [&](std::size_t t, std::size_t n, const fast::bounded& x) {
+                if (std::isinf(x.bound)) return;
+                mpfr_t v, lo, hi, b, dd;
+                for (auto* z : {&v, &lo, &hi, &b, &dd}) mpfr_init2(*z, 600);
+                mpfr_set_d(v, x.v.hi, MPFR_RNDN);
+                mpfr_add_d(v, v, x.v.lo, MPFR_RNDN);  // exact at 600 bits
+                mpfr_set_d(b, x.bound, MPFR_RNDN);
+                mpfr_set(lo, &ref[t][n].backend().data()[0].left, MPFR_RNDD);
+                mpfr_set(hi, &ref[t][n].backend().data()[0].right, MPFR_RNDU);
+                mpfr_sub(dd, v, b, MPFR_RNDN);
+                const bool below = mpfr_less_p(lo, dd);
+                mpfr_add(dd, v, b, MPFR_RNDN);
+                const bool above = mpfr_greater_p(hi, dd);
+                mpfr_add(dd, lo, hi, MPFR_RNDN);
+                mpfr_div_2ui(dd, dd, 1, MPFR_RNDN);
+                mpfr_sub(dd, dd, v, MPFR_RNDN);
+                mpfr_abs(dd, dd, MPFR_RNDN);
+                const double ratio = mpfr_zero_p(b) ? 0 : mpfr_get_d(dd, MPFR_RNDU) / mpfr_get_d(b, MPFR_RNDD);
+                for (auto* z : {&v, &lo, &hi, &b, &dd}) mpfr_clear(*z);
+                const std::lock_guard<std::mutex> guard(lock);
+                ++checked;
+                violations += below || above;
+                worst = std::max(worst, ratio);
+            };
+            (void)fast::sdpa_gradients_fast(fast::fast_problem_of(golden::problem_of(c)), g, {certify::float64_target}, fo);
+            BOOST_TEST_MESSAGE(fmt::format("{:<32} bound × {:a}: {} elements, {} outside, worst |error|/bound {:.3g}", name, scale, checked,
+                                           violations, worst));
+            BOOST_TEST(checked > 0u);
+            if (scale == 1.0) BOOST_TEST(violations == 0u, name);
+            else BOOST_TEST(violations > 0u, name << ": a bound weakened by 2^-40 is caught");
+        }
+    }
+}

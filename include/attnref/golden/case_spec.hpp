@@ -93,12 +93,21 @@ inline constexpr const char* reference_method_fast =
     "even) to one value; the query rows holding undecided elements recomputed in MPFI interval arithmetic through "
     "attnref's templates, each stored value the common rounding of both interval ends, precision raised Ziv-style";
 
-/// Backward cases append this to reference.method: their gradients are certified by the MPFI ladder
-/// (the fast path is forward-only), whichever method certified output, weights and lse.
+/// Backward cases append this to reference.method when their gradients are certified by the MPFI
+/// ladder (the committed suite's), whichever method certified output, weights and lse.
 inline constexpr const char* reference_method_gradients_suffix =
     "; gradients: mpfi-interval through attnref's templated backward (include/attnref/backward.hpp), each stored value the "
     "common rounding (to nearest even) of both interval ends, the whole backward recomputed Ziv-style at the next precision "
     "until every element agrees; exact zeros of the backward decided from the mask alone (golden/README.md)";
+
+/// Backward cases whose gradients went through the fast backward (golden::certify_gradients_fast:
+/// SDPA, ad-hoc cases of `attnref generate --name ... --gradients`, with or without --inputs-from) append this
+/// instead; the values are the same (a correctly rounded value is unique).
+inline constexpr const char* reference_method_fast_gradients_suffix =
+    "; gradients: double-double then mpfi-interval: every gradient element computed in double-double with a rigorous "
+    "error bound (include/attnref/certify/fast/backward.hpp; 106 in precisions_bits) and stored where value +- bound "
+    "rounds (to nearest even) to one value; undecided elements from attnref's templated backward in MPFI interval "
+    "arithmetic, precision raised Ziv-style; exact zeros of the backward decided from the mask alone (golden/README.md)";
 
 struct manifest {
     case_spec spec;

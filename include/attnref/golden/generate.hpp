@@ -6,7 +6,7 @@
 /// the same bytes, a correctly rounded value being unique — every file serialised in memory with
 /// its sha256, and the manifest. Backward cases (outputs.gradients) also certify their gradients
 /// (certify_gradients: attnref's templated backward, backward.hpp, in MPFI through the same ladder;
-/// the fast path is forward-only). Needs MPFR, MPFI and Boost.Multiprecision (the CMake target attnref::multiprecision);
+/// or, on request, certify_gradients_fast: the fast SDPA backward, certify/fast/backward.hpp). Needs MPFR, MPFI and Boost.Multiprecision (the CMake target attnref::multiprecision);
 /// loading and checking a case (golden/case.hpp, golden/check.hpp) do not.
 
 #include <algorithm>
@@ -20,6 +20,7 @@
 #include "attnref/core/backward.hpp"
 #include "attnref/certify/certify.hpp"
 #include "attnref/certify/fast.hpp"
+#include "attnref/certify/fast/backward.hpp"
 #include "attnref/certify/fast/problem_of.hpp"
 #include "attnref/core/formats.hpp"
 #include "attnref/multiprecision/multiprecision.hpp"
@@ -86,8 +87,43 @@ inline bool fast_path_declines(const case_spec& spec, const case_data* data = nu
     return false;
 }
 
+/// The MPFI ladder's gradients (certify_gradients): 256 bytes per value of 4 copies of the gradient
+/// tensors and of 4 (B·H·Sq·Sk) intermediates of the backward.
+inline std::uint64_t gradients_mpfi_bytes(const case_spec& spec) {
+    using safe_io_detail::sat_add, safe_io_detail::sat_mul, safe_io_detail::sat_count;
+    const case_shapes& d = spec.shapes;
+    std::uint64_t g = 0;
+    for (const gradient_tensor_layout& t : gradient_layout(spec)) g = sat_add(g, sat_count(t.shape));
+    return sat_mul(256, sat_add(sat_mul(4, g), sat_mul(4, sat_mul(sat_mul(d.batch, d.heads), sat_mul(d.query_length, d.key_length)))));
+}
+
+/// The fast backward (certify_gradients_fast, SDPA): per gradient element its value for each of the nk
+/// targets, the undecided flag and the serialised .npy (as for the outputs); per worker thread (at
+/// most B·Hkv) one kv head's Pᵀ and dSᵀ with their bounds (48 bytes per (key, row of the group)), the
+/// group's stacked dO and q and one head's buffers (24 bytes per value). The MPFI ladder for undecided
+/// elements is not counted: it runs only when gradients_mpfi_bytes fits (else the case is inconclusive).
+inline std::uint64_t gradients_fast_bytes(const case_spec& spec, std::size_t threads) {
+    using safe_io_detail::sat_add, safe_io_detail::sat_mul, safe_io_detail::sat_count;
+    const case_shapes& d = spec.shapes;
+    const std::uint64_t nk = 1 + spec.outputs.targets.size();
+    std::uint64_t g = 0;
+    for (const gradient_tensor_layout& t : gradient_layout(spec)) g = sat_add(g, sat_count(t.shape));
+    const std::uint64_t B = d.batch, H = d.heads, Hkv = std::max<std::size_t>(d.kv_heads, 1), Sq = d.query_length, Sk = d.key_length,
+                        dk = d.head_dim_qk, dv = d.head_dim_v, G = H / Hkv;
+    const std::uint64_t workers = std::max<std::uint64_t>(1, std::min<std::uint64_t>(std::max<std::size_t>(threads, 1), sat_mul(B, Hkv)));
+    const std::uint64_t per_worker = sat_add(sat_mul(48, sat_mul(Sk, sat_mul(G, Sq))),
+                                             sat_mul(24, sat_add(sat_mul(sat_mul(G, Sq), sat_add(dk, dv)), sat_mul(Sk, sat_add(dk, dv)))));
+    return sat_add(sat_mul(g, 8 * nk + 1 + 2 * (8 + 4 * (nk - 1))), sat_mul(workers, per_worker));
+}
+
+/// Whether generate_case certifies the gradients of `spec` through the fast backward when asked to
+/// (fast_gradients): SDPA under the fast method.
+inline bool uses_fast_gradients(const case_spec& spec, certification_method method, bool fast_gradients) {
+    return fast_gradients && method == certification_method::fast && spec.outputs.gradients && spec.kind == case_kind::sdpa;
+}
+
 inline generate_memory generate_memory_estimate(const case_spec& spec, certification_method method, std::size_t threads,
-                                                const case_data* data = nullptr) {
+                                                const case_data* data = nullptr, bool fast_gradients = false) {
     using safe_io_detail::sat_add, safe_io_detail::sat_mul, safe_io_detail::sat_count;
     constexpr std::uint64_t interval_bytes_per_value = 256;
     generate_memory m;
@@ -118,11 +154,8 @@ inline generate_memory generate_memory_estimate(const case_spec& spec, certifica
     if (spec.kind == case_kind::mha)
         escalated = sat_add(escalated, sat_add(sat_mul(2, sat_add(sat_add(q_proj, k_proj), v_proj)), sat_mul(2, merged)));
     m.escalation = sat_mul(escalated, interval_bytes<certify::ladder[0]>());
-    if (spec.outputs.gradients) {
-        std::uint64_t g = 0;
-        for (const gradient_tensor_layout& t : gradient_layout(spec)) g = sat_add(g, sat_count(t.shape));
-        m.gradients = sat_mul(interval_bytes_per_value, sat_add(sat_mul(4, g), sat_mul(4, sat_mul(sat_mul(B, H), sat_mul(Sq, Sk)))));
-    }
+    if (spec.outputs.gradients)
+        m.gradients = uses_fast_gradients(spec, method, fast_gradients) ? gradients_fast_bytes(spec, threads) : gradients_mpfi_bytes(spec);
     m.total = sat_add(sat_add(sat_add(m.fast, m.escalation), m.gradients), generate_program_bytes);
     return m;
 }
@@ -130,15 +163,17 @@ inline generate_memory generate_memory_estimate(const case_spec& spec, certifica
 /// Refuses (data_error "<what>: field 'shapes': ...", naming the estimate, its parts and the limit)
 /// a case whose generate_memory_estimate exceeds max_memory().
 inline void check_generate_memory(const case_spec& spec, certification_method method, std::size_t threads, const std::string& what,
-                                  const case_data* data = nullptr) {
-    const generate_memory m = generate_memory_estimate(spec, method, threads, data);
+                                  const case_data* data = nullptr, bool fast_gradients = false) {
+    const generate_memory m = generate_memory_estimate(spec, method, threads, data, fast_gradients);
     if (m.total <= max_memory()) return;
     const case_shapes& d = spec.shapes;
     auto size = [](std::uint64_t b) { return b == UINT64_MAX ? std::string("more than 2^64 bytes") : safe_io_detail::gib(b); };
     const std::string parts = method == certification_method::mpfi ? std::string("the MPFI ladder, 256 bytes per value")
                               : m.fast == 0 ? std::string("the MPFI ladder for the whole case, which the fast path declines; 256 bytes per value")
                                   : "fast path " + size(m.fast) + " + escalation in MPFI " + size(m.escalation) +
-                                        (m.gradients ? " + gradients in MPFI " + size(m.gradients) : std::string());
+                                        (m.gradients ? (uses_fast_gradients(spec, method, fast_gradients) ? " + gradients by the fast backward " : " + gradients in MPFI ") +
+                                                           size(m.gradients)
+                                                     : std::string());
     throw data_error(what + ": field 'shapes': the case would need about " + size(m.total) + " (" + parts + "; B=" + std::to_string(d.batch) +
                      " H=" + std::to_string(d.heads) + " Sq=" + std::to_string(d.query_length) + " Sk=" + std::to_string(d.key_length) +
                      " dk=" + std::to_string(d.head_dim_qk) + " dv=" + std::to_string(d.head_dim_v) + "), above the limit of " +
@@ -262,11 +297,71 @@ inline certify::result certify_gradients(const case_spec& spec, const case_data&
         opts);
 }
 
+/// The certified gradients of an SDPA backward case through the fast rung (certify/fast/backward.hpp:
+/// double-word values with rigorous bounds, each element decided by the rounding check), the
+/// elements it leaves undecided taken from certify_gradients (the MPFI ladder). Same values as
+/// certify_gradients (a correctly rounded value is unique; tested on the committed backward cases);
+/// reports: escalated = elements the fast rung left undecided, precisions_bits {106} plus the MPFI
+/// rungs when any. Multi-head cases go to certify_gradients whole. `stats`: elements escalated, and
+/// the reason when the whole case went to MPFI.
+inline certify::result certify_gradients_fast(const case_spec& spec, const case_data& data, std::size_t threads,
+                                              const std::vector<format_description>& targets,
+                                              const std::function<void(const std::string&)>& progress = {},
+                                              fast::fast_stats* stats = nullptr, fast::fast_options options = {}) {
+    if (spec.kind != case_kind::sdpa) {
+        if (stats) stats->whole_case_reason = "multi-head attention (the fast backward is SDPA only)";
+        return certify_gradients(spec, data, threads, targets, progress);
+    }
+    const case_shapes& d = spec.shapes;
+    const case_views c = views_of(spec, data, threads);
+    options.threads = threads;
+    const tensor_view<const double, 4> g{data.grad_output.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}};
+    if (progress) progress(spec.name + ": computing the gradients in double-double with error bounds");
+    fast::fast_gradients fg = fast::sdpa_gradients_fast(fast::fast_problem_of(problem_of(c)), g, targets, options);
+    const std::vector<gradient_tensor_layout> layout = gradient_layout(spec);
+    certify::result r;
+    r.precisions_bits = {106};
+    for (std::size_t t = 0; t < layout.size(); ++t) {
+        std::size_t left = 0;
+        for (std::uint8_t f : fg.undecided[t]) left += f;
+        for (const format_description& f : targets)
+            r.reports.push_back(certify::tensor_report{layout[t].role, f.name, fg.undecided[t].size(), fg.undecided[t].size(), left, {106}});
+    }
+    if (stats) {
+        stats->whole_case_reason = fg.whole_case_reason;
+        stats->escalated_elements = fg.undecided_elements;
+    }
+    if (fg.undecided_elements && options.fallback) {
+        const std::uint64_t need = safe_io_detail::sat_add(gradients_mpfi_bytes(spec), generate_program_bytes);
+        if (need > max_memory())
+            throw certify::uncertified_error(std::to_string(fg.undecided_elements) + " gradient element(s) undecided by the fast backward; the MPFI "
+                                             "ladder for them recomputes the whole backward and would need about " + safe_io_detail::gib(need) +
+                                             ", above the limit of " + safe_io_detail::gib(max_memory()) + " (raise it with --max-memory)");
+        if (progress) progress(spec.name + ": " + std::to_string(fg.undecided_elements) + " gradient element(s) undecided, through the MPFI ladder");
+        const certify::result m = certify_gradients(spec, data, threads, targets, progress);
+        for (std::size_t t = 0; t < layout.size(); ++t)
+            for (std::size_t n = 0; n < fg.undecided[t].size(); ++n)
+                if (fg.undecided[t][n])
+                    for (std::size_t k = 0; k < targets.size(); ++k) fg.values[t][k][n] = m.values[t][k][n];
+        for (int b : m.precisions_bits) r.precisions_bits.push_back(b);
+        for (certify::tensor_report& rep : r.reports)
+            if (rep.escalated) rep.precisions_bits.insert(rep.precisions_bits.end(), m.precisions_bits.begin(), m.precisions_bits.end());
+    } else if (fg.undecided_elements) {
+        for (certify::tensor_report& rep : r.reports) rep.certified = rep.elements - rep.escalated;
+    }
+    r.values = std::move(fg.values);
+    return r;
+}
+
 /// Generates the inputs, certifies the reference (threads for attnref's parallel_for) and
 /// serialises everything. `progress` receives one-line messages (may be empty). `inputs`: the
 /// case's inputs when they do not come from the generator (a "files" case, user_inputs.hpp).
+/// `fast_gradients`: an SDPA backward case's gradients through the fast backward
+/// (certify_gradients_fast; the manifest says so with reference_method_fast_gradients_suffix) under
+/// the fast method; otherwise, and for the committed suite, through the MPFI ladder (certify_gradients).
 inline generated_case generate_case(const case_spec& spec, std::size_t threads, const std::function<void(const std::string&)>& progress = {},
-                                    certification_method method = certification_method::fast, const case_data* inputs = nullptr) {
+                                    certification_method method = certification_method::fast, const case_data* inputs = nullptr,
+                                    bool fast_gradients = false) {
     const auto start = std::chrono::steady_clock::now();
     generated_case g;
     g.m.spec = spec;
@@ -374,7 +469,9 @@ inline generated_case generate_case(const case_spec& spec, std::size_t threads, 
                 opts);
         }
         if (spec.outputs.gradients) {
-            certify::result grads = certify_gradients(spec, data, threads, targets, progress);
+            certify::result grads = uses_fast_gradients(spec, method, fast_gradients)
+                                        ? certify_gradients_fast(spec, data, threads, targets, progress)
+                                        : certify_gradients(spec, data, threads, targets, progress);
             for (const gradient_tensor_layout& gl : gradient_layout(spec)) names.push_back(gl.role), shapes.push_back(gl.shape);
             for (auto& v : grads.values) cert.values.push_back(std::move(v));
             for (auto& r : grads.reports) cert.reports.push_back(std::move(r));
@@ -388,7 +485,9 @@ inline generated_case generate_case(const case_spec& spec, std::size_t threads, 
         throw check_failure("case '" + spec.name + "': " + e.what());
     }
     g.m.reference.method = std::string(method == certification_method::fast ? reference_method_fast : reference_method_mpfi) +
-                           (spec.outputs.gradients ? reference_method_gradients_suffix : "");
+                           (!spec.outputs.gradients                                 ? ""
+                            : uses_fast_gradients(spec, method, fast_gradients) ? reference_method_fast_gradients_suffix
+                                                                                : reference_method_gradients_suffix);
     g.m.reference.precisions_bits = cert.precisions_bits;
     g.m.reference.certification = cert.reports;
     for (const certify::tensor_report& r : cert.reports) {

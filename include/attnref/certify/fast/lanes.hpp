@@ -1,6 +1,7 @@
 #pragma once
 /// \file certify/fast/lanes.hpp
-/// The double-word operations of double_double.hpp (two_sum, fast_two_sum, add, mul, mag, up) and
+/// The double-word operations of double_double.hpp (add, mul, mag, up; two_sum and fast_two_sum are
+/// double_double.hpp's own templates and double-word type, instantiated for the lane type) and
 /// the helpers the per-key softmax work needs (fma, |x|, round to nearest, 2^k), written once for
 /// a lane type V: `double` (the scalar reference) or four doubles (`v4d`, AVX2+FMA). Each
 /// operation is the same IEEE operation on every lane, in the same order, so a kernel written with
@@ -13,21 +14,24 @@
 #include <cstdint>
 
 #include "attnref/certify/fast/cpu.hpp"
+#include "attnref/core/double_double.hpp"
 
 namespace attnref::fast::detail::lanes {
 
 // The lane templates (here and in attention_row.hpp) take and return four-double vectors when
 // instantiated for the AVX2 kernels, into which they are always inlined (flatten); no such
-// instantiation is called across a translation unit or ABI boundary, so GCC's note that a vector
-// signature compiled without AVX changes the ABI does not apply. Template instantiations are
-// emitted at the end of the including translation unit, beyond the reach of a push/pop pair, so
-// the note is silenced for the rest of the translation unit.
+// instantiation is called across a translation unit or ABI boundary, so GCC's -Wpsabi warning that
+// a vector signature compiled without AVX changes the ABI does not apply. Some of these warnings are
+// located at the end of the including translation unit (where the templates are instantiated:
+// measured, attention_row.hpp's splat<v4d> "AVX vector return" with a push/pop pair around the
+// templates), beyond the reach of a push/pop pair, so the warning is silenced for the rest of the
+// translation unit. (The note "the ABI for passing parameters with 32-byte alignment has changed in
+// GCC 4.6" is printed once per translation unit regardless.)
 #pragma GCC diagnostic ignored "-Wpsabi"
 
+/// A double-word of lanes: core/double_double.hpp's double-word type over the lane type.
 template <class V>
-struct dwv {
-    V hi, lo;
-};
+using dwv = dw::double_word<V>;
 
 inline double fma_l(double a, double b, double c) { return std::fma(a, b, c); }
 inline double abs_l(double x) { return std::fabs(x); }
@@ -62,19 +66,10 @@ __attribute__((target("avx2,fma"))) inline v4d binade_l(v4d x) {
 }
 #endif
 
-template <class V>
-inline dwv<V> two_sum(V a, V b) {
-    const V s = a + b;
-    const V bb = s - a;
-    const V e = (a - (s - bb)) + (b - bb);
-    return {s, e};
-}
-template <class V>
-inline dwv<V> fast_two_sum(V a, V b) {
-    const V s = a + b;
-    const V e = b - (s - a);
-    return {s, e};
-}
+// TwoSum and Fast2Sum are core/double_double.hpp's templates, instantiated for the lane type: the
+// same operations on every lane.
+using dw::fast_two_sum;
+using dw::two_sum;
 /// dw::add (JMP 2017 Algorithm 6).
 template <class V>
 inline dwv<V> add(dwv<V> x, dwv<V> y) {

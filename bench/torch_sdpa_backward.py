@@ -1,0 +1,45 @@
+"""PyTorch float64 SDPA forward + backward, timed (for bench/golden.bench --gradients).
+
+Usage: torch_sdpa_backward.py BATCH LENGTH MODEL_DIM HEADS THREADS REPEATS
+q, k, v of shape (BATCH, HEADS, LENGTH, MODEL_DIM / HEADS) in float64 with requires_grad; the forward
+softmax(q·kᵀ/√d)·v and the backward of sum(dO ∘ out) (autograd: dQ, dK, dV). Prints one line: the best
+wall time in seconds of forward + backward over REPEATS runs after one warm-up, with
+torch.set_num_threads(THREADS), and the process CPU time (all threads, time.process_time) of that run.
+"""
+import sys
+import time
+
+import torch
+
+
+def main():
+    batch, length, model_dim, heads, threads, repeats = (int(a) for a in sys.argv[1:7])
+    torch.set_num_threads(threads)
+    g = torch.Generator().manual_seed(1)
+    dt = torch.float64
+    d = model_dim // heads
+    shape = (batch, heads, length, d)
+    q, k, v = (torch.rand(shape, generator=g, dtype=dt) * 2 - 1 for _ in range(3))
+    grad_out = torch.rand(shape, generator=g, dtype=dt) * 2 - 1
+
+    def run():
+        qq, kk, vv = (t.clone().requires_grad_(True) for t in (q, k, v))
+        p = torch.softmax(qq @ kk.transpose(-1, -2) / d ** 0.5, dim=-1)
+        out = p @ vv
+        out.backward(grad_out)
+        return qq.grad, kk.grad, vv.grad
+
+    run()
+    best, best_cpu = float("inf"), float("inf")
+    for _ in range(repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        dq, dk, dv = run()
+        t, c = time.perf_counter() - t0, time.process_time() - c0
+        if t < best:
+            best, best_cpu = t, c
+    assert dq.dtype == dt and dq.shape == shape
+    print(f"{best:.6f} {best_cpu:.6f}")
+
+
+if __name__ == "__main__":
+    main()
