@@ -6,6 +6,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -14,6 +15,7 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -515,5 +517,40 @@ BOOST_AUTO_TEST_CASE(bound_drivers_give_the_same_bits_on_1_2_and_3_threads) {
         check_same(per_threads[0], per_threads[1], "mha, 1 vs 2 threads");
         check_same(per_threads[0], per_threads[3], "mha, 1 vs 3 threads");
         check_same(per_threads[1], per_threads[2], "mha, AVX2 vs default-target kernels");
+    }
+}
+
+// The thread pool (core/parallel.hpp) the bound drivers run on: every task of parallel_for_dynamic
+// runs even when one throws, parallel_for's other threads finish their tasks, the first exception
+// reaches the caller after all workers joined, and at_thread_exit runs once per worker.
+namespace {
+std::atomic<int> exits{0};
+void count_exit() { ++exits; }
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(thread_pool_runs_every_task_and_rethrows_the_first_exception) {
+    for (const bool dynamic : {false, true}) {
+        std::vector<std::atomic<int>> ran(20);
+        exits = 0;
+        auto task = [&](std::size_t n) {
+            ++ran[n];
+            if (n == 6) throw std::runtime_error("task 6");
+        };
+        bool caught = false;
+        try {
+            if (dynamic)
+                attnref::parallel_for_dynamic(ran.size(), 3, task, count_exit);
+            else
+                attnref::parallel_for(ran.size(), 3, task, count_exit);
+        } catch (const std::runtime_error& e) {
+            caught = std::string(e.what()) == "task 6";
+        }
+        BOOST_TEST(caught, (dynamic ? "dynamic" : "static") << ": the task's exception reaches the caller");
+        BOOST_TEST(exits.load() == 3, (dynamic ? "dynamic" : "static") << ": at_thread_exit once per worker");
+        for (std::size_t n = 0; n < ran.size(); ++n) {
+            // parallel_for: thread 0 (tasks 0, 3, 6, …) stops at task 6; threads 1 and 2 run all theirs.
+            const int expected = dynamic || n % 3 != 0 || n <= 6 ? 1 : 0;
+            BOOST_TEST(ran[n].load() == expected, (dynamic ? "dynamic" : "static") << ": task " << n);
+        }
     }
 }
