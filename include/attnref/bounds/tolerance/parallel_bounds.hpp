@@ -35,6 +35,15 @@ inline constexpr std::size_t lanes = 4;
 #define ATTNREF_TOLERANCE_AVX2 1
 #endif
 
+/// The row stride (in doubles) of a transposed (c, j) array of n keys read a pack of keys per row c
+/// (kernels::key_dot_block, worst_key_block): n rounded up to whole 64-byte lines, then to an odd
+/// number of them, so that consecutive rows start in different cache sets (with n = 2048, rows
+/// 16 KiB apart all fall in one set of a 4 KiB-periodic L1 and a few of L2, and evict each other).
+inline constexpr std::size_t transposed_stride(std::size_t n) {
+    const std::size_t lines = (n + 7) / 8;
+    return 8 * (lines % 2 ? lines : lines + 1);
+}
+
 /// Whether the kernels may take their AVX2 copy (tests turn it off to compare the two copies).
 inline std::atomic<bool>& avx2_allowed() {
     static std::atomic<bool> allowed{true};
