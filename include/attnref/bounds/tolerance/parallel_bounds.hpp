@@ -52,7 +52,10 @@ inline std::atomic<bool>& avx2_allowed() {
 /// True when the AVX2 copies are compiled in, the processor has AVX2 (asked once) and they are allowed.
 inline bool use_avx2() {
 #ifdef ATTNREF_TOLERANCE_AVX2
-    static const bool has = __builtin_cpu_supports("avx2");
+    static const bool has = [] {
+        __builtin_cpu_init();  // idempotent; needed when first asked from a static initialiser
+        return __builtin_cpu_supports("avx2") != 0;
+    }();
     return has && avx2_allowed().load(std::memory_order_relaxed);
 #else
     return false;
