@@ -17,8 +17,9 @@
 // process's CPU seconds), side by side with PyTorch's float64 multi_head_attention_forward of the
 // same shape (B, S, E, H) (bench/torch_mha.py as a child process through posix_spawn, no shell,
 // torch.set_num_threads(N) and OPENBLAS/OMP threads N, N = --threads, default 2), their ratio, the
-// verdict, the peak RSS and the load average. attnref uses std::thread::hardware_concurrency()
-// threads (printed). --python PATH (default /usr/bin/python3), --repeat R: PyTorch's best of R.
+// verdict, the peak RSS, the load average and whether the bound kernels ran their AVX2 copies.
+// attnref uses std::thread::hardware_concurrency() threads (printed). --python PATH (default
+// /usr/bin/python3), --repeat R: PyTorch's best of R.
 
 #include <spawn.h>
 #include <sys/resource.h>
@@ -79,8 +80,9 @@ int bench_case(const check_request& rq, const std::string& python, std::size_t t
     std::printf("%s\n", fmt::format("check.bench: case {} (B={} S={} E={} H={}), {}{}{}; load average {:.2f} {:.2f} {:.2f} before", spec.name,
                                     d.batch, d.query_length, d.model_dim, d.heads, "output", rq.weights.empty() ? "" : " + weights",
                                     rq.lse.empty() ? "" : " + lse", l[0], l[1], l[2]).c_str());
-    std::printf("%s\n", fmt::format("  attnref check   wall {:8.2f} s  CPU {:8.2f} s  ({} threads)  peak RSS {:.2f} GB  verdict {}", wall, cpu,
-                                    std::max(1u, std::thread::hardware_concurrency()), static_cast<double>(u.ru_maxrss) / 1e6,
+    std::printf("%s\n", fmt::format("  attnref check   wall {:8.2f} s  CPU {:8.2f} s  ({} threads, {} bound kernels)  peak RSS {:.2f} GB  verdict {}",
+                                    wall, cpu, std::max(1u, std::thread::hardware_concurrency()),
+                                    tol::simd::use_avx2() ? "AVX2" : "default-target", static_cast<double>(u.ru_maxrss) / 1e6,
                                     verdict_name(r.overall)).c_str());
     if (!torch_ok) {
         std::printf("  PyTorch float64 forward: not run (%s)\n", spec.kind == case_kind::mha && d.query_length == d.key_length

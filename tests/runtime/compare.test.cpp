@@ -6,6 +6,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -14,6 +15,7 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -547,10 +549,19 @@ void check_same(const tol::data_aware_scales& a, const tol::data_aware_scales& b
         BOOST_TEST((std::all_of(one.begin(), one.end(), [](double x) { return std::isfinite(x) && x > 0; })), what);
     }
 }
+
+/// While alive: the bound kernels run their default-target copies (tolerance/parallel_bounds.hpp).
+struct generic_kernels {
+    generic_kernels() { tol::simd::avx2_allowed().store(false); }
+    ~generic_kernels() { tol::simd::avx2_allowed().store(true); }
+};
 }  // namespace
 
+// Also with the kernels' AVX2 copies (where the processor has AVX2) against their default-target
+// copies: the same bits.
 BOOST_AUTO_TEST_CASE(bound_drivers_give_the_same_bits_on_1_2_and_3_threads) {
     using namespace attnref;
+    BOOST_TEST_MESSAGE("AVX2 bound kernels: " << (tol::simd::use_avx2() ? "in use" : "not available (default-target copies only)"));
     {  // SDPA, GQA (4 query heads on 2 kv heads), causal, dk = 7, dv = 5, Sq = 9, Sk = 11
         const std::size_t B = 2, H = 4, Hkv = 2, sq = 9, sk = 11, dk = 7, dv = 5;
         const std::vector<double> q = pseudo_random(B * H * sq * dk, 1, 2), k = pseudo_random(B * Hkv * sk * dk, 2, 2),
@@ -565,9 +576,14 @@ BOOST_AUTO_TEST_CASE(bound_drivers_give_the_same_bits_on_1_2_and_3_threads) {
             const std::vector<double> p = softmax_of(attention_logits<uniform_precision<double>>(qv, kv, o));
             BOOST_TEST((std::count(p.begin(), p.end(), 0.0) > 0));  // masked keys present
             per_threads.push_back(tol::sdpa_scales(qv, kv, vv, {p.data(), {B, H, sq, sk}}, o));
+            if (threads == 2) {  // the kernels' default-target copies instead of their AVX2 ones
+                const generic_kernels only_generic;
+                per_threads.push_back(tol::sdpa_scales(qv, kv, vv, {p.data(), {B, H, sq, sk}}, o));
+            }
         }
         check_same(per_threads[0], per_threads[1], "sdpa, 1 vs 2 threads");
-        check_same(per_threads[0], per_threads[2], "sdpa, 1 vs 3 threads");
+        check_same(per_threads[0], per_threads[3], "sdpa, 1 vs 3 threads");
+        check_same(per_threads[1], per_threads[2], "sdpa, AVX2 vs default-target kernels");
     }
     {  // MHA with biases, GQA, E = 13 -> H·dk = 3·5 (q), Hkv·dk = 1·5 (k), Hkv·dv = 1·3 (v), output 7
         const std::size_t B = 1, S = 10, E = 13, H = 3, Hkv = 1, dk = 5, dv = 3, eo = 7;
@@ -583,8 +599,48 @@ BOOST_AUTO_TEST_CASE(bound_drivers_give_the_same_bits_on_1_2_and_3_threads) {
             o.attention.threads = threads;
             const std::vector<double> p = softmax_of(mha_logits<uniform_precision<double>>(xv, xv, w, o));
             per_threads.push_back(tol::mha_scales(xv, xv, xv, w, {p.data(), {B, H, S, S}}, o));
+            if (threads == 2) {
+                const generic_kernels only_generic;
+                per_threads.push_back(tol::mha_scales(xv, xv, xv, w, {p.data(), {B, H, S, S}}, o));
+            }
         }
         check_same(per_threads[0], per_threads[1], "mha, 1 vs 2 threads");
-        check_same(per_threads[0], per_threads[2], "mha, 1 vs 3 threads");
+        check_same(per_threads[0], per_threads[3], "mha, 1 vs 3 threads");
+        check_same(per_threads[1], per_threads[2], "mha, AVX2 vs default-target kernels");
+    }
+}
+
+// The thread pool (core/parallel.hpp) the bound drivers run on: every task of parallel_for_dynamic
+// runs even when one throws, parallel_for's other threads finish their tasks, the first exception
+// reaches the caller after all workers joined, and at_thread_exit runs once per worker.
+namespace {
+std::atomic<int> exits{0};
+void count_exit() { ++exits; }
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(thread_pool_runs_every_task_and_rethrows_the_first_exception) {
+    for (const bool dynamic : {false, true}) {
+        std::vector<std::atomic<int>> ran(20);
+        exits = 0;
+        auto task = [&](std::size_t n) {
+            ++ran[n];
+            if (n == 6) throw std::runtime_error("task 6");
+        };
+        bool caught = false;
+        try {
+            if (dynamic)
+                attnref::parallel_for_dynamic(ran.size(), 3, task, count_exit);
+            else
+                attnref::parallel_for(ran.size(), 3, task, count_exit);
+        } catch (const std::runtime_error& e) {
+            caught = std::string(e.what()) == "task 6";
+        }
+        BOOST_TEST(caught, (dynamic ? "dynamic" : "static") << ": the task's exception reaches the caller");
+        BOOST_TEST(exits.load() == 3, (dynamic ? "dynamic" : "static") << ": at_thread_exit once per worker");
+        for (std::size_t n = 0; n < ran.size(); ++n) {
+            // parallel_for: thread 0 (tasks 0, 3, 6, …) stops at task 6; threads 1 and 2 run all theirs.
+            const int expected = dynamic || n % 3 != 0 || n <= 6 ? 1 : 0;
+            BOOST_TEST(ran[n].load() == expected, (dynamic ? "dynamic" : "static") << ": task " << n);
+        }
     }
 }

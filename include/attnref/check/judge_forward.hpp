@@ -27,14 +27,17 @@
 
 namespace attnref::golden {
 
+/// The weights' extents (B, H, Sq, Sk) of a problem.
+inline extents_t<4> weights_extents_of(const forward_problem& p) {
+    if (p.sdpa) return {p.q.extents[0], p.q.extents[1], p.q.extents[2], p.k.extents[2]};
+    return {p.x_q.extents[0], p.mo.heads, p.x_q.extents[1], p.x_k.extents[1]};
+}
+
 /// The data-aware magnitudes of a problem from its reference weights P (B, H, Sq, Sk).
 inline tolerance::data_aware_scales data_aware_scales_of(const forward_problem& p, std::span<const double> weights,
                                                          bool inputs_exact = false) {
-    if (p.sdpa) {
-        const tensor_view<const double, 4> w{weights.data(), {p.q.extents[0], p.q.extents[1], p.q.extents[2], p.k.extents[2]}};
-        return tolerance::sdpa_scales(p.q, p.k, p.v, w, p.o, inputs_exact);
-    }
-    const tensor_view<const double, 4> w{weights.data(), {p.x_q.extents[0], p.mo.heads, p.x_q.extents[1], p.x_k.extents[1]}};
+    const tensor_view<const double, 4> w{weights.data(), weights_extents_of(p)};
+    if (p.sdpa) return tolerance::sdpa_scales(p.q, p.k, p.v, w, p.o, inputs_exact);
     return tolerance::mha_scales(p.x_q, p.x_k, p.x_v, p.w, w, p.mo, inputs_exact);
 }
 
@@ -42,12 +45,6 @@ inline tolerance::data_aware_scales data_aware_scales_of(const forward_problem& 
 inline tensor<double, 4> logits_of(const forward_problem& p) {
     using pol = uniform_precision<double>;
     return p.sdpa ? attention_logits<pol>(p.q, p.k, p.o) : mha_logits<pol>(p.x_q, p.x_k, p.w, p.mo);
-}
-
-/// The weights' extents (B, H, Sq, Sk) of a problem.
-inline extents_t<4> weights_extents_of(const forward_problem& p) {
-    if (p.sdpa) return {p.q.extents[0], p.q.extents[1], p.q.extents[2], p.k.extents[2]};
-    return {p.x_q.extents[0], p.mo.heads, p.x_q.extents[1], p.x_k.extents[1]};
 }
 
 /// What judge_forward compares: the reference's output (and, with a problem, its weights and

@@ -19,25 +19,56 @@
 
 namespace attnref {
 
-template <class F>
-void parallel_for_threads(std::size_t count, std::size_t threads, F& task, void (*at_thread_exit)()) {
+namespace parallel_detail {
+/// The first exception caught by any worker of a pool (run(f): f(), recording what it throws).
+class pool_failure {
+public:
+    template <class F>
+    void run(F&& f) {
+        try {
+            f();
+        } catch (...) {
+            const std::lock_guard<std::mutex> lock(mutex_);
+            if (!failure_) failure_ = std::current_exception();
+        }
+    }
+    void rethrow() const {
+        if (failure_) std::rethrow_exception(failure_);
+    }
+
+private:
+    std::exception_ptr failure_;
+    std::mutex mutex_;
+};
+
+/// Starts `threads` workers, each running worker(t, failure) and then at_thread_exit (may be null),
+/// joins them, and rethrows the first exception recorded in `failure`.
+template <class W>
+void run_workers(std::size_t threads, W&& worker, void (*at_thread_exit)()) {
+    pool_failure failure;
     std::vector<std::thread> pool;
-    std::exception_ptr failure;
-    std::mutex failure_mutex;
     pool.reserve(threads);
-    for (std::size_t t = 0; t < threads; ++t) {
+    for (std::size_t t = 0; t < threads; ++t)
         pool.emplace_back([&, t] {
-            try {
-                for (std::size_t n = t; n < count; n += threads) task(n);
-            } catch (...) {
-                const std::lock_guard<std::mutex> lock(failure_mutex);
-                if (!failure) failure = std::current_exception();
-            }
+            worker(t, failure);
             if (at_thread_exit) at_thread_exit();
         });
-    }
     for (std::thread& th : pool) th.join();
-    if (failure) std::rethrow_exception(failure);
+    failure.rethrow();
+}
+}  // namespace parallel_detail
+
+/// Task n on thread n mod threads; a thread stops at its first exception, the others finish.
+template <class F>
+void parallel_for_threads(std::size_t count, std::size_t threads, F& task, void (*at_thread_exit)()) {
+    parallel_detail::run_workers(
+        threads,
+        [&](std::size_t t, parallel_detail::pool_failure& failure) {
+            failure.run([&] {
+                for (std::size_t n = t; n < count; n += threads) task(n);
+            });
+        },
+        at_thread_exit);
 }
 
 /// Runs task(0) … task(count − 1). threads == 0: std::thread::hardware_concurrency().
@@ -72,24 +103,12 @@ void parallel_for_dynamic(std::size_t count, std::size_t threads, F&& task, void
         return;
     }
     std::atomic<std::size_t> next{0};
-    std::exception_ptr failure;
-    std::mutex failure_mutex;
-    std::vector<std::thread> pool;
-    pool.reserve(threads);
-    for (std::size_t t = 0; t < threads; ++t)
-        pool.emplace_back([&] {
-            for (std::size_t n = next++; n < count; n = next++) {
-                try {
-                    task(n);
-                } catch (...) {
-                    const std::lock_guard<std::mutex> lock(failure_mutex);
-                    if (!failure) failure = std::current_exception();
-                }
-            }
-            if (at_thread_exit) at_thread_exit();
-        });
-    for (std::thread& th : pool) th.join();
-    if (failure) std::rethrow_exception(failure);
+    parallel_detail::run_workers(
+        threads,
+        [&](std::size_t, parallel_detail::pool_failure& failure) {
+            for (std::size_t n = next++; n < count; n = next++) failure.run([&] { task(n); });
+        },
+        at_thread_exit);
 }
 
 }  // namespace attnref

@@ -218,11 +218,12 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
     for (std::size_t e = 0; e < in.var_v.size(); ++e) vv_acc[e] = in.var_v[e].acc, vv_store[e] = in.var_v[e].store;
     // K and Var(K)'s halves transposed per (b, g) to (c, j), and Var(q)'s halves apart, for the
     // per-key dot products a pack of keys at a time (kernels::key_dot_block).
-    std::vector<double> kT(in.k.size()), vkT_acc(in.k.size()), vkT_store(in.k.size()), vq_acc(in.var_q.size()), vq_store(in.var_q.size());
+    const std::size_t skT = simd::transposed_stride(sk);  // row stride of the transposed arrays
+    std::vector<double> kT(batch * kv * dk * skT), vkT_acc(kT.size()), vkT_store(kT.size()), vq_acc(in.var_q.size()), vq_store(in.var_q.size());
     for (std::size_t bg = 0; bg < batch * kv; ++bg)
         for (std::size_t j = 0; j < sk; ++j)
             for (std::size_t c = 0; c < dk; ++c) {
-                const std::size_t from = (bg * sk + j) * dk + c, to = (bg * dk + c) * sk + j;
+                const std::size_t from = (bg * sk + j) * dk + c, to = (bg * dk + c) * skT + j;
                 kT[to] = in.k.data[from], vkT_acc[to] = in.var_k[from].acc, vkT_store[to] = in.var_k[from].store;
             }
     for (std::size_t e = 0; e < in.var_q.size(); ++e) vq_acc[e] = in.var_q[e].acc, vq_store[e] = in.var_q[e].store;
@@ -278,7 +279,7 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
                 two_part& eps_var = eps_var_all[k];
                 double& eps_lin = eps_lin_all[k];
                 kernels::key_dots block_dots;
-                const std::size_t kt_at = (b * kv + g) * dk * sk;
+                const std::size_t kt_at = (b * kv + g) * dk * skT;
                 for (std::size_t j = j0; j < j1; ++j) {
                     const std::size_t lane = j % simd::lanes;
                     const bool packed = j - lane + simd::lanes <= sk;  // j's pack of keys lies within the row
@@ -287,7 +288,7 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
                         for (std::size_t l = 0; l < simd::lanes; ++l) any = any || live(j + l);
                         if (any)
                             kernels::key_dot_block(q, &vq_acc[row * dk], &vq_store[row * dk], &kT[kt_at + j], &vkT_acc[kt_at + j],
-                                                   &vkT_store[kt_at + j], sk, dk, block_dots);
+                                                   &vkT_store[kt_at + j], skT, dk, block_dots);
                     }
                     if (!live(j)) continue;
                     const double pj = p(b, h, i, j), sj = logits(b, h, i, j);

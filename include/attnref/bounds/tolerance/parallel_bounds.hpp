@@ -7,46 +7,81 @@
 /// value — and the drivers split their rows over threads (parallel.hpp), each row computed alone,
 /// so no value depends on the thread count either.
 ///
-/// With GCC or Clang a lane pack is a vector-extension type (packed SSE2/AVX instructions, IEEE
-/// arithmetic per lane, no contraction under -ffp-contract=off); elsewhere a plain array with the
-/// same per-lane operations (also chosen by defining ATTNREF_SCALAR_KERNELS).
+/// With GCC or Clang a lane pack is a vector-extension type of four doubles (IEEE arithmetic per
+/// lane, no contraction under -ffp-contract=off); elsewhere a plain array with the same per-lane
+/// operations (also chosen by defining ATTNREF_SCALAR_KERNELS). On x86-64 every kernel is compiled
+/// twice, for the build's target (SSE2 by default: a pack is two SSE2 registers) and for AVX2 (one
+/// register), and the AVX2 copy runs when the processor has AVX2 (asked once, as
+/// certify/fast/cpu.hpp asks for the fast certified path). Both copies perform the same per-lane
+/// operations in the same order and neither uses FMA, so the choice changes no bit
+/// (tests/runtime/compare.test.cpp compares them).
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <cstring>
 
 #include "attnref/bounds/tolerance/names.hpp"
 
 namespace attnref::tolerance::simd {
 
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__AVX__)
-inline constexpr std::size_t lanes = 4;  // one AVX register
-#else
-inline constexpr std::size_t lanes = 2;  // one SSE2 register (no ABI change for inline helpers)
+/// Doubles per pack: one AVX register, two SSE2 registers. A fixed count whatever the build
+/// targets, so the AVX2 and the default copies of a kernel block their loops alike.
+inline constexpr std::size_t lanes = 4;
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(ATTNREF_SANITIZE_BUILD) && \
+    !defined(ATTNREF_SCALAR_KERNELS)
+#define ATTNREF_TOLERANCE_AVX2 1
 #endif
+
+/// The row stride (in doubles) of a transposed (c, j) array of n keys read a pack of keys per row c
+/// (kernels::key_dot_block, worst_key_block): n rounded up to whole 64-byte lines, then to an odd
+/// number of them, so that consecutive rows start in different cache sets (with n = 2048, rows
+/// 16 KiB apart all fall in one set of a 4 KiB-periodic L1 and a few of L2, and evict each other).
+inline constexpr std::size_t transposed_stride(std::size_t n) {
+    const std::size_t lines = (n + 7) / 8;
+    return 8 * (lines % 2 ? lines : lines + 1);
+}
+
+/// Whether the kernels may take their AVX2 copy (tests turn it off to compare the two copies).
+inline std::atomic<bool>& avx2_allowed() {
+    static std::atomic<bool> allowed{true};
+    return allowed;
+}
+/// True when the AVX2 copies are compiled in, the processor has AVX2 (asked once) and they are allowed.
+inline bool use_avx2() {
+#ifdef ATTNREF_TOLERANCE_AVX2
+    static const bool has = [] {
+        __builtin_cpu_init();  // idempotent; needed when first asked from a static initialiser
+        return __builtin_cpu_supports("avx2") != 0;
+    }();
+    return has && avx2_allowed().load(std::memory_order_relaxed);
+#else
+    return false;
+#endif
+}
 
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(ATTNREF_SCALAR_KERNELS)
 typedef double pack __attribute__((vector_size(lanes * sizeof(double))));
 typedef std::int64_t mask __attribute__((vector_size(lanes * sizeof(double))));
-inline pack load(const double* p) {
-    pack r;
-    std::memcpy(&r, p, sizeof r);
-    return r;
-}
-inline void store(double* p, pack v) { std::memcpy(p, &v, sizeof v); }
-inline pack splat(double x) {
-    pack r{};
-    for (std::size_t k = 0; k < lanes; ++k) r[k] = x;
-    return r;
-}
+/// The pack operations are macros (below), not functions: a 32-byte vector passed or returned
+/// by value has one ABI with AVX and another without (GCC warns of it), and a pack never crosses a call.
+typedef double unaligned_pack __attribute__((vector_size(lanes * sizeof(double)), aligned(alignof(double)), may_alias));
+#define ATTNREF_SIMD_LOAD(p) (*reinterpret_cast<const ::attnref::tolerance::simd::unaligned_pack*>(p))
+#define ATTNREF_SIMD_STORE(p, v) (*reinterpret_cast<::attnref::tolerance::simd::unaligned_pack*>(p) = (v))
+static_assert(lanes == 4, "ATTNREF_SIMD_SPLAT writes four lanes");
+#define ATTNREF_SIMD_SPLAT(x) (::attnref::tolerance::simd::pack{(x), (x), (x), (x)})
+#define ATTNREF_SIMD_MASK(t) ((::attnref::tolerance::simd::mask)(t))
 /// |t| (the sign bit cleared; for −0 this is +0 where abs_d gives −0: equal in every sum below,
 /// whose accumulators start at +0).
-inline pack abs(pack t) { return (pack)((mask)t & ~(mask)splat(-0.0)); }
+#define ATTNREF_SIMD_ABS(t) ((::attnref::tolerance::simd::pack)(ATTNREF_SIMD_MASK(t) & ~ATTNREF_SIMD_MASK(ATTNREF_SIMD_SPLAT(-0.0))))
 /// t > 0 ? t : 0 per lane.
-inline pack positive_part(pack t) { return (pack)((mask)t & (mask)(t > splat(0))); }
+#define ATTNREF_SIMD_POSITIVE_PART(t) \
+    ((::attnref::tolerance::simd::pack)(ATTNREF_SIMD_MASK(t) & ATTNREF_SIMD_MASK((t) > ATTNREF_SIMD_SPLAT(0))))
 /// t > 0 ? 0 : |t| per lane (NaN lanes give NaN, as abs_d does).
-inline pack nonpositive_abs(pack t) { return (pack)(((mask)t & ~(mask)splat(-0.0)) & ~(mask)(t > splat(0))); }
+#define ATTNREF_SIMD_NONPOSITIVE_ABS(t) \
+    ((::attnref::tolerance::simd::pack)(ATTNREF_SIMD_MASK(ATTNREF_SIMD_ABS(t)) & ~ATTNREF_SIMD_MASK((t) > ATTNREF_SIMD_SPLAT(0))))
 #else
 struct pack {
     double v[lanes];
@@ -87,6 +122,12 @@ inline pack nonpositive_abs(pack t) {
     for (double& x : t.v) x = x > 0 ? 0.0 : std::fabs(x);
     return t;
 }
+#define ATTNREF_SIMD_LOAD(p) ::attnref::tolerance::simd::load(p)
+#define ATTNREF_SIMD_STORE(p, v) ::attnref::tolerance::simd::store(p, v)
+#define ATTNREF_SIMD_SPLAT(x) ::attnref::tolerance::simd::splat(x)
+#define ATTNREF_SIMD_ABS(t) ::attnref::tolerance::simd::abs(t)
+#define ATTNREF_SIMD_POSITIVE_PART(t) ::attnref::tolerance::simd::positive_part(t)
+#define ATTNREF_SIMD_NONPOSITIVE_ABS(t) ::attnref::tolerance::simd::nonpositive_abs(t)
 #endif
 
 }  // namespace attnref::tolerance::simd
@@ -95,6 +136,9 @@ inline pack nonpositive_abs(pack t) {
 /// packs of `lanes` consecutive k, then the remaining k one at a time; every output k receives the
 /// same operations in the same order either way.
 namespace attnref::tolerance::kernels {
+/// The kernels' bodies, compiled for the build's target; the dispatching wrappers at the end of
+/// this file run them as they are or inlined into an AVX2 function.
+namespace generic {
 
 using detail::abs_d;
 
@@ -102,13 +146,13 @@ using detail::abs_d;
 /// t = x_e·W[e, f]; sum += t, sq += t², and |t| added to pos (t > 0) or to neg (otherwise).
 inline void projection_products(double xe, const double* w, std::size_t n, double* sum, double* sq, double* pos, double* neg) {
     std::size_t f = 0;
-    const simd::pack x = simd::splat(xe);
+    const simd::pack x = ATTNREF_SIMD_SPLAT(xe);
     for (; f + simd::lanes <= n; f += simd::lanes) {
-        const simd::pack t = x * simd::load(w + f);
-        simd::store(sum + f, simd::load(sum + f) + t);
-        simd::store(sq + f, simd::load(sq + f) + t * t);
-        simd::store(pos + f, simd::load(pos + f) + simd::positive_part(t));
-        simd::store(neg + f, simd::load(neg + f) + simd::nonpositive_abs(t));
+        const simd::pack t = x * ATTNREF_SIMD_LOAD(w + f);
+        ATTNREF_SIMD_STORE(sum + f, ATTNREF_SIMD_LOAD(sum + f) + t);
+        ATTNREF_SIMD_STORE(sq + f, ATTNREF_SIMD_LOAD(sq + f) + t * t);
+        ATTNREF_SIMD_STORE(pos + f, ATTNREF_SIMD_LOAD(pos + f) + ATTNREF_SIMD_POSITIVE_PART(t));
+        ATTNREF_SIMD_STORE(neg + f, ATTNREF_SIMD_LOAD(neg + f) + ATTNREF_SIMD_NONPOSITIVE_ABS(t));
     }
     for (; f < n; ++f) {
         const double t = xe * w[f];
@@ -120,31 +164,31 @@ inline void projection_products(double xe, const double* w, std::size_t n, doubl
 /// o += p·v, sigma += p·|v| over a value row (attention_terms, first pass).
 inline void weighted_value(double p, const double* v, std::size_t n, double* o, double* sigma) {
     std::size_t c = 0;
-    const simd::pack pp = simd::splat(p);
+    const simd::pack pp = ATTNREF_SIMD_SPLAT(p);
     for (; c + simd::lanes <= n; c += simd::lanes) {
-        const simd::pack x = simd::load(v + c);
-        simd::store(o + c, simd::load(o + c) + pp * x);
-        simd::store(sigma + c, simd::load(sigma + c) + pp * simd::abs(x));
+        const simd::pack x = ATTNREF_SIMD_LOAD(v + c);
+        ATTNREF_SIMD_STORE(o + c, ATTNREF_SIMD_LOAD(o + c) + pp * x);
+        ATTNREF_SIMD_STORE(sigma + c, ATTNREF_SIMD_LOAD(sigma + c) + pp * ATTNREF_SIMD_ABS(x));
     }
     for (; c < n; ++c) o[c] += p * v[c], sigma[c] += p * abs_d(v[c]);
 }
 /// acc += p·k·k, evaluated (p·k)·k (attention_terms: Σ_j p_j k_jc²).
 inline void weighted_square(double p, const double* k, std::size_t n, double* acc) {
     std::size_t c = 0;
-    const simd::pack pp = simd::splat(p);
+    const simd::pack pp = ATTNREF_SIMD_SPLAT(p);
     for (; c + simd::lanes <= n; c += simd::lanes) {
-        const simd::pack x = simd::load(k + c);
-        simd::store(acc + c, simd::load(acc + c) + pp * x * x);
+        const simd::pack x = ATTNREF_SIMD_LOAD(k + c);
+        ATTNREF_SIMD_STORE(acc + c, ATTNREF_SIMD_LOAD(acc + c) + pp * x * x);
     }
     for (; c < n; ++c) acc[c] += p * k[c] * k[c];
 }
 /// acc += p·d·d with d = v − o, evaluated (p·d)·d (attention_terms: Σ_j p_j (v_jc − o_c)²).
 inline void weighted_deviation_square(double p, const double* v, const double* o, std::size_t n, double* acc) {
     std::size_t c = 0;
-    const simd::pack pp = simd::splat(p);
+    const simd::pack pp = ATTNREF_SIMD_SPLAT(p);
     for (; c + simd::lanes <= n; c += simd::lanes) {
-        const simd::pack d = simd::load(v + c) - simd::load(o + c);
-        simd::store(acc + c, simd::load(acc + c) + pp * d * d);
+        const simd::pack d = ATTNREF_SIMD_LOAD(v + c) - ATTNREF_SIMD_LOAD(o + c);
+        ATTNREF_SIMD_STORE(acc + c, ATTNREF_SIMD_LOAD(acc + c) + pp * d * d);
     }
     for (; c < n; ++c) {
         const double d = v[c] - o[c];
@@ -164,17 +208,17 @@ inline void key_contribution(const key_terms& k, const double* v, const double* 
                              double* cpl_a, double* cpl_s, double* lin_a, double* lin_s, double* ind_a, double* ind_s) {
     const double pp = k.p * k.p, p3m = 3 * k.p * k.mag;
     std::size_t c = 0;
-    const simd::pack P = simd::splat(k.p), PKA = simd::splat(k.per_key_a), PKS = simd::splat(k.per_key_s), SH4 = simd::splat(k.sh4),
-                     P3M = simd::splat(p3m), PP = simd::splat(pp);
+    const simd::pack P = ATTNREF_SIMD_SPLAT(k.p), PKA = ATTNREF_SIMD_SPLAT(k.per_key_a), PKS = ATTNREF_SIMD_SPLAT(k.per_key_s), SH4 = ATTNREF_SIMD_SPLAT(k.sh4),
+                     P3M = ATTNREF_SIMD_SPLAT(p3m), PP = ATTNREF_SIMD_SPLAT(pp);
     for (; c + simd::lanes <= n; c += simd::lanes) {
-        const simd::pack vj = simd::load(v + c), d = vj - simd::load(o + c), dd = d * d, ad = simd::abs(d), pv = P * simd::abs(vj);
-        simd::store(cpl_a + c, simd::load(cpl_a + c) + dd * PKA);
-        simd::store(cpl_s + c, simd::load(cpl_s + c) + dd * PKS);
-        simd::store(lin_a + c, simd::load(lin_a + c) + (P * ad * SH4 + pv));
-        simd::store(lin_s + c, simd::load(lin_s + c) + (pv + P3M * ad));
-        const simd::pack ia = simd::load(ind_a + c) + PP * simd::load(vv_a + c);
-        simd::store(ind_a + c, ia + PP * vj * vj);
-        simd::store(ind_s + c, simd::load(ind_s + c) + PP * simd::load(vv_s + c));
+        const simd::pack vj = ATTNREF_SIMD_LOAD(v + c), d = vj - ATTNREF_SIMD_LOAD(o + c), dd = d * d, ad = ATTNREF_SIMD_ABS(d), pv = P * ATTNREF_SIMD_ABS(vj);
+        ATTNREF_SIMD_STORE(cpl_a + c, ATTNREF_SIMD_LOAD(cpl_a + c) + dd * PKA);
+        ATTNREF_SIMD_STORE(cpl_s + c, ATTNREF_SIMD_LOAD(cpl_s + c) + dd * PKS);
+        ATTNREF_SIMD_STORE(lin_a + c, ATTNREF_SIMD_LOAD(lin_a + c) + (P * ad * SH4 + pv));
+        ATTNREF_SIMD_STORE(lin_s + c, ATTNREF_SIMD_LOAD(lin_s + c) + (pv + P3M * ad));
+        const simd::pack ia = ATTNREF_SIMD_LOAD(ind_a + c) + PP * ATTNREF_SIMD_LOAD(vv_a + c);
+        ATTNREF_SIMD_STORE(ind_a + c, ia + PP * vj * vj);
+        ATTNREF_SIMD_STORE(ind_s + c, ATTNREF_SIMD_LOAD(ind_s + c) + PP * ATTNREF_SIMD_LOAD(vv_s + c));
     }
     for (; c < n; ++c) {
         const double vjc = v[c], d = vjc - o[c];
@@ -195,18 +239,18 @@ struct head_element {
 inline void output_projection(const head_element& h, const double* w, std::size_t n, double* ind_a, double* ind_s, double* lin_a,
                               double* lin_s, double* y, double* y2, double* ypos, double* yneg) {
     std::size_t l = 0;
-    const simd::pack HM = simd::splat(h.hm), G = simd::splat(h.G), TIA = simd::splat(h.ti_a), TIS = simd::splat(h.ti_s),
-                     TLA = simd::splat(h.tl_a), TLS = simd::splat(h.tl_s);
+    const simd::pack HM = ATTNREF_SIMD_SPLAT(h.hm), G = ATTNREF_SIMD_SPLAT(h.G), TIA = ATTNREF_SIMD_SPLAT(h.ti_a), TIS = ATTNREF_SIMD_SPLAT(h.ti_s),
+                     TLA = ATTNREF_SIMD_SPLAT(h.tl_a), TLS = ATTNREF_SIMD_SPLAT(h.tl_s);
     for (; l + simd::lanes <= n; l += simd::lanes) {
-        const simd::pack wl = simd::load(w + l), x = HM * wl, gww = G * wl * wl, aw = simd::abs(wl);
-        simd::store(ind_a + l, simd::load(ind_a + l) + gww * TIA);
-        simd::store(ind_s + l, simd::load(ind_s + l) + gww * TIS);
-        simd::store(lin_a + l, simd::load(lin_a + l) + aw * TLA);
-        simd::store(lin_s + l, simd::load(lin_s + l) + aw * TLS);
-        simd::store(y + l, simd::load(y + l) + x);
-        simd::store(y2 + l, simd::load(y2 + l) + x * x);
-        simd::store(ypos + l, simd::load(ypos + l) + simd::positive_part(x));
-        simd::store(yneg + l, simd::load(yneg + l) + simd::nonpositive_abs(x));
+        const simd::pack wl = ATTNREF_SIMD_LOAD(w + l), x = HM * wl, gww = G * wl * wl, aw = ATTNREF_SIMD_ABS(wl);
+        ATTNREF_SIMD_STORE(ind_a + l, ATTNREF_SIMD_LOAD(ind_a + l) + gww * TIA);
+        ATTNREF_SIMD_STORE(ind_s + l, ATTNREF_SIMD_LOAD(ind_s + l) + gww * TIS);
+        ATTNREF_SIMD_STORE(lin_a + l, ATTNREF_SIMD_LOAD(lin_a + l) + aw * TLA);
+        ATTNREF_SIMD_STORE(lin_s + l, ATTNREF_SIMD_LOAD(lin_s + l) + aw * TLS);
+        ATTNREF_SIMD_STORE(y + l, ATTNREF_SIMD_LOAD(y + l) + x);
+        ATTNREF_SIMD_STORE(y2 + l, ATTNREF_SIMD_LOAD(y2 + l) + x * x);
+        ATTNREF_SIMD_STORE(ypos + l, ATTNREF_SIMD_LOAD(ypos + l) + ATTNREF_SIMD_POSITIVE_PART(x));
+        ATTNREF_SIMD_STORE(yneg + l, ATTNREF_SIMD_LOAD(yneg + l) + ATTNREF_SIMD_NONPOSITIVE_ABS(x));
     }
     for (; l < n; ++l) {
         const double wml = w[l], x = h.hm * wml, gww = h.G * wml * wml;
@@ -221,16 +265,16 @@ inline void output_projection(const head_element& h, const double* w, std::size_
 /// and a single acc += a·x when acc2 is null).
 inline void scaled_add2(double a, double b, const double* x, std::size_t n, double* acc, double* acc2) {
     std::size_t l = 0;
-    const simd::pack A = simd::splat(a), B = simd::splat(b);
+    const simd::pack A = ATTNREF_SIMD_SPLAT(a), B = ATTNREF_SIMD_SPLAT(b);
     if (acc2) {
         for (; l + simd::lanes <= n; l += simd::lanes) {
-            const simd::pack xl = simd::load(x + l);
-            simd::store(acc + l, simd::load(acc + l) + A * xl);
-            simd::store(acc2 + l, simd::load(acc2 + l) + B * xl);
+            const simd::pack xl = ATTNREF_SIMD_LOAD(x + l);
+            ATTNREF_SIMD_STORE(acc + l, ATTNREF_SIMD_LOAD(acc + l) + A * xl);
+            ATTNREF_SIMD_STORE(acc2 + l, ATTNREF_SIMD_LOAD(acc2 + l) + B * xl);
         }
         for (; l < n; ++l) acc[l] += a * x[l], acc2[l] += b * x[l];
     } else {
-        for (; l + simd::lanes <= n; l += simd::lanes) simd::store(acc + l, simd::load(acc + l) + A * simd::load(x + l));
+        for (; l + simd::lanes <= n; l += simd::lanes) ATTNREF_SIMD_STORE(acc + l, ATTNREF_SIMD_LOAD(acc + l) + A * ATTNREF_SIMD_LOAD(x + l));
         for (; l < n; ++l) acc[l] += a * x[l];
     }
 }
@@ -247,18 +291,18 @@ struct key_dots {
 };
 inline void key_dot_block(const double* q, const double* vq_a, const double* vq_s, const double* kT, const double* vk_a, const double* vk_s,
                           std::size_t stride, std::size_t dk, key_dots& r) {
-    simd::pack qk2 = simd::splat(0), qka = qk2, qkp = qk2, qkn = qk2, ka = qk2, ks = qk2, qa = qk2, qs = qk2;
+    simd::pack qk2 = ATTNREF_SIMD_SPLAT(0), qka = qk2, qkp = qk2, qkn = qk2, ka = qk2, ks = qk2, qa = qk2, qs = qk2;
     for (std::size_t c = 0; c < dk; ++c) {
-        const simd::pack k = simd::load(kT + c * stride), x = k * simd::splat(q[c]);
-        qk2 += x * x, qka += simd::abs(x);
-        qkp += simd::positive_part(x), qkn += simd::nonpositive_abs(x);
-        const simd::pack q2 = simd::splat(q[c] * q[c]);
-        ka += q2 * simd::load(vk_a + c * stride), ks += q2 * simd::load(vk_s + c * stride);
+        const simd::pack k = ATTNREF_SIMD_LOAD(kT + c * stride), x = k * ATTNREF_SIMD_SPLAT(q[c]);
+        qk2 += x * x, qka += ATTNREF_SIMD_ABS(x);
+        qkp += ATTNREF_SIMD_POSITIVE_PART(x), qkn += ATTNREF_SIMD_NONPOSITIVE_ABS(x);
+        const simd::pack q2 = ATTNREF_SIMD_SPLAT(q[c] * q[c]);
+        ka += q2 * ATTNREF_SIMD_LOAD(vk_a + c * stride), ks += q2 * ATTNREF_SIMD_LOAD(vk_s + c * stride);
         const simd::pack k2 = k * k;
-        qa += k2 * simd::splat(vq_a[c]), qs += k2 * simd::splat(vq_s[c]);
+        qa += k2 * ATTNREF_SIMD_SPLAT(vq_a[c]), qs += k2 * ATTNREF_SIMD_SPLAT(vq_s[c]);
     }
-    simd::store(r.qk2, qk2), simd::store(r.qka, qka), simd::store(r.qkp, qkp), simd::store(r.qkn, qkn);
-    simd::store(r.vk_a, ka), simd::store(r.vk_s, ks), simd::store(r.vq_a, qa), simd::store(r.vq_s, qs);
+    ATTNREF_SIMD_STORE(r.qk2, qk2), ATTNREF_SIMD_STORE(r.qka, qka), ATTNREF_SIMD_STORE(r.qkp, qkp), ATTNREF_SIMD_STORE(r.qkn, qkn);
+    ATTNREF_SIMD_STORE(r.vk_a, ka), ATTNREF_SIMD_STORE(r.vk_s, ks), ATTNREF_SIMD_STORE(r.vq_a, qa), ATTNREF_SIMD_STORE(r.vq_s, qs);
 }
 
 /// The worst-case bound's per-key sums (detail::head_scales) for `lanes` consecutive keys at once
@@ -272,21 +316,21 @@ struct worst_key_dots {
 };
 inline void worst_key_block(const double* q, const double* eq_a, const double* eq_s, const double* kT, const double* ek_a, const double* ek_s,
                             std::size_t stride, std::size_t dk, double s, double la0, worst_key_dots& r) {
-    simd::pack dot = simd::splat(0);
+    simd::pack dot = ATTNREF_SIMD_SPLAT(0);
     if (!ek_a) {
-        for (std::size_t c = 0; c < dk; ++c) dot += simd::splat(q[c]) * simd::load(kT + c * stride);
-        simd::store(r.dot, dot);
+        for (std::size_t c = 0; c < dk; ++c) dot += ATTNREF_SIMD_SPLAT(q[c]) * ATTNREF_SIMD_LOAD(kT + c * stride);
+        ATTNREF_SIMD_STORE(r.dot, dot);
         return;
     }
-    simd::pack la = simd::splat(la0), ls = simd::splat(0);
-    const simd::pack S = simd::splat(s);
+    simd::pack la = ATTNREF_SIMD_SPLAT(la0), ls = ATTNREF_SIMD_SPLAT(0);
+    const simd::pack S = ATTNREF_SIMD_SPLAT(s);
     for (std::size_t c = 0; c < dk; ++c) {
-        const simd::pack k = simd::load(kT + c * stride), qc = simd::splat(q[c]);
+        const simd::pack k = ATTNREF_SIMD_LOAD(kT + c * stride), qc = ATTNREF_SIMD_SPLAT(q[c]);
         dot += qc * k;
-        la += S * (simd::splat(eq_a[c]) * k + qc * simd::load(ek_a + c * stride));
-        ls += S * (simd::splat(eq_s[c]) * k + qc * simd::load(ek_s + c * stride));
+        la += S * (ATTNREF_SIMD_SPLAT(eq_a[c]) * k + qc * ATTNREF_SIMD_LOAD(ek_a + c * stride));
+        ls += S * (ATTNREF_SIMD_SPLAT(eq_s[c]) * k + qc * ATTNREF_SIMD_LOAD(ek_s + c * stride));
     }
-    simd::store(r.dot, dot), simd::store(r.la, la), simd::store(r.ls, ls);
+    ATTNREF_SIMD_STORE(r.dot, dot), ATTNREF_SIMD_STORE(r.la, la), ATTNREF_SIMD_STORE(r.ls, ls);
 }
 
 /// One key's contribution to a head-output row's underflow coefficients (detail::head_scales,
@@ -295,12 +339,12 @@ inline void worst_key_block(const double* q, const double* eq_a, const double* e
 inline void worst_underflow_key(double a, double la, double ls, const double* v, const double* ev_a, const double* ev_s, const double* sigma,
                                 std::size_t n, double* ta, double* ts, double* tw) {
     std::size_t c = 0;
-    const simd::pack A = simd::splat(a), LA = simd::splat(la), LS = simd::splat(ls), FOUR = simd::splat(4);
+    const simd::pack A = ATTNREF_SIMD_SPLAT(a), LA = ATTNREF_SIMD_SPLAT(la), LS = ATTNREF_SIMD_SPLAT(ls), FOUR = ATTNREF_SIMD_SPLAT(4);
     for (; c + simd::lanes <= n; c += simd::lanes) {
-        const simd::pack va = simd::load(v + c), w = A * (va + simd::load(sigma + c));
-        simd::store(ta + c, simd::load(ta + c) + ((w * LA + A * simd::load(ev_a + c)) + FOUR * va));
-        simd::store(ts + c, simd::load(ts + c) + (w * LS + A * simd::load(ev_s + c)));
-        simd::store(tw + c, simd::load(tw + c) + va);
+        const simd::pack va = ATTNREF_SIMD_LOAD(v + c), w = A * (va + ATTNREF_SIMD_LOAD(sigma + c));
+        ATTNREF_SIMD_STORE(ta + c, ATTNREF_SIMD_LOAD(ta + c) + ((w * LA + A * ATTNREF_SIMD_LOAD(ev_a + c)) + FOUR * va));
+        ATTNREF_SIMD_STORE(ts + c, ATTNREF_SIMD_LOAD(ts + c) + (w * LS + A * ATTNREF_SIMD_LOAD(ev_s + c)));
+        ATTNREF_SIMD_STORE(tw + c, ATTNREF_SIMD_LOAD(tw + c) + va);
     }
     for (; c < n; ++c) {
         const double va = v[c], w = a * (va + sigma[c]);
@@ -316,21 +360,87 @@ inline void worst_underflow_key(double a, double la, double ls, const double* v,
 inline void worst_output_projection(double s, double ls, double hu_a, double hu_s, double hu_w, const double* w, std::size_t n, double* ua,
                                     double* us, double* uw, double* t0, double* t1) {
     std::size_t l = 0;
-    const simd::pack S = simd::splat(s), LS = simd::splat(ls), HA = simd::splat(hu_a), HS = simd::splat(hu_s), HW = simd::splat(hu_w);
+    const simd::pack S = ATTNREF_SIMD_SPLAT(s), LS = ATTNREF_SIMD_SPLAT(ls), HA = ATTNREF_SIMD_SPLAT(hu_a), HS = ATTNREF_SIMD_SPLAT(hu_s), HW = ATTNREF_SIMD_SPLAT(hu_w);
     for (; l + simd::lanes <= n; l += simd::lanes) {
-        const simd::pack wl = simd::load(w + l);
-        simd::store(ua + l, simd::load(ua + l) + wl * HA);
-        simd::store(us + l, simd::load(us + l) + (wl * HS + S));
-        simd::store(uw + l, simd::load(uw + l) + wl * HW);
+        const simd::pack wl = ATTNREF_SIMD_LOAD(w + l);
+        ATTNREF_SIMD_STORE(ua + l, ATTNREF_SIMD_LOAD(ua + l) + wl * HA);
+        ATTNREF_SIMD_STORE(us + l, ATTNREF_SIMD_LOAD(us + l) + (wl * HS + S));
+        ATTNREF_SIMD_STORE(uw + l, ATTNREF_SIMD_LOAD(uw + l) + wl * HW);
     }
     for (; l < n; ++l) ua[l] += w[l] * hu_a, us[l] += w[l] * hu_s + s, uw[l] += w[l] * hu_w;
     if (s == 0) return;
     for (l = 0; l + simd::lanes <= n; l += simd::lanes) {
-        const simd::pack wl = simd::load(w + l);
-        simd::store(t0 + l, simd::load(t0 + l) + S * wl);
-        simd::store(t1 + l, simd::load(t1 + l) + LS * wl);
+        const simd::pack wl = ATTNREF_SIMD_LOAD(w + l);
+        ATTNREF_SIMD_STORE(t0 + l, ATTNREF_SIMD_LOAD(t0 + l) + S * wl);
+        ATTNREF_SIMD_STORE(t1 + l, ATTNREF_SIMD_LOAD(t1 + l) + LS * wl);
     }
     for (; l < n; ++l) t0[l] += s * w[l], t1[l] += ls * w[l];
 }
 
+}  // namespace generic
+
+using generic::head_element;
+using generic::key_dots;
+using generic::key_terms;
+using generic::worst_key_dots;
+
+/// kernels::name(params) runs generic::name, inlined whole (flatten) into an AVX2 function when
+/// simd::use_avx2(): the same operations, each lane's in the same order, in wider registers.
+#ifdef ATTNREF_TOLERANCE_AVX2
+#define ATTNREF_TOLERANCE_KERNEL(name, params, args)                               \
+    namespace avx2 {                                                               \
+    __attribute__((target("avx2"), flatten)) inline void name params { generic::name args; } \
+    }                                                                              \
+    inline void name params {                                                      \
+        if (simd::use_avx2()) return avx2::name args;                              \
+        generic::name args;                                                        \
+    }
+#else
+#define ATTNREF_TOLERANCE_KERNEL(name, params, args) \
+    inline void name params { generic::name args; }
+#endif
+
+ATTNREF_TOLERANCE_KERNEL(projection_products,
+                         (double xe, const double* w, std::size_t n, double* sum, double* sq, double* pos, double* neg),
+                         (xe, w, n, sum, sq, pos, neg))
+ATTNREF_TOLERANCE_KERNEL(weighted_value, (double p, const double* v, std::size_t n, double* o, double* sigma), (p, v, n, o, sigma))
+ATTNREF_TOLERANCE_KERNEL(weighted_square, (double p, const double* k, std::size_t n, double* acc), (p, k, n, acc))
+ATTNREF_TOLERANCE_KERNEL(weighted_deviation_square, (double p, const double* v, const double* o, std::size_t n, double* acc),
+                         (p, v, o, n, acc))
+ATTNREF_TOLERANCE_KERNEL(key_contribution,
+                         (const key_terms& k, const double* v, const double* o, const double* vv_a, const double* vv_s, std::size_t n,
+                          double* cpl_a, double* cpl_s, double* lin_a, double* lin_s, double* ind_a, double* ind_s),
+                         (k, v, o, vv_a, vv_s, n, cpl_a, cpl_s, lin_a, lin_s, ind_a, ind_s))
+ATTNREF_TOLERANCE_KERNEL(output_projection,
+                         (const head_element& h, const double* w, std::size_t n, double* ind_a, double* ind_s, double* lin_a,
+                          double* lin_s, double* y, double* y2, double* ypos, double* yneg),
+                         (h, w, n, ind_a, ind_s, lin_a, lin_s, y, y2, ypos, yneg))
+ATTNREF_TOLERANCE_KERNEL(scaled_add2, (double a, double b, const double* x, std::size_t n, double* acc, double* acc2),
+                         (a, b, x, n, acc, acc2))
+ATTNREF_TOLERANCE_KERNEL(key_dot_block,
+                         (const double* q, const double* vq_a, const double* vq_s, const double* kT, const double* vk_a,
+                          const double* vk_s, std::size_t stride, std::size_t dk, key_dots& r),
+                         (q, vq_a, vq_s, kT, vk_a, vk_s, stride, dk, r))
+ATTNREF_TOLERANCE_KERNEL(worst_key_block,
+                         (const double* q, const double* eq_a, const double* eq_s, const double* kT, const double* ek_a,
+                          const double* ek_s, std::size_t stride, std::size_t dk, double s, double la0, worst_key_dots& r),
+                         (q, eq_a, eq_s, kT, ek_a, ek_s, stride, dk, s, la0, r))
+ATTNREF_TOLERANCE_KERNEL(worst_underflow_key,
+                         (double a, double la, double ls, const double* v, const double* ev_a, const double* ev_s, const double* sigma,
+                          std::size_t n, double* ta, double* ts, double* tw),
+                         (a, la, ls, v, ev_a, ev_s, sigma, n, ta, ts, tw))
+ATTNREF_TOLERANCE_KERNEL(worst_output_projection,
+                         (double s, double ls, double hu_a, double hu_s, double hu_w, const double* w, std::size_t n, double* ua,
+                          double* us, double* uw, double* t0, double* t1),
+                         (s, ls, hu_a, hu_s, hu_w, w, n, ua, us, uw, t0, t1))
+#undef ATTNREF_TOLERANCE_KERNEL
+
 }  // namespace attnref::tolerance::kernels
+
+#undef ATTNREF_SIMD_LOAD
+#undef ATTNREF_SIMD_STORE
+#undef ATTNREF_SIMD_SPLAT
+#undef ATTNREF_SIMD_MASK
+#undef ATTNREF_SIMD_ABS
+#undef ATTNREF_SIMD_POSITIVE_PART
+#undef ATTNREF_SIMD_NONPOSITIVE_ABS

@@ -107,12 +107,13 @@ inline void head_scales(tensor_view<const double, 4> q_abs, tensor_view<const do
     const double s_abs = abs_d(scale), s_factor = std::max(1.0, s_abs), la0 = static_cast<double>(dk + 4) * s_factor;
     // |K| and its underflow coefficients' halves transposed per (b, g) to (c, j), for the per-key sums
     // a pack of keys at a time (kernels::worst_key_block); q's and v's halves apart.
-    std::vector<double> kT(k_abs.size()), ek_a, ek_s, eq_a, eq_s, ev_a, ev_s;
-    if (underflow) ek_a.resize(k_abs.size()), ek_s.resize(k_abs.size());
+    const std::size_t skT = simd::transposed_stride(sk);  // row stride of the transposed arrays
+    std::vector<double> kT(batch * kv * dk * skT), ek_a, ek_s, eq_a, eq_s, ev_a, ev_s;
+    if (underflow) ek_a.resize(kT.size()), ek_s.resize(kT.size());
     for (std::size_t bg = 0; bg < batch * kv; ++bg)
         for (std::size_t j = 0; j < sk; ++j)
             for (std::size_t c = 0; c < dk; ++c) {
-                const std::size_t from = (bg * sk + j) * dk + c, to = (bg * dk + c) * sk + j;
+                const std::size_t from = (bg * sk + j) * dk + c, to = (bg * dk + c) * skT + j;
                 kT[to] = k_abs.data[from];
                 if (!underflow) continue;
                 const underflow_coefficients e = err(in.k, from);
@@ -139,7 +140,7 @@ inline void head_scales(tensor_view<const double, 4> q_abs, tensor_view<const do
                 double& l_row = L[row];
                 double* s_row = &sigma[row * dv];
                 const double* q = &q_abs(b, h, i, 0);
-                const std::size_t kt_at = (b * kv + g) * dk * sk;
+                const std::size_t kt_at = (b * kv + g) * dk * skT;
                 auto live = [&](std::size_t j) { return p(b, h, i, j) != 0; };  // masked or underflowed keys add nothing (NaN weights do)
                 for (std::size_t j0 = jt; j0 < std::min(sk, jt + key_tile); j0 += simd::lanes) {
                     const std::size_t n = std::min(simd::lanes, sk - j0);
@@ -148,17 +149,17 @@ inline void head_scales(tensor_view<const double, 4> q_abs, tensor_view<const do
                     if (!any) continue;
                     if (n == simd::lanes) {
                         kernels::worst_key_block(q, underflow ? &eq_a[row * dk] : nullptr, underflow ? &eq_s[row * dk] : nullptr, &kT[kt_at + j0],
-                                                 underflow ? &ek_a[kt_at + j0] : nullptr, underflow ? &ek_s[kt_at + j0] : nullptr, sk, dk, s_abs,
+                                                 underflow ? &ek_a[kt_at + j0] : nullptr, underflow ? &ek_s[kt_at + j0] : nullptr, skT, dk, s_abs,
                                                  la0, dots);
                     } else {  // the row's last keys, one at a time (the same operations per key)
                         for (std::size_t l = 0; l < n; ++l) {
                             double dot = 0, la = la0, ls = 0;
                             for (std::size_t c = 0; c < dk; ++c) {
-                                const double kc = kT[kt_at + c * sk + j0 + l];
+                                const double kc = kT[kt_at + c * skT + j0 + l];
                                 dot += q[c] * kc;
                                 if (!underflow) continue;
-                                la += s_abs * (eq_a[row * dk + c] * kc + q[c] * ek_a[kt_at + c * sk + j0 + l]);
-                                ls += s_abs * (eq_s[row * dk + c] * kc + q[c] * ek_s[kt_at + c * sk + j0 + l]);
+                                la += s_abs * (eq_a[row * dk + c] * kc + q[c] * ek_a[kt_at + c * skT + j0 + l]);
+                                ls += s_abs * (eq_s[row * dk + c] * kc + q[c] * ek_s[kt_at + c * skT + j0 + l]);
                             }
                             dots.dot[l] = dot, dots.la[l] = la, dots.ls[l] = ls;
                         }
