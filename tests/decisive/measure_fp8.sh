@@ -20,12 +20,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$out"
 tsv="$out/verdicts.tsv"
 : > "$tsv"
-verdict_of() {  # json file -> verdict and reason (one line)
-    /usr/bin/python3 -c 'import json,sys
-try:
-    j=json.load(open(sys.argv[1])); print(j["verdict"]+"\t"+j.get("reason","").replace("\t"," ")[:200])
-except Exception as e: print("ERROR\t"+str(e)[:200])' "$1"
-}
+. "$(dirname "$0")/verdict_of.sh"
 for m in "$root"/golden/*/manifest.json; do
     dir=$(dirname "$m")
     name=$(basename "$dir")
