@@ -640,6 +640,87 @@ BOOST_AUTO_TEST_CASE(declared_policy_storage_by_value_within_bound) {
     BOOST_TEST(sum_by_value < 0.9 * sum_by_magnitude);
 }
 
+// (B17): attnref's fp32_p_fp8e4m3_s256 backward (float storage and accumulation, P stored in FP8
+// E4M3) on every convention case, the two adversarial ones and one with 96 keys whose weights
+// (~1/96 < 2⁻⁶) fall in E4M3's subnormal range, inputs given in float64 (the kernel rounds them to
+// float). Textbook within the predicted-weights bound (B17) as check applies it to the declared
+// policy; the bound with its exact shift ×0.25 is exceeded; (B17) is narrower than the uniform-u_weights
+// bound (B*) (B16), and flash stays within (B*) (B17 does not apply to it).
+BOOST_AUTO_TEST_CASE(fp8_weights_policy_within_predicted_weights_bound) {
+    using policy = with_weights_scale<precision_policy<float, float, float8_e4m3, float>, 256.0>;
+    std::vector<std::unique_ptr<sdpa_case>> cases = all_cases();
+    add_adversarial_cases(cases);
+    {
+        cases.push_back(std::make_unique<sdpa_case>());
+        sdpa_case& c = *cases.back();
+        c.name = "small_weights_96_keys";
+        c.heads = 2, c.kv_heads = 1, c.sq = 5, c.sk = 96, c.dk = 8, c.dv = 4;
+        c.make_inputs(977);
+    }
+    auto e4m3 = [](double x) { return static_cast<double>(float8_e4m3(x)); };
+    double worst = 0, worst_weak = 0, worst_flash = 0, sum_new = 0, sum_old = 0;
+    for (auto& c : cases) {
+        const auto fwd = scaled_dot_product_attention(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v), c->options);
+        const tensor<double, 4> weights = cast<double>(fwd.weights);
+        const tensor<double, 3> lse = cast<double>(fwd.lse);
+        const auto exact = scaled_dot_product_attention_backward(to<mp>(c->q), to<mp>(c->k), to<mp>(c->v), to<mp>(c->grad_output), c->options);
+        const auto q = to<float>(c->q), k = to<float>(c->k), v = to<float>(c->v), g = to<float>(c->grad_output);
+        const auto bound_at = [&](double shift) {
+            return sdpa_gradient_first_order_bounds_predicted_weights(c->q.view(), c->k.view(), c->v.view(), c->grad_output.view(), c->options,
+                                                                       0x1p-24, e4m3, 1.0, binary_format::float32, shift);
+        };
+        const std::optional<sdpa_gradient_bounds> b = bound_at(1.0), weak = bound_at(0.25);
+        const std::optional<sdpa_gradient_bounds> old = sdpa_gradient_first_order_bounds_predicted_inputs(
+            c->q.view(), c->k.view(), c->v.view(), c->grad_output.view(), weights.view(), lse.view(), c->options, 0x1p-24, 0, 0x1p-4,
+            binary_format::float32, backward_algorithm::textbook);
+        BOOST_TEST_INFO(c->name);
+        BOOST_TEST_REQUIRE(b.has_value());
+        BOOST_TEST_REQUIRE(old.has_value());
+        // Elements whose exact gradient is NaN (the nan policy's empty rows) must be NaN; the rest within the bound.
+        auto one = [&](const auto& x, const auto& y, const tensor<double, 4>& r) {
+            double worst_here = 0;
+            for (std::size_t n = 0; n < x.size(); ++n) {
+                const double got = static_cast<double>(x[n]), want = static_cast<double>(y[n]);
+                if (std::isnan(want)) {
+                    if (!std::isnan(got)) worst_here = std::numeric_limits<double>::infinity();
+                    continue;
+                }
+                const double diff = std::fabs(static_cast<double>(mp(x[n]) - y[n]));
+                if (diff != 0) worst_here = std::max(worst_here, r[n] == 0 ? std::numeric_limits<double>::infinity() : diff / r[n]);
+            }
+            return worst_here;
+        };
+        auto ratio = [&](const auto& d, const sdpa_gradient_bounds& r) {
+            return std::max({one(d.grad_query, exact.grad_query, r.grad_query), one(d.grad_key, exact.grad_key, r.grad_key),
+                             one(d.grad_value, exact.grad_value, r.grad_value)});
+        };
+        const auto tb = scaled_dot_product_attention_backward<policy, float, float, float, float>(q.view(), k.view(), v.view(), g.view(), c->options,
+                                                                                                {backward_algorithm::textbook});
+        const double w = ratio(tb, *b);
+        BOOST_TEST(w <= 1.0);
+        worst = std::max(worst, w);
+        worst_weak = std::max(worst_weak, ratio(tb, *weak));
+        const auto fl = scaled_dot_product_attention_backward<policy, float, float, float, float>(q.view(), k.view(), v.view(), g.view(), c->options,
+                                                                                                {backward_algorithm::flash});
+        const std::optional<sdpa_gradient_bounds> generic = sdpa_gradient_first_order_bounds_predicted_inputs(
+            c->q.view(), c->k.view(), c->v.view(), c->grad_output.view(), weights.view(), lse.view(), c->options, 0x1p-24, 0, 0x1p-4,
+            binary_format::float32, backward_algorithm::flash);
+        BOOST_TEST_REQUIRE(generic.has_value());
+        const double wf = ratio(fl, *generic);
+        BOOST_TEST(wf <= 1.0);
+        worst_flash = std::max(worst_flash, wf);
+        for (const auto& [n, o] : {std::pair{&b->grad_query, &old->grad_query}, std::pair{&b->grad_key, &old->grad_key},
+                                   std::pair{&b->grad_value, &old->grad_value}})
+            for (std::size_t e = 0; e < n->size(); ++e)
+                if (std::isfinite((*o)[e])) sum_new += (*n)[e], sum_old += (*o)[e];
+    }
+    BOOST_TEST_MESSAGE("(B17) fp32_p_fp8e4m3_s256 textbook: worst |error| / bound " << worst << "; shift x0.25: " << worst_weak
+                                                                                    << "; summed bound " << sum_new / sum_old
+                                                                                    << " of (B*)'s; flash within (B*): " << worst_flash);
+    BOOST_TEST(worst_weak > 1.0);
+    BOOST_TEST(sum_new < 0.5 * sum_old);
+}
+
 // (B14) storage underflow: the fp16 policy (fp16 storage, P and gradients, float accumulation) on
 // inputs whose gradients are subnormal in fp16 (values and upstream gradients ~2⁻¹², so dV ~ 2⁻¹³ ...
 // 2⁻²⁴ and dQ, dK far below fp16's smallest normal 2⁻¹⁴), on every convention case and the two

@@ -106,6 +106,15 @@ inline bool inputs_representable(const case_data& data, std::span<const double> 
         if (std::isfinite(x) && tol::round_to(f, x) != x) return false;
     return true;
 }
+/// Rounding to nearest even into the format of unit roundoff u_weights (a policy's P storage): the
+/// formats P is stored in (bfloat16, float16, FP8 E4M3 and E5M2); nullptr for any other.
+inline double (*weights_rounding(double u_weights))(double) {
+    if (u_weights == 0x1p-8) return [](double x) { return static_cast<double>(formats::bfloat16(x)); };
+    if (u_weights == 0x1p-11) return [](double x) { return static_cast<double>(formats::float16(x)); };
+    if (u_weights == 0x1p-4) return [](double x) { return static_cast<double>(formats::float8_e4m3(x)); };
+    if (u_weights == 0x1p-3) return [](double x) { return static_cast<double>(formats::float8_e5m2(x)); };
+    return nullptr;
+}
 inline std::vector<double> flat_of(const auto& t) { return std::vector<double>(t.data(), t.data() + t.size()); }
 }  // namespace check_detail
 
@@ -139,7 +148,13 @@ inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_
             for (binary_format sf : {binary_format::bfloat16, binary_format::float16, binary_format::float32})
                 if (tol::unit_roundoff(sf) == u_fmt) input_format = sf;
         std::optional<sdpa_gradient_bounds> predicted;
-        if (input_format)
+        // A declared textbook policy storing P in a narrow format, its gradients in the arithmetic's:
+        // the stored weights are predicted (docs/backward.md (B17)); attnref's backward stores P
+        // unscaled (its weights_scale applies to the forward's P·V only).
+        if (policy && declared == backward_algorithm::textbook && !(us > 0) && uw > 0 && (input_format || !(u_in > 0)))
+            if (double (*const round_weights)(double) = cd::weights_rounding(policy->weights))
+                predicted = sdpa_gradient_first_order_bounds_predicted_weights(c.q, c.k, c.v, g, c.o, u, round_weights, 1.0, input_format);
+        if (!predicted && input_format)
             predicted = sdpa_gradient_first_order_bounds_predicted_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, uw, *input_format, declared, ui);
         sdpa_gradient_bounds b;
         if (predicted) {
