@@ -115,6 +115,14 @@ inline double (*weights_rounding(double u_weights))(double) {
     if (u_weights == 0x1p-3) return [](double x) { return static_cast<double>(formats::float8_e5m2(x)); };
     return nullptr;
 }
+/// Whether (B17) (predicted weights) bounds an SDPA case's gradients: a declared policy whose P is
+/// stored in a format narrower than its arithmetic (u_weights > 0) and its gradients in the
+/// arithmetic's own (u_storage = 0), a declared textbook backward, and inputs the kernel takes as
+/// given or rounds to nearest even to a known format (inputs_known).
+inline bool weights_predicted(const std::optional<tol::policy_roundoffs>& policy, std::optional<backward_algorithm> declared, double us,
+                              double uw, bool inputs_known) {
+    return policy && declared == backward_algorithm::textbook && !(us > 0) && uw > 0 && inputs_known && weights_rounding(policy->weights);
+}
 inline std::vector<double> flat_of(const auto& t) { return std::vector<double>(t.data(), t.data() + t.size()); }
 }  // namespace check_detail
 
@@ -151,9 +159,9 @@ inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_
         // A declared textbook policy storing P in a narrow format, its gradients in the arithmetic's:
         // the stored weights are predicted (docs/backward.md (B17)); attnref's backward stores P
         // unscaled (its weights_scale applies to the forward's P·V only).
-        if (policy && declared == backward_algorithm::textbook && !(us > 0) && uw > 0 && (input_format || !(u_in > 0)))
-            if (double (*const round_weights)(double) = cd::weights_rounding(policy->weights))
-                predicted = sdpa_gradient_first_order_bounds_predicted_weights(c.q, c.k, c.v, g, c.o, u, round_weights, 1.0, input_format);
+        if (cd::weights_predicted(policy, declared, us, uw, input_format.has_value() || !(u_in > 0)))
+            predicted = sdpa_gradient_first_order_bounds_predicted_weights(c.q, c.k, c.v, g, c.o, u, cd::weights_rounding(policy->weights), 1.0,
+                                                                           input_format);
         if (!predicted && input_format)
             predicted = sdpa_gradient_first_order_bounds_predicted_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, uw, *input_format, declared, ui);
         sdpa_gradient_bounds b;
@@ -224,6 +232,16 @@ inline void check_gradients(const case_spec& spec, const case_data& data, const 
         if (it == bounds_by_format.end()) it = bounds_by_format.emplace(g, gradient_bounds_for(spec, data, ref, g, declared, declared_policy)).first;
         return it->second;
     };
+    // Whether gradient_bounds_for took (B17) for format g (the same conditions as there).
+    auto predicted_weights_used = [&](tol::candidate_format g) {
+        if (!declared_policy) return false;
+        const double u = declared_policy->accumulate, u_fmt = std::max(declared_policy->storage, declared_policy->output);
+        const double us = u_fmt > u ? u_fmt : 0, uw = declared_policy->weights > u ? declared_policy->weights : 0;
+        const bool representable = cd::inputs_representable(data, ref.grad_output, g);
+        const bool input_format_known = !representable && declared_policy->storage == u_fmt &&
+                                        (u_fmt == 0x1p-8 || u_fmt == 0x1p-11 || u_fmt == 0x1p-24);
+        return cd::weights_predicted(declared_policy, declared, us, uw, representable || input_format_known);
+    };
     std::map<std::string, tol::candidate_format> format_of;
     auto find = [](const auto& list, const std::string& role) -> const std::vector<double>* {
         for (const auto& [r, v] : list)
@@ -277,7 +295,9 @@ inline void check_gradients(const case_spec& spec, const case_data& data, const 
                 tr.note = "the bound admits a trivially wrong gradient (" + p->name + "); a pass would prove nothing";
             }
         }
-        if (model == tol::tolerance_model::data_aware && t.role == "grad_query" && attnref::detail::textbook_bound_applies(declared, views_of(spec, data).o))
+        if (model == tol::tolerance_model::data_aware && spec.kind == case_kind::sdpa && predicted_weights_used(tf))
+            tr.note += std::string(tr.note.empty() ? "" : "; ") + "bound (B17): the declared policy's stored weights predicted";
+        else if (model == tol::tolerance_model::data_aware && t.role == "grad_query" && attnref::detail::textbook_bound_applies(declared, views_of(spec, data).o))
             tr.note += std::string(tr.note.empty() ? "" : "; ") + "bound (B5t) of the declared textbook backward";
         if (spec.shapes.heads != spec.shapes.kv_heads && (t.role == "grad_key" || t.role == "grad_value"))
             tr.note += std::string(tr.note.empty() ? "" : "; ") + "GQA: the sum over the group is checked by this comparison with the certified values";
