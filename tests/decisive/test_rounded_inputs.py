@@ -16,7 +16,7 @@
   declared (--policy fp32_p_bf16) it PASSes; a float32 output off by 10% in one row still FAILs when it
   declares fp32_p_bf16; a policy whose output format is not the candidate's is exit 2.
 - Declared policies put each rounding in its own format: an fp8 P-cast kernel PASSes declared (and a row
-  off by 10% FAILs), a bf16_fp32acc kernel PASSes on logits near 1000, and the implied invariant
+  off by 10% FAILs), its textbook gradients too (and dQ times 1.01 FAILs), a bf16_fp32acc kernel PASSes on logits near 1000, and the implied invariant
   sum over keys of dK = 0 does not make a bf16 gradient check INCONCLUSIVE (dK times 1.5 FAILs).
 - P = exp(S - lse) pins weights whose logits are pushed down by 1e9 to the underflow floor: a float32
   kernel's weights and lse PASS on sdpa_seed_mask, a seed-masked key with weight 1e-3 FAILs.
@@ -130,6 +130,16 @@ o[0, 0, 0, :] *= np.float32(1.10)
 np.save(f"{work}/wrong_fp8.npy", o)
 p, v = check("--output", f"{work}/wrong_fp8.npy", "--policy", "fp32_p_fp8e4m3_s256")
 expect(v.get("verdict") == "FAIL", f"an fp8 P-cast output off by 10% in one row, declared: FAIL (got {v.get('verdict')})")
+# Its textbook gradients (P stored in e4m3 for D, dS and dV) PASS declared: the stored weights are
+# predicted, docs/backward.md (B17) (INCONCLUSIVE when every weight carried a relative error 2^-4);
+# dQ times 1.01 FAILs.
+p, v = check(*grads(f8), "--backward-algorithm", "textbook", "--policy", "fp32_p_fp8e4m3_s256")
+expect(v.get("verdict") == "PASS", f"fp8 P-cast gradients declared: PASS (got {v.get('verdict')}: {v.get('reason')})")
+dq = np.load(f"{f8}/grad_query.npy")
+np.save(f"{work}/wrong_fp8_dq.npy", (dq * np.float32(1.01)).astype(dq.dtype))
+p, v = check("--grad-query", f"{work}/wrong_fp8_dq.npy", "--grad-key", f"{f8}/grad_key.npy", "--grad-value", f"{f8}/grad_value.npy",
+             "--backward-algorithm", "textbook", "--policy", "fp32_p_fp8e4m3_s256")
+expect(v.get("verdict") == "FAIL", f"fp8 P-cast dQ times 1.01, declared: FAIL (got {v.get('verdict')})")
 # A bf16 kernel with float32 logits (declared bf16_fp32acc) on logits near 1000: the scale constant rounds
 # in float32, not bf16, so the bound is no longer vacuous.
 offset = os.path.join(golden, "sdpa_adv_logit_offset_1000")
