@@ -75,6 +75,10 @@
 ///        storage bounded by their value, u_s(|g(predicted)| + the rest of the bound), not u_s times magnitude sums.
 ///  (B16) a declared policy rounding SDPA's q, k, v, dO to nearest even in its storage format: the rounded
 ///        inputs are predicted; bound at them (final storage by value) + the exact shift of the gradients.
+///  (B17) a declared textbook policy storing P in a narrower format than its arithmetic (gradients in
+///        the arithmetic's): the stored weights round(P̃) are predicted (P̃ within (B2)'s error of P); bound
+///        at those exact weights (e_P = 0, uncentred) + the exact shift they cause + a residual where the
+///        prediction straddles a rounding boundary (docs/backward.md (B17)).
 ///
 /// (B5t) dQ of a declared textbook backward (dS from the forward's own normalised weights P, D = Σ_j P dP
 /// or dO·O). Σ_j dS_ij = 0 exactly, and every perturbation that acts through the exact dS function —
