@@ -14,10 +14,12 @@ For a small SDPA case (causal GQA) and a small MHA case with biases:
 4. --gradients with --no-lse, and with --inputs-from lacking grad_output.npy, exit 2 naming the flag;
 5. SDPA: the manifest records the fast backward, `--method mpfi` (the MPFI ladder's gradients) gives
    the same gradient bytes, `generate --golden CASE --verify` is identical; a (1, 16, 2048, 64) case
-   above --max-memory is refused with the estimate naming the fast backward.
+   above --max-memory is refused with the estimate naming the fast backward, whose MPFI escalation
+   counts one (batch, kv head) group.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -138,6 +140,13 @@ expect(rc == 2 and "--gradients" in se and "grad_output.npy" in se, f"--gradient
 rc, so, se = run("generate", "--name", "big", "--heads", "16", "--sq", "2048", "--dk", "64", "--gradients", "--max-memory", "1G",
                  "--out", fresh(os.path.join(WORK, "bad3")), "--quiet")
 expect(rc == 2 and "gradients by the fast backward" in se and "GiB" in se, f"a large --gradients case above --max-memory: exit 2 with the estimate (exit {rc}) {se.strip()}")
+# Its gradient part follows the escalation by (batch, kv head) group: at least one group's MPFI backward
+# (256 bytes per value of 4 copies of dQ, dK, dV of one head and of 4 Sq·Sk intermediates), far below the
+# whole backward's 16 groups.
+m = re.search(r"gradients by the fast backward ([0-9.e+]+) GiB", se)
+one_group = 256 * 4 * (2048 * 64 * 3 + 2048 * 2048) / 2**30
+expect(m is not None and one_group <= float(m.group(1)) < 2 * one_group,
+       f"the fast backward's estimate counts one (batch, kv head) group's MPFI ladder ({one_group:.3g} GiB), not 16: {se.strip()}")
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

@@ -773,3 +773,122 @@ BOOST_AUTO_TEST_CASE(fast_gradient_bounds_enclose_mpfi) {
         }
     }
 }
+
+namespace {
+
+/// A committed case's gradients as its files store them: [tensor][target] (stored() form).
+std::vector<std::vector<std::vector<double>>> committed_gradients(const fs::path& dir, const golden::loaded_case& lc,
+                                                                 const std::vector<std::string>& targets) {
+    std::vector<std::vector<std::vector<double>>> r;
+    for (const golden::gradient_tensor_layout& gl : golden::gradient_layout(lc.m.spec)) {
+        r.emplace_back();
+        for (std::size_t k = 0; k < targets.size(); ++k)
+            for (const golden::tensor_entry& te : lc.m.tensors)
+                if (te.role == gl.role && (k == 0 ? !te.target : te.target == targets[k])) r.back().push_back(npy::to_double(npy::read(dir / te.file)));
+        BOOST_TEST_REQUIRE(r.back().size() == targets.size());
+    }
+    return r;
+}
+
+}  // namespace
+
+/// The MPFI escalation of the fast backward recomputes only the (batch, kv head) groups holding the
+/// elements asked for (certify_gradients_groups: each group's backward as an SDPA problem of its
+/// own, with the per-batch and per-head conventions sliced), and gives their committed bytes (the
+/// whole-case MPFI ladder's). Asked for: in every group but the first, the last dQ element of the
+/// group's query heads, a middle dK element and the last dV element; on cases with GQA, MQA, ALiBi,
+/// key padding, boolean, additive and seed masks, soft-capping and NaN rows.
+BOOST_AUTO_TEST_CASE(gradient_escalation_recomputes_only_the_groups_it_needs) {
+    for (const char* name : {"sdpa_bwd_gqa", "sdpa_bwd_mqa", "sdpa_bwd_combined_conventions", "sdpa_bwd_alibi_causal", "sdpa_bwd_key_padding",
+                             "sdpa_bwd_bool_mask_true_means_masked", "sdpa_bwd_additive_mask", "sdpa_bwd_seed_mask", "sdpa_bwd_empty_rows_nan"}) {
+        const fs::path dir = fs::path(ATTNREF_SOURCE_DIR "/golden") / name;
+        const golden::loaded_case lc = golden::load_case(dir);
+        const golden::case_spec& spec = lc.m.spec;
+        const golden::case_shapes& d = spec.shapes;
+        std::vector<std::string> targets{"float64"};
+        for (const std::string& t : spec.outputs.targets) targets.push_back(t);
+        std::vector<format_description> formats;
+        for (const std::string& t : targets) formats.push_back(golden::target_format(t));
+        const std::size_t G = d.heads / d.kv_heads, groups = d.batch * d.kv_heads;
+        const std::size_t block[3] = {G * d.query_length * d.head_dim_qk, d.key_length * d.head_dim_qk, d.key_length * d.head_dim_v};
+        std::vector<std::vector<std::uint8_t>> wanted(3);
+        for (std::size_t t = 0; t < 3; ++t) wanted[t].assign(groups * block[t], 0);
+        for (std::size_t gk = 1; gk < groups; ++gk) {
+            const std::size_t b = gk / d.kv_heads, hk = gk % d.kv_heads;
+            const std::size_t q0 = (b * d.heads + hk * G) * d.query_length * d.head_dim_qk;  // the group's dQ block
+            wanted[0][q0 + block[0] - 1] = 1;
+            wanted[1][gk * block[1] + block[1] / 2] = 1;
+            wanted[2][gk * block[2] + block[2] - 1] = 1;
+        }
+        const golden::group_escalation e = golden::certify_gradients_groups(spec, lc.data, 2, formats, wanted);
+        BOOST_TEST(e.groups == groups - 1, name);
+        BOOST_TEST(e.group_computations.size() == groups - 1);
+        for (std::size_t c : e.group_computations) BOOST_TEST(c >= 1u, name);
+        const auto want = committed_gradients(dir, lc, targets);
+        std::size_t compared = 0;
+        for (std::size_t t = 0; t < 3; ++t) {
+            BOOST_TEST_REQUIRE(e.index[t].size() == groups - 1);
+            for (std::size_t m = 0; m < e.index[t].size(); ++m)
+                for (std::size_t k = 0; k < targets.size(); ++k) {
+                    const double got = e.result.values[t][k][m], ref = want[t][k][e.index[t][m]];
+                    BOOST_TEST(same_bits(stored(got, targets[k]), ref),
+                               name << " tensor " << t << " element " << e.index[t][m] << " " << targets[k] << ": groups "
+                                    << fmt::format("{:a}", got) << ", committed " << fmt::format("{:a}", ref));
+                    ++compared;
+                }
+        }
+        BOOST_TEST_MESSAGE(fmt::format("{:<40} {} of {} groups recomputed, {} values compared, rungs {}", name, e.groups, groups, compared,
+                                       e.result.precisions_bits.size()));
+    }
+}
+
+/// Through certify_gradients_fast with every bound scaled by 2^40 (nearly everything undecided): the
+/// escalation covers every group and the gradients equal the committed ones; a memory limit below
+/// one group's MPFI backward makes the case inconclusive (uncertified_error) naming the limit, and
+/// generate's estimate counts one group, not the whole case.
+BOOST_AUTO_TEST_CASE(fast_gradients_escalated_by_groups_equal_committed) {
+    const fs::path dir = fs::path(ATTNREF_SOURCE_DIR "/golden") / "sdpa_bwd_gqa";
+    const golden::loaded_case lc = golden::load_case(dir);
+    const golden::case_spec& spec = lc.m.spec;
+    std::vector<std::string> targets{"float64"};
+    for (const std::string& t : spec.outputs.targets) targets.push_back(t);
+    std::vector<format_description> formats;
+    for (const std::string& t : targets) formats.push_back(golden::target_format(t));
+    fast::fast_options fo;
+    fo.bound_scale = 0x1p40;
+    fast::fast_stats stats;
+    golden::group_escalation e;
+    const certify::result r = golden::certify_gradients_fast(spec, lc.data, 2, formats, {}, &stats, fo, &e);
+    const std::size_t total = golden::gradients_group_mpfi_bytes(spec);
+    BOOST_TEST(stats.escalated_elements > 100u);
+    BOOST_TEST(e.groups == spec.shapes.batch * spec.shapes.kv_heads);
+    const auto want = committed_gradients(dir, lc, targets);
+    std::size_t differ = 0;
+    for (std::size_t t = 0; t < 3; ++t)
+        for (std::size_t k = 0; k < targets.size(); ++k)
+            for (std::size_t n = 0; n < want[t][k].size(); ++n) differ += !same_bits(stored(r.values[t][k][n], targets[k]), want[t][k][n]);
+    BOOST_TEST(differ == 0u);
+
+    // One group of a (1, 16, 2048, 64) case: 256 bytes × 4 × (2048² + 3·2048·64) ≈ 4.4 GB, the whole case 16×.
+    golden::case_spec big = spec;
+    big.shapes.batch = 1, big.shapes.heads = 16, big.shapes.kv_heads = 16, big.shapes.query_length = 2048, big.shapes.key_length = 2048;
+    big.shapes.head_dim_qk = big.shapes.head_dim_v = 64;
+    const std::uint64_t group = golden::gradients_group_mpfi_bytes(big), whole = golden::gradients_mpfi_bytes(big);
+    BOOST_TEST(group == 256ull * 4 * (2048ull * 2048 + 3 * 2048 * 64));
+    BOOST_TEST(whole == 16 * group);
+    const golden::generate_memory m = golden::generate_memory_estimate(big, golden::certification_method::fast, 2, nullptr, true);
+    BOOST_TEST(m.gradients == golden::gradients_fast_bytes(big, 2) + group);
+
+    const std::uint64_t saved = golden::max_memory();
+    golden::set_max_memory(total / 2 + golden::generate_program_bytes);
+    std::string what;
+    try {
+        (void)golden::certify_gradients_fast(spec, lc.data, 2, formats, {}, &stats, fo);
+    } catch (const certify::uncertified_error& x) {
+        what = x.what();
+    }
+    golden::set_max_memory(saved);
+    BOOST_TEST_MESSAGE(what);
+    BOOST_TEST(what.find("(batch, kv head) group") != std::string::npos);
+    BOOST_TEST(what.find("raise it with --max-memory") != std::string::npos);
+}

@@ -10,9 +10,12 @@
 /// loading and checking a case (golden/case.hpp, golden/check.hpp) do not.
 
 #include <algorithm>
+#include <cstdint>
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <stdexcept>
+#include <thread>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,7 +60,9 @@ inline std::uint64_t interval_bytes() {
 /// only when some weight is undecided after the fast path) and higher rungs (at most 2.6× the first).
 ///
 /// gradients (certify_gradients, MPFI only): 256 bytes per value of 4 copies of the gradient tensors
-/// and of 4 (B·H·Sq·Sk) intermediates of the backward.
+/// and of 4 (B·H·Sq·Sk) intermediates of the backward; through the fast backward (fast_gradients):
+/// gradients_fast_bytes and one (batch, kv head) group's MPFI ladder (gradients_group_mpfi_bytes),
+/// the least its escalation needs (more groups run at once only where they fit).
 ///
 /// mpfi, and a case the fast path declines as a whole (fast_path_declines): 256 bytes for every value
 /// case_memory_estimate counts. Every estimate adds generate_program_bytes.
@@ -97,11 +102,25 @@ inline std::uint64_t gradients_mpfi_bytes(const case_spec& spec) {
     return sat_mul(256, sat_add(sat_mul(4, g), sat_mul(4, sat_mul(sat_mul(d.batch, d.heads), sat_mul(d.query_length, d.key_length)))));
 }
 
+/// The MPFI ladder of one (batch, kv head) group of an SDPA backward (certify_gradients_groups): 256
+/// bytes per value of 4 copies of the group's gradients (G query heads' dQ, the kv head's dK, dV) and
+/// of 4 (G·Sq·Sk) intermediates of its backward: gradients_mpfi_bytes for a case of one batch and one
+/// kv head.
+inline std::uint64_t gradients_group_mpfi_bytes(const case_spec& spec) {
+    using safe_io_detail::sat_add, safe_io_detail::sat_mul;
+    const case_shapes& d = spec.shapes;
+    const std::uint64_t G = d.heads / std::max<std::size_t>(d.kv_heads, 1), Sq = d.query_length, Sk = d.key_length, dk = d.head_dim_qk,
+                        dv = d.head_dim_v;
+    const std::uint64_t g = sat_add(sat_mul(sat_mul(G, Sq), dk), sat_mul(Sk, sat_add(dk, dv)));
+    return sat_mul(256, sat_add(sat_mul(4, g), sat_mul(4, sat_mul(G, sat_mul(Sq, Sk)))));
+}
+
 /// The fast backward (certify_gradients_fast, SDPA): per gradient element its value for each of the nk
 /// targets, the undecided flag and the serialised .npy (as for the outputs); per worker thread (at
 /// most B·Hkv) one kv head's Pᵀ and dSᵀ with their bounds (48 bytes per (key, row of the group)), the
 /// group's stacked dO and q and one head's buffers (24 bytes per value). The MPFI ladder for undecided
-/// elements is not counted: it runs only when gradients_mpfi_bytes fits (else the case is inconclusive).
+/// elements is gradients_group_mpfi_bytes per (batch, kv head) group computed at once
+/// (certify_gradients_groups); generate_memory_estimate counts one.
 inline std::uint64_t gradients_fast_bytes(const case_spec& spec, std::size_t threads) {
     using safe_io_detail::sat_add, safe_io_detail::sat_mul, safe_io_detail::sat_count;
     const case_shapes& d = spec.shapes;
@@ -155,7 +174,9 @@ inline generate_memory generate_memory_estimate(const case_spec& spec, certifica
         escalated = sat_add(escalated, sat_add(sat_mul(2, sat_add(sat_add(q_proj, k_proj), v_proj)), sat_mul(2, merged)));
     m.escalation = sat_mul(escalated, interval_bytes<certify::ladder[0]>());
     if (spec.outputs.gradients)
-        m.gradients = uses_fast_gradients(spec, method, fast_gradients) ? gradients_fast_bytes(spec, threads) : gradients_mpfi_bytes(spec);
+        m.gradients = uses_fast_gradients(spec, method, fast_gradients)
+                          ? safe_io_detail::sat_add(gradients_fast_bytes(spec, threads), gradients_group_mpfi_bytes(spec))
+                          : gradients_mpfi_bytes(spec);
     m.total = sat_add(sat_add(sat_add(m.fast, m.escalation), m.gradients), generate_program_bytes);
     return m;
 }
@@ -297,17 +318,189 @@ inline certify::result certify_gradients(const case_spec& spec, const case_data&
         opts);
 }
 
+namespace generate_detail {
+/// The part of a broadcast mask (B or 1, H or 1, Sq, Sk) that batch b and query heads h0 … h0 + G − 1
+/// see, as a mask of the sub-problem (1, G or 1, Sq, Sk); contiguous in C order.
+template <class E>
+broadcast_mask<E> group_mask(const broadcast_mask<E>& m, std::size_t b, std::size_t h0, std::size_t G) {
+    if (!m.present()) return m;
+    const extents_t<4>& e = m.values.extents;
+    const std::size_t bb = e[0] == 1 ? 0 : b, hh = e[1] == 1 ? 0 : h0;
+    return {{m.values.data + ((bb * e[1] + hh) * e[2]) * e[3], {1, e[1] == 1 ? 1 : G, e[2], e[3]}}};
+}
+}  // namespace generate_detail
+
+/// The options of the SDPA sub-problem of one (batch b, kv head) group whose query heads are
+/// h0 … h0 + G − 1: what is per batch or per head (key lengths, ALiBi slopes, the boolean, additive
+/// and seed masks) sliced to that batch and those heads, the rest as in `o`, one thread. Every row of
+/// the sub-problem is the full problem's row (b, h0 + g, i) with the same keys, so its backward is the
+/// group's part of the full backward (backward.hpp: tasks are (batch, kv head) pairs).
+inline attention_options group_options(const attention_options& o, std::size_t b, std::size_t h0, std::size_t G) {
+    attention_options s = o;
+    s.threads = 1;
+    s.rows = {};
+    s.pv_weights = {};
+    if (!o.alibi_slopes.empty()) s.alibi_slopes = o.alibi_slopes.subspan(h0, G);
+    if (!o.mask.key_lengths.empty()) s.mask.key_lengths = o.mask.key_lengths.subspan(b, 1);
+    s.mask.boolean = generate_detail::group_mask(o.mask.boolean, b, h0, G);
+    s.mask.additive = generate_detail::group_mask(o.mask.additive, b, h0, G);
+    s.mask.seed = generate_detail::group_mask(o.mask.seed, b, h0, G);
+    return s;
+}
+
+/// What certify_gradients_groups certified: per gradient tensor (dQ, dK, dV), the flat index in the
+/// full tensor of each element asked for (`index`) and its values (result.values, in that order).
+struct group_escalation {
+    certify::result result;
+    std::vector<std::vector<std::size_t>> index;
+    std::size_t groups = 0;      ///< (batch, kv head) groups holding some element asked for
+    std::size_t concurrent = 0;  ///< groups computed at the same time (threads, within max_memory())
+    std::vector<std::size_t> group_computations;  ///< per group: how many ladder rungs recomputed it
+};
+
+/// The MPFI ladder (certify::certify, as certify_gradients) for the elements of an SDPA case's
+/// gradients flagged in `wanted` (per tensor dQ, dK, dV, flat in C order), recomputing only the
+/// (batch, kv head) groups that hold them: each group's backward runs as an SDPA problem of its own
+/// (group_options; attnref's templated backward in mpfr_interval<D>, one thread per group, groups
+/// in parallel), and a higher rung recomputes only the groups still holding undecided elements. An
+/// element is certified from the enclosure of the same exact value as in certify_gradients, so its
+/// certified value is the same (a correctly rounded value is unique). `reserved`: bytes the caller
+/// holds already; the groups computed at once are as many as fit in max_memory() beside it (at
+/// least one; throws uncertified_error when one group does not fit).
+inline group_escalation certify_gradients_groups(const case_spec& spec, const case_data& data, std::size_t threads,
+                                                 const std::vector<format_description>& targets,
+                                                 const std::vector<std::vector<std::uint8_t>>& wanted,
+                                                 const std::function<void(const std::string&)>& progress = {},
+                                                 std::uint64_t reserved = 0) {
+    if (spec.kind != case_kind::sdpa) throw std::logic_error("certify_gradients_groups: SDPA cases only");
+    const case_shapes& d = spec.shapes;
+    const std::size_t B = d.batch, H = d.heads, Hkv = d.kv_heads, G = H / Hkv, Sq = d.query_length, Sk = d.key_length,
+                      dk = d.head_dim_qk, dv = d.head_dim_v;
+    const std::vector<gradient_tensor_layout> layout = gradient_layout(spec);
+    const std::size_t width[3] = {dk, dk, dv};
+    // The group (b·Hkv + hk) of element n of tensor t, and its flat index in the group's sub-problem.
+    auto group_of = [&](std::size_t t, std::size_t n) {
+        if (t == 0) {
+            const std::size_t bh = n / (Sq * dk);
+            return (bh / H) * Hkv + (bh % H) / G;
+        }
+        return n / (Sk * width[t]);
+    };
+    auto local_of = [&](std::size_t t, std::size_t n) {
+        if (t == 0) {
+            const std::size_t bh = n / (Sq * dk), b = bh / H, h0 = (bh % H) / G * G;
+            return n - (b * H + h0) * Sq * dk;
+        }
+        return n % (Sk * width[t]);
+    };
+    group_escalation e;
+    e.index.resize(3);
+    std::vector<std::size_t> group_id(B * Hkv, SIZE_MAX), groups;
+    for (std::size_t t = 0; t < 3; ++t)
+        for (std::size_t n = 0; n < wanted[t].size(); ++n) {
+            if (!wanted[t][n]) continue;
+            e.index[t].push_back(n);
+            const std::size_t gk = group_of(t, n);
+            if (group_id[gk] == SIZE_MAX) group_id[gk] = 0, groups.push_back(gk);
+        }
+    std::sort(groups.begin(), groups.end());
+    for (std::size_t k = 0; k < groups.size(); ++k) group_id[groups[k]] = k;
+    e.groups = groups.size();
+    e.group_computations.assign(groups.size(), 0);
+    // Per group: (tensor, position in the compact tensor) of its elements.
+    std::vector<std::vector<std::pair<std::size_t, std::size_t>>> members(groups.size());
+    for (std::size_t t = 0; t < 3; ++t)
+        for (std::size_t m = 0; m < e.index[t].size(); ++m) members[group_id[group_of(t, e.index[t][m])]].emplace_back(t, m);
+    if (groups.empty()) {
+        for (std::size_t t = 0; t < 3; ++t)
+            for (const format_description& f : targets) e.result.reports.push_back(certify::tensor_report{layout[t].role, f.name, 0, 0, 0, {}});
+        e.result.values.assign(3, std::vector<std::vector<double>>(targets.size()));
+        return e;
+    }
+    // Memory: as many groups at once as fit beside what the caller holds.
+    const std::uint64_t per_group = gradients_group_mpfi_bytes(spec), limit = max_memory();
+    const std::uint64_t held = safe_io_detail::sat_add(reserved, generate_program_bytes);
+    const std::uint64_t fit = held >= limit ? 0 : (limit - held) / std::max<std::uint64_t>(per_group, 1);
+    if (fit == 0)
+        throw certify::uncertified_error("the MPFI ladder for the undecided gradient elements recomputes their (batch, kv head) group's "
+                                         "backward, about " + safe_io_detail::gib(safe_io_detail::sat_add(per_group, held)) +
+                                         " with what is held already, above the limit of " + safe_io_detail::gib(limit) +
+                                         " (raise it with --max-memory)");
+    const std::size_t hw = threads ? threads : std::max<std::size_t>(1, std::thread::hardware_concurrency());
+    e.concurrent = static_cast<std::size_t>(std::min<std::uint64_t>({std::uint64_t{hw}, std::uint64_t{groups.size()}, fit}));
+
+    // NaN is exact where certify_gradients allows it (sdpa, nan policy): dQ of empty rows, dK and dV
+    // of a kv head one of whose query rows is empty.
+    certify::options opts;
+    std::vector<std::string> names;
+    for (std::size_t t = 0; t < 3; ++t) {
+        names.push_back(layout[t].role);
+        opts.shapes.push_back(layout[t].shape);
+    }
+    opts.full_index = e.index;
+    if (spec.conventions.empty_rows == empty_row_policy::nan) {
+        const std::vector<std::uint8_t> empty = empty_rows_of(spec, data);
+        std::vector<std::uint8_t> kv_nan(B * Hkv, 0);
+        for (std::size_t r = 0; r < empty.size(); ++r)
+            if (empty[r]) kv_nan[(r / (H * Sq)) * Hkv + (r / Sq % H) / G] = 1;
+        opts.nan_allowed.resize(3);
+        for (std::size_t t = 0; t < 3; ++t)
+            for (std::size_t n : e.index[t]) opts.nan_allowed[t].push_back(t == 0 ? empty[n / dk] : kv_nan[group_of(t, n)]);
+    }
+    opts.progress = [&](std::size_t rung, int bits, std::size_t pending) {
+        if (!progress) return;
+        if (rung == 0) progress(spec.name + ": recomputing " + std::to_string(groups.size()) + " (batch, kv head) group(s) in MPFI at " +
+                                std::to_string(bits) + " bits");
+        else progress(spec.name + ": " + std::to_string(pending) + " gradient element(s) uncertified, escalating to " + std::to_string(bits) + " bits");
+    };
+    const case_views c = views_of(spec, data, 1);
+    e.result = certify::certify(
+        names, targets,
+        [&]<unsigned D>(std::integral_constant<unsigned, D>, const certify::request& req) {
+            using T = mpfr_interval<D>;
+            using P = uniform_precision<T>;
+            std::vector<std::vector<T>> out(3);
+            for (std::size_t t = 0; t < 3; ++t) out[t].resize(e.index[t].size());
+            std::vector<std::size_t> todo;
+            for (std::size_t k = 0; k < groups.size(); ++k) {
+                bool pending = req.pending.empty() || (req.pending[0].empty() && req.pending[1].empty() && req.pending[2].empty());
+                for (const auto& [t, m] : members[k]) pending = pending || (t < req.pending.size() && m < req.pending[t].size() && req.pending[t][m]);
+                if (pending) todo.push_back(k);
+            }
+            parallel_for_dynamic(
+                todo.size(), e.concurrent,
+                [&](std::size_t task) {
+                    const std::size_t k = todo[task], gk = groups[k], b = gk / Hkv, hk = gk % Hkv, h0 = hk * G;
+                    const tensor_view<const double, 4> q{c.q.data + (b * H + h0) * Sq * dk, {1, G, Sq, dk}};
+                    const tensor_view<const double, 4> kk{c.k.data + gk * Sk * dk, {1, 1, Sk, dk}};
+                    const tensor_view<const double, 4> v{c.v.data + gk * Sk * dv, {1, 1, Sk, dv}};
+                    const tensor_view<const double, 4> g{data.grad_output.data() + (b * H + h0) * Sq * dv, {1, G, Sq, dv}};
+                    const attention_gradients<P> a =
+                        scaled_dot_product_attention_backward<P, double, double, double, double>(q, kk, v, g, group_options(c.o, b, h0, G));
+                    const T* src[3] = {a.grad_query.data(), a.grad_key.data(), a.grad_value.data()};
+                    for (const auto& [t, m] : members[k]) out[t][m] = src[t][local_of(t, e.index[t][m])];
+                    ++e.group_computations[k];
+                },
+                &thread_cleanup<T>::run);
+            return out;
+        },
+        opts);
+    return e;
+}
+
 /// The certified gradients of an SDPA backward case through the fast rung (certify/fast/backward.hpp:
 /// double-word values with rigorous bounds, each element decided by the rounding check), the
-/// elements it leaves undecided taken from certify_gradients (the MPFI ladder). Same values as
-/// certify_gradients (a correctly rounded value is unique; tested on the committed backward cases);
-/// reports: escalated = elements the fast rung left undecided, precisions_bits {106} plus the MPFI
-/// rungs when any. Multi-head cases go to certify_gradients whole. `stats`: elements escalated, and
-/// the reason when the whole case went to MPFI.
+/// elements it leaves undecided certified by the MPFI ladder on the (batch, kv head) groups that hold
+/// them (certify_gradients_groups). Same values as certify_gradients (a correctly rounded value is
+/// unique; tested on the committed backward cases); reports: escalated = elements the fast rung left
+/// undecided, precisions_bits {106} plus the MPFI rungs when any. Multi-head cases go to
+/// certify_gradients whole. `stats`: elements escalated, and the reason when the fast rung declined
+/// the whole case; `escalation`: what the MPFI ladder certified (groups, rungs per group).
 inline certify::result certify_gradients_fast(const case_spec& spec, const case_data& data, std::size_t threads,
                                               const std::vector<format_description>& targets,
                                               const std::function<void(const std::string&)>& progress = {},
-                                              fast::fast_stats* stats = nullptr, fast::fast_options options = {}) {
+                                              fast::fast_stats* stats = nullptr, fast::fast_options options = {},
+                                              group_escalation* escalation = nullptr) {
     if (spec.kind != case_kind::sdpa) {
         if (stats) stats->whole_case_reason = "multi-head attention (the fast backward is SDPA only)";
         return certify_gradients(spec, data, threads, targets, progress);
@@ -332,20 +525,21 @@ inline certify::result certify_gradients_fast(const case_spec& spec, const case_
         stats->escalated_elements = fg.undecided_elements;
     }
     if (fg.undecided_elements && options.fallback) {
-        const std::uint64_t need = safe_io_detail::sat_add(gradients_mpfi_bytes(spec), generate_program_bytes);
-        if (need > max_memory())
-            throw certify::uncertified_error(std::to_string(fg.undecided_elements) + " gradient element(s) undecided by the fast backward; the MPFI "
-                                             "ladder for them recomputes the whole backward and would need about " + safe_io_detail::gib(need) +
-                                             ", above the limit of " + safe_io_detail::gib(max_memory()) + " (raise it with --max-memory)");
         if (progress) progress(spec.name + ": " + std::to_string(fg.undecided_elements) + " gradient element(s) undecided, through the MPFI ladder");
-        const certify::result m = certify_gradients(spec, data, threads, targets, progress);
+        group_escalation ge;
+        try {
+            ge = certify_gradients_groups(spec, data, threads, targets, fg.undecided, progress, gradients_fast_bytes(spec, threads));
+        } catch (const certify::uncertified_error& e) {
+            throw certify::uncertified_error(std::to_string(fg.undecided_elements) + " gradient element(s) undecided by the fast backward; " + e.what());
+        }
         for (std::size_t t = 0; t < layout.size(); ++t)
-            for (std::size_t n = 0; n < fg.undecided[t].size(); ++n)
-                if (fg.undecided[t][n])
-                    for (std::size_t k = 0; k < targets.size(); ++k) fg.values[t][k][n] = m.values[t][k][n];
-        for (int b : m.precisions_bits) r.precisions_bits.push_back(b);
+            for (std::size_t m = 0; m < ge.index[t].size(); ++m)
+                for (std::size_t k = 0; k < targets.size(); ++k) fg.values[t][k][ge.index[t][m]] = ge.result.values[t][k][m];
+        for (int b : ge.result.precisions_bits) r.precisions_bits.push_back(b);
         for (certify::tensor_report& rep : r.reports)
-            if (rep.escalated) rep.precisions_bits.insert(rep.precisions_bits.end(), m.precisions_bits.begin(), m.precisions_bits.end());
+            if (rep.escalated)
+                rep.precisions_bits.insert(rep.precisions_bits.end(), ge.result.precisions_bits.begin(), ge.result.precisions_bits.end());
+        if (escalation) *escalation = std::move(ge);
     } else if (fg.undecided_elements) {
         for (certify::tensor_report& rep : r.reports) rep.certified = rep.elements - rep.escalated;
     }
