@@ -21,30 +21,16 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 import numpy as np
 
 ATTNREF, WORK = sys.argv[1], sys.argv[2]
-failures = []
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from cli_checks import Checks, fresh  # noqa: E402
 
-
-def expect(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
-
-
-def run(*args):
-    p = subprocess.run([ATTNREF, *args], capture_output=True, text=True)
-    return p.returncode, p.stdout, p.stderr
-
-
-def fresh(path):
-    shutil.rmtree(path, ignore_errors=True)
-    os.makedirs(path)
-    return path
+checks = Checks(ATTNREF)
+expect, run, failures = checks.expect, checks.run, checks.failures
 
 
 ROLES = {"sdpa": ["grad_query", "grad_key", "grad_value"],
