@@ -95,6 +95,38 @@ BOOST_AUTO_TEST_CASE(committed_suite_identical) {
     BOOST_TEST(compared == elements);
 }
 
+/// A fast-path value x (double-word, bound, power-of-two scale) against an MPFI enclosure e of the exact
+/// value, at 600 bits: whether e reaches below or above [v − b, v + b], and |mid(e) − v| / b.
+struct enclosure_comparison {
+    bool below, above;
+    double ratio;
+};
+template <class T>
+enclosure_comparison compare_enclosure(const attnref::fast::bounded& x, const T& e) {
+    mpfr_t v, lo, hi, b, d;
+    for (auto* z : {&v, &lo, &hi, &b, &d}) mpfr_init2(*z, 600);
+    mpfr_set_d(v, x.v.hi, MPFR_RNDN);
+    mpfr_add_d(v, v, x.v.lo, MPFR_RNDN);  // exact at 600 bits
+    mpfr_mul_2si(v, v, x.scale, MPFR_RNDN);
+    mpfr_set_d(b, x.bound, MPFR_RNDN);
+    mpfr_mul_2si(b, b, x.scale, MPFR_RNDN);
+    mpfr_set(lo, &e.backend().data()[0].left, MPFR_RNDD);
+    mpfr_set(hi, &e.backend().data()[0].right, MPFR_RNDU);
+    enclosure_comparison r{};
+    mpfr_sub(d, v, b, MPFR_RNDN);
+    r.below = mpfr_less_p(lo, d);
+    mpfr_add(d, v, b, MPFR_RNDN);
+    r.above = mpfr_greater_p(hi, d);
+    mpfr_add(d, lo, hi, MPFR_RNDN);
+    mpfr_div_2ui(d, d, 1, MPFR_RNDN);
+    mpfr_sub(d, d, v, MPFR_RNDN);
+    mpfr_abs(d, d, MPFR_RNDN);
+    r.ratio = mpfr_zero_p(b) ? 0 : mpfr_get_d(d, MPFR_RNDU) / mpfr_get_d(b, MPFR_RNDD);
+    for (auto* z : {&v, &lo, &hi, &b, &d}) mpfr_clear(*z);
+    return r;
+}
+
+
 namespace {
 
 /// Runs the fast rung alone (no fallback) with `scale` on every bound and compares every stated
@@ -117,27 +149,7 @@ enclosure_check check_bounds(const fast::fast_problem& p, double scale, Referenc
     fo.bound_scale = scale;
     fo.observe = [&](std::size_t t, std::size_t n, const fast::bounded& x) {
         if (std::isinf(x.bound)) return;  // "undecided", states nothing
-        mpfr_t v, lo, hi, b, d;
-        for (auto* z : {&v, &lo, &hi, &b, &d}) mpfr_init2(*z, 600);
-        mpfr_set_d(v, x.v.hi, MPFR_RNDN);
-        mpfr_add_d(v, v, x.v.lo, MPFR_RNDN);  // exact at 600 bits
-        mpfr_mul_2si(v, v, x.scale, MPFR_RNDN);
-        mpfr_set_d(b, x.bound, MPFR_RNDN);
-        mpfr_mul_2si(b, b, x.scale, MPFR_RNDN);
-        const T& e = ref[t][n];
-        mpfr_set(lo, &e.backend().data()[0].left, MPFR_RNDD);
-        mpfr_set(hi, &e.backend().data()[0].right, MPFR_RNDU);
-        // violation when the enclosure reaches outside [v − b, v + b]
-        mpfr_sub(d, v, b, MPFR_RNDN);
-        const bool below = mpfr_less_p(lo, d);
-        mpfr_add(d, v, b, MPFR_RNDN);
-        const bool above = mpfr_greater_p(hi, d);
-        mpfr_add(d, lo, hi, MPFR_RNDN);
-        mpfr_div_2ui(d, d, 1, MPFR_RNDN);
-        mpfr_sub(d, d, v, MPFR_RNDN);
-        mpfr_abs(d, d, MPFR_RNDN);
-        const double ratio = mpfr_zero_p(b) ? 0 : mpfr_get_d(d, MPFR_RNDU) / mpfr_get_d(b, MPFR_RNDD);
-        for (auto* z : {&v, &lo, &hi, &b, &d}) mpfr_clear(*z);
+        const auto [below, above, ratio] = compare_enclosure(x, ref[t][n]);
         const std::lock_guard<std::mutex> g(lock);
         ++c.checked;
         if (below || above) ++c.violations;
@@ -742,23 +754,7 @@ BOOST_AUTO_TEST_CASE(fast_gradient_bounds_enclose_mpfi) {
             fo.bound_scale = scale;
             fo.observe = [&](std::size_t t, std::size_t n, const fast::bounded& x) {
                 if (std::isinf(x.bound)) return;
-                mpfr_t v, lo, hi, b, dd;
-                for (auto* z : {&v, &lo, &hi, &b, &dd}) mpfr_init2(*z, 600);
-                mpfr_set_d(v, x.v.hi, MPFR_RNDN);
-                mpfr_add_d(v, v, x.v.lo, MPFR_RNDN);  // exact at 600 bits
-                mpfr_set_d(b, x.bound, MPFR_RNDN);
-                mpfr_set(lo, &ref[t][n].backend().data()[0].left, MPFR_RNDD);
-                mpfr_set(hi, &ref[t][n].backend().data()[0].right, MPFR_RNDU);
-                mpfr_sub(dd, v, b, MPFR_RNDN);
-                const bool below = mpfr_less_p(lo, dd);
-                mpfr_add(dd, v, b, MPFR_RNDN);
-                const bool above = mpfr_greater_p(hi, dd);
-                mpfr_add(dd, lo, hi, MPFR_RNDN);
-                mpfr_div_2ui(dd, dd, 1, MPFR_RNDN);
-                mpfr_sub(dd, dd, v, MPFR_RNDN);
-                mpfr_abs(dd, dd, MPFR_RNDN);
-                const double ratio = mpfr_zero_p(b) ? 0 : mpfr_get_d(dd, MPFR_RNDU) / mpfr_get_d(b, MPFR_RNDD);
-                for (auto* z : {&v, &lo, &hi, &b, &dd}) mpfr_clear(*z);
+                const auto [below, above, ratio] = compare_enclosure(x, ref[t][n]);
                 const std::lock_guard<std::mutex> guard(lock);
                 ++checked;
                 violations += below || above;
