@@ -4,7 +4,7 @@ if(TARGET attnref_verify)
   # checker's library code: one CTest test per candidate format and declared policy, so
   # that they run in parallel.
   if(TARGET bug_catalog.test)  # not in the sanitizer build (tests/CMakeLists.txt)
-    target_link_libraries(bug_catalog.test PRIVATE attnref::golden)
+    target_link_libraries(bug_catalog.test PRIVATE attnref_certify_compiled)
     set_tests_properties(bug_catalog PROPERTIES DISABLED ON)  # the seven below run the same test cases
     foreach(_f float64 float32 bfloat16 float16 bf16_fp32acc fp16_fp32acc fp8)
       add_test(NAME bug_catalog_${_f} COMMAND bug_catalog.test --run_test=${_f}_candidates --log_level=message --report_level=short)

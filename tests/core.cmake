@@ -66,7 +66,7 @@ endif()
 # and its reader paths are the ones golden/hostile run under the sanitizers: optimised build only.
 if(TARGET attnref_verify AND NOT ATTNREF_SANITIZE)
   add_executable(golden_gradients.test ${CMAKE_CURRENT_SOURCE_DIR}/backward/golden_gradients.test.cpp)
-  target_link_libraries(golden_gradients.test PRIVATE attnref::golden attnref::multiprecision Boost::unit_test_framework fmt::fmt OpenSSL::Crypto)
+  target_link_libraries(golden_gradients.test PRIVATE attnref_certify_compiled Boost::unit_test_framework fmt::fmt OpenSSL::Crypto)
   target_include_directories(golden_gradients.test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/support)
   target_compile_definitions(golden_gradients.test PRIVATE ATTNREF_SOURCE_DIR="${PROJECT_SOURCE_DIR}" ATTNREF_BINARY_DIR="${PROJECT_BINARY_DIR}")
   if(_attnref_pch_owner)

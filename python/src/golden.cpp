@@ -12,6 +12,7 @@
 #include "attnref/golden/case.hpp"
 
 #include "attnref/golden/check.hpp"
+#include "attnref/check/gradients.hpp"  // gradient_roles
 #include "attnref/golden/rounded_inputs.hpp"
 #include "attnref/io/npy.hpp"
 #include "attnref/multiprecision/policies.hpp"

@@ -29,6 +29,23 @@
 #include "attnref/multiprecision/multiprecision.hpp"
 #include "attnref/golden/case.hpp"
 
+// Compiled use (the build's internal target attnref_certify_compiled, which defines
+// ATTNREF_GENERATE_COMPILED): the certification entry points below (certify_case_fast,
+// certify_gradients, certify_gradients_groups, certify_gradients_fast, generate_case) are declared
+// here and defined once in that library (verify/generate_library.cpp, which defines
+// ATTNREF_GENERATE_DEFINE), so the tools and tests linking it compile none of the certification
+// machinery. Header-only use: every definition, inline.
+#if defined(ATTNREF_GENERATE_COMPILED)
+#define ATTNREF_GENERATE_FN
+#else
+#define ATTNREF_GENERATE_FN inline
+#endif
+#if !defined(ATTNREF_GENERATE_COMPILED) || defined(ATTNREF_GENERATE_DEFINE)
+#define ATTNREF_GENERATE_BODIES 1
+#else
+#define ATTNREF_GENERATE_BODIES 0
+#endif
+
 namespace attnref::golden {
 
 /// How generate_case certifies: the fast path with MPFI for what it cannot decide (default), or the
@@ -211,14 +228,18 @@ inline format_description target_format(const std::string& name) {
 
 /// The fast certified reference of a case (output, then weights and lse when the case has them; for
 /// float64 and the case's extra targets, in generate_case's order).
-inline certify::result certify_case_fast(const case_spec& spec, const case_data& data, std::size_t threads,
-                                         fast::fast_stats* stats = nullptr, fast::fast_options options = {}) {
+ATTNREF_GENERATE_FN certify::result certify_case_fast(const case_spec& spec, const case_data& data, std::size_t threads,
+                                         fast::fast_stats* stats = nullptr, fast::fast_options options = {});
+#if ATTNREF_GENERATE_BODIES
+ATTNREF_GENERATE_FN certify::result certify_case_fast(const case_spec& spec, const case_data& data, std::size_t threads,
+                                         fast::fast_stats* stats, fast::fast_options options) {
     std::vector<format_description> targets{certify::float64_target};
     for (const std::string& t : spec.outputs.targets) targets.push_back(target_format(t));
     options.threads = threads;
     return fast::certify_fast(fast::fast_problem_of(problem_of(views_of(spec, data, threads))), spec.outputs.weights, spec.outputs.lse, targets, options,
                               stats);
 }
+#endif
 
 namespace generate_detail {
 inline std::vector<std::byte> serialize_doubles(const std::vector<std::size_t>& shape, const std::vector<double>& v) {
@@ -261,9 +282,13 @@ inline std::vector<T> flat(const tensor<T, N>& t) {
 /// empty, dK and dV of every key of a kv head one of whose query rows is empty (backward.hpp's file
 /// comment). For mha under the nan policy no NaN is allowed (not derived here), so such a case with
 /// an empty row is refused as uncertifiable.
-inline certify::result certify_gradients(const case_spec& spec, const case_data& data, std::size_t threads,
+ATTNREF_GENERATE_FN certify::result certify_gradients(const case_spec& spec, const case_data& data, std::size_t threads,
                                          const std::vector<format_description>& targets,
-                                         const std::function<void(const std::string&)>& progress = {}) {
+                                         const std::function<void(const std::string&)>& progress = {});
+#if ATTNREF_GENERATE_BODIES
+ATTNREF_GENERATE_FN certify::result certify_gradients(const case_spec& spec, const case_data& data, std::size_t threads,
+                                         const std::vector<format_description>& targets,
+                                         const std::function<void(const std::string&)>& progress) {
     const std::vector<gradient_tensor_layout> layout = gradient_layout(spec);
     std::vector<std::string> names;
     certify::options opts;
@@ -317,6 +342,7 @@ inline certify::result certify_gradients(const case_spec& spec, const case_data&
         },
         opts);
 }
+#endif
 
 namespace generate_detail {
 /// The part of a broadcast mask (B or 1, H or 1, Sq, Sk) that batch b and query heads h0 … h0 + G − 1
@@ -367,11 +393,17 @@ struct group_escalation {
 /// certified value is the same (a correctly rounded value is unique). `reserved`: bytes the caller
 /// holds already; the groups computed at once are as many as fit in max_memory() beside it (at
 /// least one; throws uncertified_error when one group does not fit).
-inline group_escalation certify_gradients_groups(const case_spec& spec, const case_data& data, std::size_t threads,
+ATTNREF_GENERATE_FN group_escalation certify_gradients_groups(const case_spec& spec, const case_data& data, std::size_t threads,
                                                  const std::vector<format_description>& targets,
                                                  const std::vector<std::vector<std::uint8_t>>& wanted,
                                                  const std::function<void(const std::string&)>& progress = {},
-                                                 std::uint64_t reserved = 0) {
+                                                 std::uint64_t reserved = 0);
+#if ATTNREF_GENERATE_BODIES
+ATTNREF_GENERATE_FN group_escalation certify_gradients_groups(const case_spec& spec, const case_data& data, std::size_t threads,
+                                                 const std::vector<format_description>& targets,
+                                                 const std::vector<std::vector<std::uint8_t>>& wanted,
+                                                 const std::function<void(const std::string&)>& progress,
+                                                 std::uint64_t reserved) {
     if (spec.kind != case_kind::sdpa) throw std::logic_error("certify_gradients_groups: SDPA cases only");
     const case_shapes& d = spec.shapes;
     const std::size_t B = d.batch, H = d.heads, Hkv = d.kv_heads, G = H / Hkv, Sq = d.query_length, Sk = d.key_length,
@@ -487,6 +519,7 @@ inline group_escalation certify_gradients_groups(const case_spec& spec, const ca
         opts);
     return e;
 }
+#endif
 
 /// The certified gradients of an SDPA backward case through the fast rung (certify/fast/backward.hpp:
 /// double-word values with rigorous bounds, each element decided by the rounding check), the
@@ -496,11 +529,17 @@ inline group_escalation certify_gradients_groups(const case_spec& spec, const ca
 /// undecided, precisions_bits {106} plus the MPFI rungs when any. Multi-head cases go to
 /// certify_gradients whole. `stats`: elements escalated, and the reason when the fast rung declined
 /// the whole case; `escalation`: what the MPFI ladder certified (groups, rungs per group).
-inline certify::result certify_gradients_fast(const case_spec& spec, const case_data& data, std::size_t threads,
+ATTNREF_GENERATE_FN certify::result certify_gradients_fast(const case_spec& spec, const case_data& data, std::size_t threads,
                                               const std::vector<format_description>& targets,
                                               const std::function<void(const std::string&)>& progress = {},
                                               fast::fast_stats* stats = nullptr, fast::fast_options options = {},
-                                              group_escalation* escalation = nullptr) {
+                                              group_escalation* escalation = nullptr);
+#if ATTNREF_GENERATE_BODIES
+ATTNREF_GENERATE_FN certify::result certify_gradients_fast(const case_spec& spec, const case_data& data, std::size_t threads,
+                                              const std::vector<format_description>& targets,
+                                              const std::function<void(const std::string&)>& progress,
+                                              fast::fast_stats* stats, fast::fast_options options,
+                                              group_escalation* escalation) {
     if (spec.kind != case_kind::sdpa) {
         if (stats) stats->whole_case_reason = "multi-head attention (the fast backward is SDPA only)";
         return certify_gradients(spec, data, threads, targets, progress);
@@ -546,6 +585,7 @@ inline certify::result certify_gradients_fast(const case_spec& spec, const case_
     r.values = std::move(fg.values);
     return r;
 }
+#endif
 
 /// Generates the inputs, certifies the reference (threads for attnref's parallel_for) and
 /// serialises everything. `progress` receives one-line messages (may be empty). `inputs`: the
@@ -553,9 +593,13 @@ inline certify::result certify_gradients_fast(const case_spec& spec, const case_
 /// `fast_gradients`: an SDPA backward case's gradients through the fast backward
 /// (certify_gradients_fast; the manifest says so with reference_method_fast_gradients_suffix) under
 /// the fast method; otherwise, and for the committed suite, through the MPFI ladder (certify_gradients).
-inline generated_case generate_case(const case_spec& spec, std::size_t threads, const std::function<void(const std::string&)>& progress = {},
+ATTNREF_GENERATE_FN generated_case generate_case(const case_spec& spec, std::size_t threads, const std::function<void(const std::string&)>& progress = {},
                                     certification_method method = certification_method::fast, const case_data* inputs = nullptr,
-                                    bool fast_gradients = false) {
+                                    bool fast_gradients = false);
+#if ATTNREF_GENERATE_BODIES
+ATTNREF_GENERATE_FN generated_case generate_case(const case_spec& spec, std::size_t threads, const std::function<void(const std::string&)>& progress,
+                                    certification_method method, const case_data* inputs,
+                                    bool fast_gradients) {
     const auto start = std::chrono::steady_clock::now();
     generated_case g;
     g.m.spec = spec;
@@ -709,5 +753,6 @@ inline generated_case generate_case(const case_spec& spec, std::size_t threads, 
     g.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return g;
 }
+#endif
 
 }  // namespace attnref::golden
