@@ -5,8 +5,8 @@
 # skipped) with the reason when Slurm is not installed or its daemons cannot start here.
 #   slurm.sh ATTNREF SUITE WORKDIR SOURCE_DIR
 set -uo pipefail
-attnref=$1 suite=$2 work=$3 source=$4
-golden=$(dirname "$suite")
+attnref=$1 committed=$2 work=$3 source=$4
+golden=$(dirname "$committed")
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 for b in slurmctld slurmd sbatch squeue sinfo scontrol; do
@@ -14,6 +14,11 @@ for b in slurmctld slurmd sbatch squeue sinfo scontrol; do
 done
 PATH=$PATH:/usr/sbin
 rm -rf "$work" && mkdir -p "$work/state" "$work/spool" "$work/log"
+# Six cases of every kind (forward and backward, SDPA and MHA, bf16 targets): the jobs' work scales
+# with the cases, and local.sh tests merge's refusals.
+suite=$work/suite.json
+/usr/bin/python3 "$(dirname "$0")/subset_suite.py" "$committed" "$suite" sdpa_basic sdpa_input_bfloat16 sdpa_gqa \
+  mha_causal_bfloat16 sdpa_bwd_gqa mha_bwd_bias_gqa || fail "subset_suite.py"
 node=$(hostname -s)
 user=$(id -un)
 port=$((47000 + $$ % 1000 * 2))
@@ -68,9 +73,9 @@ done
 [ -z "$(squeue -h -o %i)" ] || fail "jobs still queued after 300 s: $(squeue)"
 state=$(scontrol show job "$merge_job" 2> /dev/null | grep -o 'JobState=[A-Z]*' || true)
 cases=0
-for d in "$golden"/*/; do
-  name=$(basename "$d")
-  diff -r "$d" "$work/merged/$name" > /dev/null || { cat "$work/shards"/*.log; fail "merged case $name differs from $d ($state)"; }
+for name in $(/usr/bin/python3 -c 'import json,sys; print(" ".join(c["name"] for c in json.load(open(sys.argv[1]))["cases"]))' "$suite"); do
+  diff -r "$golden/$name" "$work/merged/$name" > /dev/null || { cat "$work/shards"/*.log; fail "merged case $name differs from $golden/$name ($state)"; }
   cases=$((cases + 1))
 done
+[ "$cases" -eq 6 ] && [ "$(ls "$work/merged" | wc -l)" -eq 6 ] || fail "merged $(ls "$work/merged" | wc -l) cases, the subset suite $cases, expected 6"
 echo "Slurm: 3-task job array + merge job (merge job $merge_job): $cases cases identical to $golden"
