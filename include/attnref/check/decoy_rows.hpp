@@ -124,6 +124,8 @@ inline tensor_report judge_with_decoy_rows(std::span<const double> candidate, st
     namespace tol = attnref::tolerance;
     tensor_report t = judge_output(candidate, expected, f, bounds, row);
     if (t.verdict != verdict::pass && !t.untrustworthy) return t;
+    const std::vector<std::uint8_t> exact = correctly_rounded_elements(candidate, expected, f);  // (judge_output's rule)
+    if (all_correctly_rounded(exact)) return t;  // no decoy can count
     const std::size_t n = expected.size();
     if (row == 0 || n == 0 || n % row != 0) return judge_output(candidate, expected, f, bounds, row, decoy_outputs(p));
     const std::size_t rows = n / row;
@@ -136,10 +138,12 @@ inline tensor_report judge_with_decoy_rows(std::span<const double> candidate, st
         std::vector<std::uint8_t> done(rows, 0), pass(rows, 0);
         bool outside = false;
         // A row's elements within their bounds (tolerance::compare's rule, element by element).
+        // A correctly-rounded element of the candidate counts as the reference in the decoy (passing_decoy).
+        std::vector<double> judged_row(row);
         auto within = [&](std::size_t r) {
             const std::size_t at = r * row;
-            const std::span<const double> d(fwd.output().data() + at, row);
-            return tol::compare(d, expected.subspan(at, row), f, [&](std::size_t e) { return bounds[at + e]; }, std::nullopt, 1).ok();
+            for (std::size_t e = 0; e < row; ++e) judged_row[e] = exact[at + e] ? expected[at + e] : fwd.output()[at + e];
+            return tol::compare(judged_row, expected.subspan(at, row), f, [&](std::size_t e) { return bounds[at + e]; }, std::nullopt, 1).ok();
         };
         auto run = [&]() {
             fwd.compute(pass);
@@ -159,7 +163,7 @@ inline tensor_report judge_with_decoy_rows(std::span<const double> candidate, st
         }
         if (outside) continue;  // this decoy fails the bounds: it cannot make them vacuous
         const decoy whole{dp.name, std::move(fwd.output())};
-        if (passing_decoy(std::span<const decoy>(&whole, 1), expected, f, bounds, row))
+        if (passing_decoy(std::span<const decoy>(&whole, 1), expected, f, bounds, row, exact))
             return judge_output(candidate, expected, f, bounds, row, std::span<const decoy>(&whole, 1));
     }
     return t;
