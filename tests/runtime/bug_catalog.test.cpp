@@ -26,17 +26,21 @@
 // A cell (bug, case, format) is
 //   fail          the checker says FAIL;
 //   inconclusive  it says INCONCLUSIVE (a vacuous bound, a decoy that would pass) or untrustworthy;
-//   undetectable  it says PASS and the wrong output passes FlashAttention's own acceptance rule
-//                 against attnref's correct implementations in the same policy (the shifted,
-//                 online with 16-key blocks, and division-free softmax): max|w − e| ≤ 2·max|c − e| +
-//                 2·max|fl(fl(e + 0.3) − 0.3) − e| (FA3's tests; tolerance::baseline_bound) for one of
-//                 them, e the certified reference. Such a wrong output is as close to the exact
-//                 result as the practice of the field requires of a correct kernel in that format;
-//                 no checker can reject it without rejecting correct kernels FlashAttention accepts;
+//   undetectable  it says PASS or INCONCLUSIVE and the wrong output passes FlashAttention's own
+//                 acceptance rule against attnref's correct implementations in the same policy (the
+//                 shifted, online with 16-key blocks, and division-free softmax): max|w − e| ≤
+//                 2·max|c − e| + 2·max|fl(fl(e + 0.3) − 0.3) − e| (FA3's tests;
+//                 tolerance::baseline_bound) for one of them, e the certified reference. Such a wrong
+//                 output is as close to the exact result as the practice of the field requires of a
+//                 correct kernel in that format; no checker can reject it without rejecting correct
+//                 kernels FlashAttention accepts, so neither PASS nor INCONCLUSIVE is a failure of the
+//                 gate there (INCONCLUSIVE is the more honest answer: the case cannot separate the bug
+//                 from a correct kernel's error in this format);
+//   inconclusive  (as above) when the wrong output is further from the reference than that rule allows;
 //   pass          anything else: a wrong implementation that passes although it is detectably
-//                 worse than correct ones. The test asserts there is none, that no wrong kernel
-//                 is inconclusive on a case where attnref's correct kernel passes, and that each
-//                 row's inconclusive share is at most 5% (7% for undeclared bf16: see its test case).
+//                 worse than correct ones. The test asserts there is none, that no inconclusive
+//                 cell is on a case where attnref's correct kernel passes (there the gate decides),
+//                 and that each row's inconclusive share is at most 5%.
 // "One row off by 0.1%" applies only to a row where 0.1% is ≥ 100× attnref's own error in the
 // format and the row's widest unit roundoff is ≤ 1e-5 (float32, float64): below that, a 0.1% change
 // is within the format's resolution (bf16 and fp16 hold 3–4 significant digits, E4M3 P two).
@@ -423,10 +427,11 @@ void run_matrix(const row_kind& f, double inconclusive_limit = 0.05) {
             const check_result r = check(g.lc, *w, f.format, opt);
             cell c = r.overall == verdict::fail ? cell::fail : r.overall == verdict::pass ? cell::pass : cell::inconclusive;
             const double excess = excess_over_own_error(*w, g.expected, correct, f.format);
-            if (c == cell::pass && excess <= 1) {
-                c = cell::undetectable;
-                BOOST_TEST_MESSAGE("undetectable: " << g.name << " × " << bugs[k].name << " × " << fname << ": its error is " << excess
+            if (c != cell::fail && excess <= 1) {  // PASS or INCONCLUSIVE, within what FlashAttention accepts
+                BOOST_TEST_MESSAGE("undetectable (" << (c == cell::pass ? "PASS" : "INCONCLUSIVE") << "): " << g.name << " × "
+                                                    << bugs[k].name << " × " << fname << ": its error is " << excess
                                                     << " of FlashAttention's acceptance bound");
+                c = cell::undetectable;
             }
             if (c == cell::inconclusive) {
                 std::ostringstream line;
@@ -526,14 +531,15 @@ void correctly_rounded_rule() {
 BOOST_AUTO_TEST_CASE(float64_candidates) { run_matrix({F::float64}); }
 BOOST_AUTO_TEST_CASE(float32_candidates) { run_matrix({F::float32}); }
 // An undeclared bf16 candidate's bound holds for any bf16 kernel, also one that rounds the
-// logit-level constants (the scale) to bf16 (relative 2⁻⁹ of logits near 1000: the weights' order):
-// on the logit-offset, exp-overflow, cancelling-output, tied-maxima and seed-example cases it is
-// vacuous or admits a decoy, for attnref's correct kernel as for the wrong ones (23 of 341 cells,
-// 6.7%, measured; every one on a case where the correct kernel is inconclusive too). Declaring the
-// policy (bf16_fp32acc below) takes it to 4 cells.
+// logit-level constants (the scale) or stores its logits in bf16 (relative 2⁻⁹ of logits near
+// 1000: the weights' order): on the logit-offset, exp-overflow, cancelling-output, tied-maxima and
+// seed-example cases it is vacuous or admits a decoy, for attnref's correct kernel as for the wrong
+// ones: 23 of 341 cells INCONCLUSIVE, of which 6 (cancelling outputs × 4, tied maxima × missing
+// scale, forward and backward case) are within FlashAttention's acceptance rule (undetectable), 17
+// (5.0%) are not (measured; every one on a case where the correct kernel is inconclusive too).
 BOOST_AUTO_TEST_CASE(bfloat16_candidates) {
     correctly_rounded_rule();  // (registered with this row: CTest runs the matrix's test cases by name)
-    run_matrix({F::bfloat16}, 0.07);
+    run_matrix({F::bfloat16});
 }
 BOOST_AUTO_TEST_CASE(float16_candidates) { run_matrix({F::float16}); }
 BOOST_AUTO_TEST_CASE(bf16_fp32acc_candidates) { run_matrix({F::bfloat16, "bf16_fp32acc"}); }
