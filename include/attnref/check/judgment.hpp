@@ -140,32 +140,26 @@ inline bool all_correctly_rounded(std::span<const std::uint8_t> exact) {
 }
 
 /// The first decoy that passes under `bounds` while visibly wrong, or nullptr. `exact` (empty, or one
-/// flag per element): the candidate's correctly-rounded elements, where the candidate is known right
-/// whatever the bound, so a decoy is judged on the other elements only (taken equal to the
-/// reference there: neither outside its bound nor visibly wrong).
+/// flag per element): the candidate's correctly-rounded elements, known right whatever the bound;
+/// a decoy that is visibly wrong only there shows no looseness in the bounds the candidate's other
+/// elements rely on, so it counts only where it is visibly wrong at another element. (The decoy must
+/// still lie within the bounds everywhere: the rule only ever turns an INCONCLUSIVE into a PASS.)
 inline const decoy* passing_decoy(std::span<const decoy> decoys, std::span<const double> expected, tolerance::candidate_format f,
                                   std::span<const double> bounds, std::size_t row_length, std::span<const std::uint8_t> exact = {}) {
     namespace tol = attnref::tolerance;
     const std::size_t n = expected.size(), row = row_length > 0 && n % row_length == 0 ? row_length : std::max<std::size_t>(n, 1);
     const bool masked = exact.size() == n;
-    std::vector<double> judged_values;
     for (const decoy& d : decoys) {
         if (d.output.size() != n) continue;
-        std::span<const double> out = d.output;
-        if (masked) {
-            judged_values.assign(d.output.begin(), d.output.end());
-            for (std::size_t e = 0; e < n; ++e)
-                if (exact[e]) judged_values[e] = expected[e];
-            out = judged_values;
-        }
-        if (!tol::compare(out, expected, f, [&](std::size_t e) { return bounds[e]; }, std::nullopt, 1).ok()) continue;
-        bool visible = false;  // off by ≥ decoy_significance of the row's scale somewhere
+        if (!tol::compare(d.output, expected, f, [&](std::size_t e) { return bounds[e]; }, std::nullopt, 1).ok()) continue;
+        bool visible = false;  // off by ≥ decoy_significance of the row's scale somewhere (not correctly rounded in the candidate)
         for (std::size_t begin = 0; begin < n && !visible; begin += row) {
             double scale = 0;
             for (std::size_t e = begin; e < begin + row; ++e)
                 if (std::isfinite(expected[e])) scale = std::max(scale, std::fabs(expected[e]));
             for (std::size_t e = begin; e < begin + row && !visible; ++e)
-                visible = std::isfinite(expected[e]) && std::fabs(out[e] - expected[e]) >= decoy_significance * scale && scale > 0;
+                visible = !(masked && exact[e]) && std::isfinite(expected[e]) &&
+                          std::fabs(d.output[e] - expected[e]) >= decoy_significance * scale && scale > 0;
         }
         if (visible) return &d;
     }
@@ -230,7 +224,8 @@ inline tensor_report judge_output(std::span<const double> candidate, std::span<c
         throw data_error(fmt::format("output: {} candidate values, {} reference values, {} bounds", candidate.size(),
                                      expected.size(), bounds.size()));
     // The correctly-rounded rule: an element equal to the reference correctly rounded to f is never
-    // vacuously bounded (its bound counts as 0 for vacuity), and decoys are judged on the other elements.
+    // vacuously bounded (its bound counts as 0 for vacuity), and a decoy counts only where it is
+    // visibly wrong at another element.
     const std::vector<std::uint8_t> exact = correctly_rounded_elements(candidate, expected, f);
     return judged_output(tol::compare(candidate, expected, f, [&](std::size_t n) { return bounds[n]; }),
                          tol::find_vacuous(expected, row_length, [&](std::size_t n) { return exact[n] ? 0.0 : bounds[n]; }), f,
