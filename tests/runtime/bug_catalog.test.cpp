@@ -489,6 +489,8 @@ void correctly_rounded_rule() {
     BOOST_TEST(correctly_rounded(0.0, 0.0, F::bfloat16));
     BOOST_TEST(!correctly_rounded(0x1p-133, 0.0, F::bfloat16));  // the smallest bf16 subnormal is not 0
     BOOST_TEST(!correctly_rounded(std::nan(""), std::nan(""), F::bfloat16));
+    BOOST_TEST(!correctly_rounded(1 + 0x1p-10, 1 + 0x1p-10, F::bfloat16));  // exact, but not a bf16 value
+    BOOST_TEST(correctly_rounded(1 + 0x1p-10, 1 + 0x1p-10, F::float16));
 
     const loaded_case lc = load_case(golden_dir / "sdpa_adv_bf16_exp_overflow");
     const tensor_entry* copy = nullptr;

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -115,12 +116,13 @@ inline std::vector<decoy> decoy_outputs(const forward_problem& p) {
 /// largest |reference|) somewhere — visibly wrong — makes the bounds vacuous.
 inline constexpr double decoy_significance = 0x1p-7;
 
-/// Whether a candidate value c of format f is the certified reference e correctly rounded to f: c is
-/// at least as close to e as e's rounding to nearest even in f, up to the reference's own error
-/// (2^-53|e|, so a near-tie admits either neighbour). Such a value is the best answer the format
-/// holds: it needs no bound to be known right (the correctly-rounded rule, docs/checker.md).
+/// Whether a candidate value c is the certified reference e correctly rounded to format f: c is a
+/// value of f and at least as close to e as e's rounding to nearest even in f, up to the reference's
+/// own error (2^-53|e|, so a near-tie admits either neighbour). Such a value is the best answer the
+/// format holds: it needs no bound to be known right (the correctly-rounded rule, docs/checker.md).
+/// A value finer than f (a float32 file judged as bfloat16) is not one: the bound judges it.
 inline bool correctly_rounded(double c, double e, tolerance::candidate_format f) {
-    if (!std::isfinite(c) || !std::isfinite(e)) return false;
+    if (!std::isfinite(c) || !std::isfinite(e) || round_to(f, c) != c) return false;
     const double nearest = round_to(f, e);
     if (!std::isfinite(nearest)) return false;  // e beyond the format's range: no such value
     return std::fabs(c - e) <= std::fabs(nearest - e) + 0x1p-52 * std::fabs(e);
@@ -224,11 +226,16 @@ inline tensor_report judge_output(std::span<const double> candidate, std::span<c
         throw data_error(fmt::format("output: {} candidate values, {} reference values, {} bounds", candidate.size(),
                                      expected.size(), bounds.size()));
     // The correctly-rounded rule: an element equal to the reference correctly rounded to f is never
-    // vacuously bounded (its bound counts as 0 for vacuity), and a decoy counts only where it is
-    // visibly wrong at another element.
+    // too loosely bounded (a finite bound ≥ 0 counts as 0 for vacuity; a NaN, infinite or negative
+    // bound stays vacuous: the bound itself is broken), and a decoy counts only where it is visibly
+    // wrong at another element.
     const std::vector<std::uint8_t> exact = correctly_rounded_elements(candidate, expected, f);
+    auto vacuity_bound = [&](std::size_t n) {
+        const double b = bounds[n];
+        return exact[n] && b >= 0 && b < std::numeric_limits<double>::infinity() ? 0.0 : b;
+    };
     return judged_output(tol::compare(candidate, expected, f, [&](std::size_t n) { return bounds[n]; }),
-                         tol::find_vacuous(expected, row_length, [&](std::size_t n) { return exact[n] ? 0.0 : bounds[n]; }), f,
+                         tol::find_vacuous(expected, row_length, vacuity_bound), f,
                          candidate, expected, row_length, passing_decoy(decoys, expected, f, bounds, row_length, exact));
 }
 
