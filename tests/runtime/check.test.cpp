@@ -607,13 +607,14 @@ BOOST_AUTO_TEST_CASE(vacuous_bounds_are_inconclusive) {
         }
     }
     BOOST_TEST(seen >= 1u);  // the verdict exists and is reached on these cases
-    // Through run_check: a bfloat16 copy of the reference on sdpa_adv_logit_offset_1000: nothing
-    // exceeds the bound, but the bound exceeds the outputs — INCONCLUSIVE, with the reason.
+    // Through run_check: a bfloat16 copy of the reference on sdpa_adv_logit_offset_1000, each value
+    // one bf16 ulp away from the correctly rounded one (which the correctly-rounded rule passes):
+    // nothing exceeds the bound, but the bound exceeds the outputs — INCONCLUSIVE, with the reason.
     const fs::path work = fs::temp_directory_path() / ("attnref-check-vacuous-" + std::to_string(::getpid()));
     fs::create_directories(work);
     const golden_case g = load(golden_dir / "sdpa_adv_logit_offset_1000");
     std::vector<std::uint16_t> bits(g.expected.size());
-    for (std::size_t n = 0; n < bits.size(); ++n) bits[n] = formats::bfloat16(g.expected[n]).bits();
+    for (std::size_t n = 0; n < bits.size(); ++n) bits[n] = static_cast<std::uint16_t>(formats::bfloat16(g.expected[n]).bits() + 1);
     npy::write(work / "out.npy", npy::make_array("<u2", output_shape(g.lc.m.spec), bits));
     check_request rq;
     rq.golden = g.dir.string();
@@ -659,12 +660,18 @@ BOOST_AUTO_TEST_CASE(decoys_row_by_row_match_whole_decoys) {
             std::vector<double> scale(rows, 0.0);
             for (std::size_t e = 0; e < g.expected.size(); ++e)
                 if (std::isfinite(g.expected[e])) scale[e / row] = std::max(scale[e / row], std::fabs(g.expected[e]));
+            // The candidate: the reference moved by 2⁻⁴⁸ of itself at every nonzero finite element (16
+            // float64 ulps or more: not correctly rounded there, so the correctly-rounded rule leaves the
+            // decoys their say; far within every bound below).
+            std::vector<double> cand = g.expected;
+            for (double& x : cand)
+                if (std::isfinite(x) && x != 0) x += x * 0x1p-48;
             for (const int kind : {0, 1, 2}) {
                 std::vector<double> bounds(g.expected.size());
                 for (std::size_t e = 0; e < bounds.size(); ++e)
                     bounds[e] = (kind == 0 || (kind == 2 && e / row == rows - 1) ? 1e-9 : 0.9) * scale[e / row];
-                const tensor_report a = judge_with_decoys(g.expected, g.expected, F::float64, bounds, row, p);
-                const tensor_report b = judge_with_decoy_rows(g.expected, g.expected, F::float64, bounds, row, p);
+                const tensor_report a = judge_with_decoys(cand, g.expected, F::float64, bounds, row, p);
+                const tensor_report b = judge_with_decoy_rows(cand, g.expected, F::float64, bounds, row, p);
                 BOOST_TEST((a.verdict == b.verdict), kind);
                 BOOST_TEST(a.note == b.note, kind);
                 BOOST_TEST(a.untrustworthy == b.untrustworthy);

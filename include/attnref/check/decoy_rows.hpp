@@ -124,6 +124,8 @@ inline tensor_report judge_with_decoy_rows(std::span<const double> candidate, st
     namespace tol = attnref::tolerance;
     tensor_report t = judge_output(candidate, expected, f, bounds, row);
     if (t.verdict != verdict::pass && !t.untrustworthy) return t;
+    const std::vector<std::uint8_t> exact = correctly_rounded_elements(candidate, expected, f);  // (judge_output's rule)
+    if (all_correctly_rounded(exact)) return t;  // no decoy can count
     const std::size_t n = expected.size();
     if (row == 0 || n == 0 || n % row != 0) return judge_output(candidate, expected, f, bounds, row, decoy_outputs(p));
     const std::size_t rows = n / row;
@@ -159,7 +161,7 @@ inline tensor_report judge_with_decoy_rows(std::span<const double> candidate, st
         }
         if (outside) continue;  // this decoy fails the bounds: it cannot make them vacuous
         const decoy whole{dp.name, std::move(fwd.output())};
-        if (passing_decoy(std::span<const decoy>(&whole, 1), expected, f, bounds, row))
+        if (passing_decoy(std::span<const decoy>(&whole, 1), expected, f, bounds, row, exact))
             return judge_output(candidate, expected, f, bounds, row, std::span<const decoy>(&whole, 1));
     }
     return t;

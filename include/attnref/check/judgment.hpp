@@ -18,6 +18,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -114,21 +116,52 @@ inline std::vector<decoy> decoy_outputs(const forward_problem& p) {
 /// largest |reference|) somewhere — visibly wrong — makes the bounds vacuous.
 inline constexpr double decoy_significance = 0x1p-7;
 
-/// The first decoy that passes under `bounds` while visibly wrong, or nullptr.
+/// Whether a candidate value c is the certified reference e correctly rounded to format f: c is a
+/// value of f and at least as close to e as e's rounding to nearest even in f, up to the reference's
+/// own error (2^-53|e|, so a near-tie admits either neighbour). Such a value is the best answer the
+/// format holds: it needs no bound to be known right (the correctly-rounded rule, docs/checker.md).
+/// A value finer than f (a float32 file judged as bfloat16) is not one: the bound judges it.
+inline bool correctly_rounded(double c, double e, tolerance::candidate_format f) {
+    if (!std::isfinite(c) || !std::isfinite(e) || round_to(f, c) != c) return false;
+    const double nearest = round_to(f, e);
+    if (!std::isfinite(nearest)) return false;  // e beyond the format's range: no such value
+    return std::fabs(c - e) <= std::fabs(nearest - e) + 0x1p-52 * std::fabs(e);
+}
+/// correctly_rounded element by element (1: correctly rounded); empty when the sizes differ.
+inline std::vector<std::uint8_t> correctly_rounded_elements(std::span<const double> candidate, std::span<const double> expected,
+                                                            tolerance::candidate_format f) {
+    std::vector<std::uint8_t> r;
+    if (candidate.size() != expected.size()) return r;
+    r.resize(expected.size());
+    for (std::size_t e = 0; e < expected.size(); ++e) r[e] = correctly_rounded(candidate[e], expected[e], f) ? 1 : 0;
+    return r;
+}
+/// Whether every element is correctly rounded (an empty mask: no).
+inline bool all_correctly_rounded(std::span<const std::uint8_t> exact) {
+    return !exact.empty() && std::all_of(exact.begin(), exact.end(), [](std::uint8_t x) { return x != 0; });
+}
+
+/// The first decoy that passes under `bounds` while visibly wrong, or nullptr. `exact` (empty, or one
+/// flag per element): the candidate's correctly-rounded elements, known right whatever the bound;
+/// a decoy that is visibly wrong only there shows no looseness in the bounds the candidate's other
+/// elements rely on, so it counts only where it is visibly wrong at another element. (The decoy must
+/// still lie within the bounds everywhere: the rule only ever turns an INCONCLUSIVE into a PASS.)
 inline const decoy* passing_decoy(std::span<const decoy> decoys, std::span<const double> expected, tolerance::candidate_format f,
-                                  std::span<const double> bounds, std::size_t row_length) {
+                                  std::span<const double> bounds, std::size_t row_length, std::span<const std::uint8_t> exact = {}) {
     namespace tol = attnref::tolerance;
     const std::size_t n = expected.size(), row = row_length > 0 && n % row_length == 0 ? row_length : std::max<std::size_t>(n, 1);
+    const bool masked = exact.size() == n;
     for (const decoy& d : decoys) {
         if (d.output.size() != n) continue;
         if (!tol::compare(d.output, expected, f, [&](std::size_t e) { return bounds[e]; }, std::nullopt, 1).ok()) continue;
-        bool visible = false;  // off by ≥ decoy_significance of the row's scale somewhere
+        bool visible = false;  // off by ≥ decoy_significance of the row's scale somewhere (not correctly rounded in the candidate)
         for (std::size_t begin = 0; begin < n && !visible; begin += row) {
             double scale = 0;
             for (std::size_t e = begin; e < begin + row; ++e)
                 if (std::isfinite(expected[e])) scale = std::max(scale, std::fabs(expected[e]));
             for (std::size_t e = begin; e < begin + row && !visible; ++e)
-                visible = std::isfinite(expected[e]) && std::fabs(d.output[e] - expected[e]) >= decoy_significance * scale && scale > 0;
+                visible = !(masked && exact[e]) && std::isfinite(expected[e]) &&
+                          std::fabs(d.output[e] - expected[e]) >= decoy_significance * scale && scale > 0;
         }
         if (visible) return &d;
     }
@@ -192,9 +225,18 @@ inline tensor_report judge_output(std::span<const double> candidate, std::span<c
     if (candidate.size() != expected.size() || bounds.size() != expected.size())
         throw data_error(fmt::format("output: {} candidate values, {} reference values, {} bounds", candidate.size(),
                                      expected.size(), bounds.size()));
+    // The correctly-rounded rule: an element equal to the reference correctly rounded to f is never
+    // too loosely bounded (a finite bound ≥ 0 counts as 0 for vacuity; a NaN, infinite or negative
+    // bound stays vacuous: the bound itself is broken), and a decoy counts only where it is visibly
+    // wrong at another element.
+    const std::vector<std::uint8_t> exact = correctly_rounded_elements(candidate, expected, f);
+    auto vacuity_bound = [&](std::size_t n) {
+        const double b = bounds[n];
+        return exact[n] && b >= 0 && b < std::numeric_limits<double>::infinity() ? 0.0 : b;
+    };
     return judged_output(tol::compare(candidate, expected, f, [&](std::size_t n) { return bounds[n]; }),
-                         tol::find_vacuous(expected, row_length, bounds), f, candidate, expected, row_length,
-                         passing_decoy(decoys, expected, f, bounds, row_length));
+                         tol::find_vacuous(expected, row_length, vacuity_bound), f,
+                         candidate, expected, row_length, passing_decoy(decoys, expected, f, bounds, row_length, exact));
 }
 
 /// judge_output, computing the problem's decoys only where they can change the verdict (a pass or
@@ -203,6 +245,7 @@ inline tensor_report judge_with_decoys(std::span<const double> candidate, std::s
                                        std::span<const double> bounds, std::size_t row, const forward_problem& p) {
     tensor_report t = judge_output(candidate, expected, f, bounds, row);
     if (t.verdict != verdict::pass && !t.untrustworthy) return t;
+    if (all_correctly_rounded(correctly_rounded_elements(candidate, expected, f))) return t;  // no decoy can count
     return judge_output(candidate, expected, f, bounds, row, decoy_outputs(p));
 }
 
