@@ -64,6 +64,7 @@
 #include "attnref/core/formats.hpp"
 #include "attnref/bounds/tolerance.hpp"
 #include "attnref/golden/check.hpp"
+#include "attnref/check/judgment.hpp"  // correctly_rounded (the compiled checker declares only its entry points)
 #include "attnref/golden/case.hpp"
 #include "attnref/golden/rounded_inputs.hpp"
 #include "attnref/multiprecision/policies.hpp"
