@@ -1,10 +1,8 @@
 /// The certified reference for a call, float64 target: the fast certified path (certify/fast.hpp:
 /// double-double with rigorous bounds; the query rows holding undecided elements recomputed by
 /// certify.hpp's MPFI ladder through attnref's own templates), exactly as `attnref generate` certifies.
-#include "attnref/certify/certify.hpp"
-#include "attnref/certify/fast.hpp"
 #include "attnref/certify/fast/problem_of.hpp"
-#include "attnref/multiprecision/multiprecision.hpp"
+#include "attnref/golden/generate.hpp"  // certify_problem_fast: compiled once (attnref_certify_compiled)
 #include "core.hpp"
 #include "run.hpp"
 
@@ -19,7 +17,7 @@ result compute_certified(const call& c, bool escalate) {
     fast::fast_options fo;
     fo.threads = c.conv.threads;
     fo.fallback = escalate;
-    certify::result cert = fast::certify_fast(p, true, true, {certify::float64_target}, fo);
+    certify::result cert = golden::certify_problem_fast(p, true, true, {certify::float64_target}, fo);
     result r;
     r.output = std::move(cert.values[0][0]);
     r.weights = std::move(cert.values[1][0]);

@@ -226,6 +226,19 @@ inline format_description target_format(const std::string& name) {
     return describe(*f);
 }
 
+/// fast::certify_fast (certify/fast.hpp) of a problem, compiled once with generate_case where the
+/// build links attnref_certify_compiled (the Python module's certified reference of a call).
+ATTNREF_GENERATE_FN certify::result certify_problem_fast(const fast::fast_problem& p, bool want_weights, bool want_lse,
+                                                         const std::vector<format_description>& targets,
+                                                         const fast::fast_options& options = {}, fast::fast_stats* stats = nullptr);
+#if ATTNREF_GENERATE_BODIES
+ATTNREF_GENERATE_FN certify::result certify_problem_fast(const fast::fast_problem& p, bool want_weights, bool want_lse,
+                                                         const std::vector<format_description>& targets,
+                                                         const fast::fast_options& options, fast::fast_stats* stats) {
+    return fast::certify_fast(p, want_weights, want_lse, targets, options, stats);
+}
+#endif
+
 /// The fast certified reference of a case (output, then weights and lse when the case has them; for
 /// float64 and the case's extra targets, in generate_case's order).
 ATTNREF_GENERATE_FN certify::result certify_case_fast(const case_spec& spec, const case_data& data, std::size_t threads,
@@ -236,8 +249,8 @@ ATTNREF_GENERATE_FN certify::result certify_case_fast(const case_spec& spec, con
     std::vector<format_description> targets{certify::float64_target};
     for (const std::string& t : spec.outputs.targets) targets.push_back(target_format(t));
     options.threads = threads;
-    return fast::certify_fast(fast::fast_problem_of(problem_of(views_of(spec, data, threads))), spec.outputs.weights, spec.outputs.lse, targets, options,
-                              stats);
+    return certify_problem_fast(fast::fast_problem_of(problem_of(views_of(spec, data, threads))), spec.outputs.weights, spec.outputs.lse, targets,
+                                options, stats);
 }
 #endif
 
