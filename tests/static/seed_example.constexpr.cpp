@@ -5,7 +5,8 @@
 //   weight the seed mask masks is exactly 0 (while every unmasked one is > 0);
 // - main(): the same call at run time (inputs offset by an opaque 0), compared bitwise, element by
 //   element, with the constant-evaluated output, weights, lse and head outputs; exit 1 if any differ.
-// Built and run by Clang 14 (tests/core.cmake, test seed_example_constexpr, label slow); GCC 12 is
+// Built and run by Clang 14 (tests/core.cmake: seed_example_constexpr_full, label exhaustive; CI's
+// seed_example_constexpr at d_model = 128); GCC 12 is
 // measured by bench/compile_time.sh (docs/compile-time.md). ATTNREF_SEED_MODEL_DIM (default 512)
 // changes d_model for the benchmark; the heads stay 8.
 #include <cstdio>
