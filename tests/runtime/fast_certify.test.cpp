@@ -41,6 +41,18 @@ bool same_bits(double a, double b) {
     return std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b);
 }
 
+/// A case's certified targets by name ("float64", then outputs.targets: the committed files' suffixes)
+/// and as formats (golden::target_formats, the same order).
+struct case_targets {
+    std::vector<std::string> names;
+    std::vector<format_description> formats;
+};
+case_targets targets_of(const golden::case_spec& spec) {
+    std::vector<std::string> names{"float64"};
+    for (const std::string& t : spec.outputs.targets) names.push_back(t);
+    return {names, golden::target_formats(spec)};
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(committed_suite_identical) {
@@ -60,8 +72,7 @@ BOOST_AUTO_TEST_CASE(committed_suite_identical) {
         std::vector<std::string> names{"output"};
         if (spec.outputs.weights) names.push_back("weights");
         if (spec.outputs.lse) names.push_back("lse");
-        std::vector<std::string> targets{"float64"};
-        for (const std::string& t : spec.outputs.targets) targets.push_back(t);
+        const std::vector<std::string> targets = targets_of(spec).names;
         std::size_t case_escalated = 0;
         for (std::size_t t = 0; t < names.size(); ++t)
             for (std::size_t k = 0; k < targets.size(); ++k) {
@@ -690,10 +701,7 @@ BOOST_AUTO_TEST_CASE(fast_gradients_identical_to_committed) {
     for (const fs::path& dir : cases) {
         const golden::loaded_case lc = golden::load_case(dir);
         const golden::case_spec& spec = lc.m.spec;
-        std::vector<std::string> targets{"float64"};
-        for (const std::string& t : spec.outputs.targets) targets.push_back(t);
-        std::vector<format_description> formats;
-        for (const std::string& t : targets) formats.push_back(golden::target_format(t));
+        const auto [targets, formats] = targets_of(spec);
         fast::fast_stats stats;
         const certify::result r = golden::certify_gradients_fast(spec, lc.data, 2, formats, {}, &stats);
         if (!stats.whole_case_reason.empty()) ++whole;
@@ -801,10 +809,7 @@ BOOST_AUTO_TEST_CASE(gradient_escalation_recomputes_only_the_groups_it_needs) {
         const golden::loaded_case lc = golden::load_case(dir);
         const golden::case_spec& spec = lc.m.spec;
         const golden::case_shapes& d = spec.shapes;
-        std::vector<std::string> targets{"float64"};
-        for (const std::string& t : spec.outputs.targets) targets.push_back(t);
-        std::vector<format_description> formats;
-        for (const std::string& t : targets) formats.push_back(golden::target_format(t));
+        const auto [targets, formats] = targets_of(spec);
         const std::size_t G = d.heads / d.kv_heads, groups = d.batch * d.kv_heads;
         const std::size_t block[3] = {G * d.query_length * d.head_dim_qk, d.key_length * d.head_dim_qk, d.key_length * d.head_dim_v};
         std::vector<std::vector<std::uint8_t>> wanted(3);
@@ -846,10 +851,7 @@ BOOST_AUTO_TEST_CASE(fast_gradients_escalated_by_groups_equal_committed) {
     const fs::path dir = fs::path(ATTNREF_SOURCE_DIR "/golden") / "sdpa_bwd_gqa";
     const golden::loaded_case lc = golden::load_case(dir);
     const golden::case_spec& spec = lc.m.spec;
-    std::vector<std::string> targets{"float64"};
-    for (const std::string& t : spec.outputs.targets) targets.push_back(t);
-    std::vector<format_description> formats;
-    for (const std::string& t : targets) formats.push_back(golden::target_format(t));
+    const auto [targets, formats] = targets_of(spec);
     fast::fast_options fo;
     fo.bound_scale = 0x1p40;
     fast::fast_stats stats;

@@ -131,8 +131,10 @@ inline std::vector<double> flat_of(const auto& t) { return std::vector<double>(t
 inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_for(const case_spec& spec, const case_data& data,
                                                                                     const gradient_reference& ref, tol::candidate_format f,
                                                                                     std::optional<backward_algorithm> declared = std::nullopt,
-                                                                                    const std::optional<tol::policy_roundoffs>& policy = std::nullopt) {
+                                                                                    const std::optional<tol::policy_roundoffs>& policy = std::nullopt,
+                                                                                    bool* predicted_weights = nullptr) {
     namespace cd = check_detail;
+    if (predicted_weights) *predicted_weights = false;
     const case_shapes& d = spec.shapes;
     // A declared policy's roundoffs, else the format's defaults (valid for any kernel of the format).
     const double u = policy ? policy->accumulate : tol::accumulate_roundoff(f),
@@ -162,6 +164,7 @@ inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_
         if (cd::weights_predicted(policy, declared, us, uw, input_format.has_value() || !(u_in > 0)))
             predicted = sdpa_gradient_first_order_bounds_predicted_weights(c.q, c.k, c.v, g, c.o, u, cd::weights_rounding(policy->weights), 1.0,
                                                                            input_format);
+        if (predicted_weights) *predicted_weights = predicted.has_value();  // (B17) taken (it declines on non-finite weights)
         if (!predicted && input_format)
             predicted = sdpa_gradient_first_order_bounds_predicted_inputs(c.q, c.k, c.v, g, w, lse, c.o, u, us, uw, *input_format, declared, ui);
         sdpa_gradient_bounds b;
@@ -227,20 +230,12 @@ inline void check_gradients(const case_spec& spec, const case_data& data, const 
     // tensor is judged in its own (gradient_tensor::format, else f); computed once per format.
     using role_values = std::vector<std::pair<std::string, std::vector<double>>>;
     std::map<tol::candidate_format, role_values> bounds_by_format, naive_by_format;
+    std::map<tol::candidate_format, bool> predicted_weights_in;  // whether gradient_bounds_for took (B17) for that format
     auto bounds_in = [&](tol::candidate_format g) -> const role_values& {
         auto it = bounds_by_format.find(g);
-        if (it == bounds_by_format.end()) it = bounds_by_format.emplace(g, gradient_bounds_for(spec, data, ref, g, declared, declared_policy)).first;
+        if (it == bounds_by_format.end())
+            it = bounds_by_format.emplace(g, gradient_bounds_for(spec, data, ref, g, declared, declared_policy, &predicted_weights_in[g])).first;
         return it->second;
-    };
-    // Whether gradient_bounds_for took (B17) for format g (the same conditions as there).
-    auto predicted_weights_used = [&](tol::candidate_format g) {
-        if (!declared_policy) return false;
-        const double u = declared_policy->accumulate, u_fmt = std::max(declared_policy->storage, declared_policy->output);
-        const double us = u_fmt > u ? u_fmt : 0, uw = declared_policy->weights > u ? declared_policy->weights : 0;
-        const bool representable = cd::inputs_representable(data, ref.grad_output, g);
-        const bool input_format_known = !representable && declared_policy->storage == u_fmt &&
-                                        (u_fmt == 0x1p-8 || u_fmt == 0x1p-11 || u_fmt == 0x1p-24);
-        return cd::weights_predicted(declared_policy, declared, us, uw, representable || input_format_known);
     };
     std::map<std::string, tol::candidate_format> format_of;
     auto find = [](const auto& list, const std::string& role) -> const std::vector<double>* {
@@ -295,7 +290,7 @@ inline void check_gradients(const case_spec& spec, const case_data& data, const 
                 tr.note = "the bound admits a trivially wrong gradient (" + p->name + "); a pass would prove nothing";
             }
         }
-        if (model == tol::tolerance_model::data_aware && spec.kind == case_kind::sdpa && predicted_weights_used(tf))
+        if (model == tol::tolerance_model::data_aware && predicted_weights_in[tf])
             tr.note += std::string(tr.note.empty() ? "" : "; ") + "bound (B17): the declared policy's stored weights predicted";
         else if (model == tol::tolerance_model::data_aware && t.role == "grad_query" && attnref::detail::textbook_bound_applies(declared, views_of(spec, data).o))
             tr.note += std::string(tr.note.empty() ? "" : "; ") + "bound (B5t) of the declared textbook backward";

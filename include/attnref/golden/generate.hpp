@@ -226,6 +226,14 @@ inline format_description target_format(const std::string& name) {
     return describe(*f);
 }
 
+/// The formats a case is certified in, in the order of its files and of certify::result's values:
+/// float64, then the case's extra targets (outputs.targets).
+inline std::vector<format_description> target_formats(const case_spec& spec) {
+    std::vector<format_description> targets{certify::float64_target};
+    for (const std::string& t : spec.outputs.targets) targets.push_back(target_format(t));
+    return targets;
+}
+
 /// fast::certify_fast (certify/fast.hpp) of a problem, compiled once with generate_case where the
 /// build links attnref_certify_compiled (the Python module's certified reference of a call).
 ATTNREF_GENERATE_FN certify::result certify_problem_fast(const fast::fast_problem& p, bool want_weights, bool want_lse,
@@ -246,10 +254,8 @@ ATTNREF_GENERATE_FN certify::result certify_case_fast(const case_spec& spec, con
 #if ATTNREF_GENERATE_BODIES
 ATTNREF_GENERATE_FN certify::result certify_case_fast(const case_spec& spec, const case_data& data, std::size_t threads,
                                          fast::fast_stats* stats, fast::fast_options options) {
-    std::vector<format_description> targets{certify::float64_target};
-    for (const std::string& t : spec.outputs.targets) targets.push_back(target_format(t));
     options.threads = threads;
-    return certify_problem_fast(fast::fast_problem_of(problem_of(views_of(spec, data, threads))), spec.outputs.weights, spec.outputs.lse, targets,
+    return certify_problem_fast(fast::fast_problem_of(problem_of(views_of(spec, data, threads))), spec.outputs.weights, spec.outputs.lse, target_formats(spec),
                                 options, stats);
 }
 #endif
@@ -638,8 +644,7 @@ ATTNREF_GENERATE_FN generated_case generate_case(const case_spec& spec, std::siz
     std::vector<std::vector<std::size_t>> shapes{output_shape(spec)};
     if (spec.outputs.weights) names.push_back("weights"), shapes.push_back(weights_shape(spec));
     if (spec.outputs.lse) names.push_back("lse"), shapes.push_back(lse_shape(spec));
-    std::vector<format_description> targets{certify::float64_target};
-    for (const std::string& t : spec.outputs.targets) targets.push_back(target_format(t));
+    const std::vector<format_description> targets = target_formats(spec);
 
     // The fast path by default; the MPFI ladder alone on request (its NaN and row rules below).
     certify::result cert;
