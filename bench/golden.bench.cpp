@@ -12,7 +12,7 @@
 // the fast rung's alone, and those elements are NOT certified; the table says so).
 // Under each shape a breakdown line gives the fast path's stages (a fast::stage_timer observer):
 // projections, attention core (wall) with its thread-seconds for logits / softmax / P·V, output
-// projection, escalation (and how many rows the shared K/V rung and the whole-batch ladder took),
+// projection, escalation (and how many rows the row rung and the whole-batch ladder took),
 // and the load average before the shape.
 // With --bound-histogram, the distribution of log2(bound / ulp(value)) of every bounded output and
 // weight element (an element is certified only when the ratio is below ~1/4 and it is not too near
@@ -303,12 +303,12 @@ int main(int argc, char** argv) {
                                                     torch_cpu > 0 ? fast_cpu / torch_cpu : 0.0),
                                         elements, escalated, peak_rss_gib(), mpfi).c_str());
         std::printf("%s\n", fmt::format("    stages: projections {:.3f} s, attention {:.3f} s (thread-s: logits {:.2f}, softmax {:.2f}, "
-                                        "P.V {:.2f}), output projection {:.3f} s, escalation {:.3f} s ({} rows: {} by the shared "
-                                        "K/V rung, {} by the whole-batch ladder); load average before {}",
+                                        "P.V {:.2f}), output projection {:.3f} s, escalation {:.3f} s ({} rows: {} by the row "
+                                        "rung, {} by the whole-batch ladder); load average before {}",
                                         timer.seconds(fast_stage::projections), timer.seconds(fast_stage::attention),
                                         timer.seconds(fast_stage::logits), timer.seconds(fast_stage::softmax),
                                         timer.seconds(fast_stage::values), timer.seconds(fast_stage::output_projection),
-                                        timer.seconds(fast_stage::escalation), stats.escalated_rows, stats.shared_kv_rows,
+                                        timer.seconds(fast_stage::escalation), stats.escalated_rows, stats.row_rung_rows,
                                         stats.ladder_rows, load).c_str());
         if (bound_histogram) {
             std::printf("%s\n", hist[0].line("output").c_str());

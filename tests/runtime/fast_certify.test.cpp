@@ -560,39 +560,63 @@ bool same_values(const certify::result& a, const certify::result& b) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(shared_kv_rung_gives_the_bytes_of_the_whole_batch_ladder) {
-    // Bounds scaled by 2^40 leave most elements undecided: the shared K/V rung (triple-word key and
-    // value enclosures, the escalated rows through the forward templates in MPFI) certifies them,
-    // and every value equals the whole-batch MPFI ladder's and the fast rung's.
-    const mha_data d = make_mha(2, 24, 32, 4, 2, 700);
-    const fast::fast_problem p = d.problem();
-    const std::vector<format_description> targets{certify::float64_target, describe(binary_format::float32),
+BOOST_AUTO_TEST_CASE(row_rung_gives_the_bytes_of_the_whole_batch_ladder) {
+    // Bounds scaled by 2^40 leave most elements undecided: the row rung (reassociated logits and
+    // values, each key by triple-word dot products, the rows in MPFI) certifies them, and every value
+    // equals the whole-batch MPFI ladder's and the fast rung's. Three sets of conventions: biases, GQA,
+    // bottom-right causal and ALiBi; √s on both sides, soft-capping, online softmax over reversed
+    // blocks of 8 keys and a sliding window; a given scale on the query, no key or value bias, a
+    // padded batch (empty rows, uniform policy).
+    for (int variant = 0; variant < 3; ++variant) {
+        const mha_data d = make_mha(2, 24, 32, 4, 2, 700 + variant);
+        fast::fast_problem p = d.problem();
+        const std::vector<std::size_t> key_lengths{24, 0};
+        if (variant == 1) {
+            p.options.placement = scale_placement::split_sqrt;
+            p.options.softcap = 5.0;
+            p.options.softmax.algorithm = softmax_algorithm::online;
+            p.options.softmax.block_size = 8;
+            p.options.softmax.block_order = key_block_order::reverse;
+            p.options.mask.window = sliding_window{5, 0};
+            p.options.alibi_slopes = {};
+        } else if (variant == 2) {
+            p.options.scale = 0.3;
+            p.options.placement = scale_placement::on_query;
+            p.params.b_k = {};
+            p.params.b_v = {};
+            p.options.mask.causal = false;
+            p.options.mask.key_lengths = key_lengths;
+            p.options.softmax.empty_rows = empty_row_policy::uniform;
+        }
+        const std::vector<format_description> targets{certify::float64_target, describe(binary_format::float32),
                                                       describe(binary_format::bfloat16)};
-    fast::fast_options fo;
-    fo.threads = 2;
-    fast::fast_stats plain_stats, shared_stats, ladder_stats;
-    const certify::result plain = fast::certify_fast(p, true, true, targets, fo, &plain_stats);
-    fo.bound_scale = 0x1p40;
-    const certify::result shared = fast::certify_fast(p, true, true, targets, fo, &shared_stats);
-    fo.shared_kv = false;
-    const certify::result ladder = fast::certify_fast(p, true, true, targets, fo, &ladder_stats);
-    BOOST_TEST_MESSAGE(fmt::format("shared K/V rung: {} elements escalated, {} rows by the shared rung, {} by the ladder; "
-                                   "whole-batch ladder: {} rows",
-                                   shared_stats.escalated_elements, shared_stats.shared_kv_rows, shared_stats.ladder_rows,
-                                   ladder_stats.ladder_rows));
-    BOOST_TEST(shared_stats.escalated_elements > 1000u);
-    BOOST_TEST(shared_stats.shared_kv_rows > 0u);
-    BOOST_TEST(ladder_stats.shared_kv_rows == 0u);
-    BOOST_TEST(ladder_stats.ladder_rows > 0u);
-    BOOST_TEST(same_values(shared, ladder));
-    BOOST_TEST(same_values(plain, ladder));
+        fast::fast_options fo;
+        fo.threads = 2;
+        fast::fast_stats plain_stats, rung_stats, ladder_stats;
+        const certify::result plain = fast::certify_fast(p, true, true, targets, fo, &plain_stats);
+        fo.bound_scale = 0x1p40;
+        const certify::result rung = fast::certify_fast(p, true, true, targets, fo, &rung_stats);
+        fo.row_rung = false;
+        const certify::result ladder = fast::certify_fast(p, true, true, targets, fo, &ladder_stats);
+        BOOST_TEST_MESSAGE(fmt::format("variant {}: {} elements escalated, {} rows by the row rung, {} by the ladder after it; "
+                                       "whole-batch ladder alone: {} rows",
+                                       variant, rung_stats.escalated_elements, rung_stats.row_rung_rows, rung_stats.ladder_rows,
+                                       ladder_stats.ladder_rows));
+        BOOST_TEST(rung_stats.escalated_elements > 1000u);
+        BOOST_TEST(rung_stats.row_rung_rows > 0u);
+        BOOST_TEST(rung_stats.ladder_rows == 0u);
+        BOOST_TEST(ladder_stats.row_rung_rows == 0u);
+        BOOST_TEST(ladder_stats.ladder_rows > 0u);
+        BOOST_TEST(same_values(rung, ladder));
+        BOOST_TEST(same_values(plain, ladder));
+    }
 }
 
-BOOST_AUTO_TEST_CASE(shared_kv_rung_computes_only_what_the_undecided_elements_need) {
+BOOST_AUTO_TEST_CASE(row_rung_computes_only_what_the_undecided_elements_need) {
     // Undecided: two outputs of query row (b 1, i 5), one weight of (b 0, h 1, i 7), one lse of
-    // (b 1, h 3, i 20). The shared K/V rung computes the attention rows those need (every head of
+    // (b 1, h 3, i 20). The row rung computes the attention rows those need (every head of
     // the output's query row, one head each for the weight and the lse), the Q projection of their
-    // three query rows and the output projection of one, and gives the values of the whole-batch
+    // three query rows and the two output columns of one, and gives the values of the whole-batch
     // MPFI ladder (MPFI projections of every key) and of certify_fast.
     const mha_data d = make_mha(2, 24, 32, 4, 2, 701);
     const fast::fast_problem p = d.problem();
@@ -609,7 +633,7 @@ BOOST_AUTO_TEST_CASE(shared_kv_rung_computes_only_what_the_undecided_elements_ne
     auto escalate = [&](bool shared, fast::fast_stats& stats) {
         std::vector<std::vector<std::vector<double>>> values(3);
         for (std::size_t t = 0; t < 3; ++t) values[t].assign(targets.size(), std::vector<double>(undecided[t].size(), 0.0));
-        fast::detail::shared_kv_rung rung{&p, 2, {}, {}};
+        fast::detail::row_rung rung{&p, 2};
         fast::detail::mpfi_runner run{&p, B, H, S, S, d.dk, E, true, true, {1, 1, 1}, 2, shared ? &rung : nullptr, &stats};
         std::vector<int> precisions;
         fast::detail::escalate({"output", "weights", "lse"}, targets, values, undecided, std::vector<std::uint8_t>(B * H * S, 0), run,
@@ -626,15 +650,15 @@ BOOST_AUTO_TEST_CASE(shared_kv_rung_computes_only_what_the_undecided_elements_ne
                     ++compared;
                     if (!same_bits(shared[t][k][n], ladder[t][k][n]) || !same_bits(shared[t][k][n], plain.values[t][k][n])) ++differ;
                 }
-    BOOST_TEST_MESSAGE(fmt::format("shared K/V rung: {} attention rows, {} query rows projected, {} output rows; {} values compared, {} differ",
-                                   shared_stats.shared_kv_rows, shared_stats.shared_kv_query_rows, shared_stats.shared_kv_output_rows,
+    BOOST_TEST_MESSAGE(fmt::format("row rung: {} attention rows, {} query rows, {} with outputs; {} values compared, {} differ",
+                                   shared_stats.row_rung_rows, shared_stats.row_rung_query_rows, shared_stats.row_rung_output_rows,
                                    compared, differ));
     BOOST_TEST(compared == 4 * targets.size());
     BOOST_TEST(differ == 0u);
     BOOST_TEST(shared_stats.ladder_rows == 0u);
-    BOOST_TEST(shared_stats.shared_kv_rows == H + 2);
-    BOOST_TEST(shared_stats.shared_kv_query_rows == 3u);
-    BOOST_TEST(shared_stats.shared_kv_output_rows == 1u);
+    BOOST_TEST(shared_stats.row_rung_rows == H + 2);
+    BOOST_TEST(shared_stats.row_rung_query_rows == 3u);
+    BOOST_TEST(shared_stats.row_rung_output_rows == 1u);
     BOOST_TEST(ladder_stats.ladder_rows == H + 2);
 }
 

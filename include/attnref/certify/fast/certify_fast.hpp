@@ -307,9 +307,9 @@ inline certify::result certify_fast(const fast_problem& p, bool want_weights, bo
     r.precisions_bits = {106};
     if (stats.escalated_elements && fo.fallback) {
         const detail::stage_scope s(fo.observer, fast_stage::escalation);
-        detail::shared_kv_rung shared{&p, fo.threads, {}, {}};
+        detail::row_rung first{&p, fo.threads};
         detail::mpfi_runner run{&p, d.B, d.H, d.Sq, d.Sk, d.dv, d.dout, want_weights, want_lse, std::vector<std::uint8_t>(nt, 0),
-                                fo.threads, p.mha && fo.shared_kv ? &shared : nullptr, &stats};
+                                fo.threads, p.mha && fo.row_rung ? &first : nullptr, &stats};
         for (std::size_t t = 0; t < nt; ++t) run.need[t] = left[t] != 0;
         std::vector<int> precisions;
         std::vector<std::vector<std::size_t>> shapes{p.mha ? std::vector<std::size_t>{d.B, d.Sq, d.dout}

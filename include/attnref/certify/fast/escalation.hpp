@@ -2,8 +2,8 @@
 /// \file certify/fast/escalation.hpp
 /// The elements the fast rung leaves undecided, through Ziv's MPFI ladder (certify.hpp): their
 /// query rows are recomputed by the forward templates in mpfr_interval<D> (generation's own path),
-/// and only those elements are read. Multi-head attention's first rung goes through shared K/V
-/// enclosures (shared_kv.hpp) instead of projecting every key in MPFI; later rungs, and SDPA
+/// and only those elements are read. Multi-head attention's first rung goes through the row rung
+/// (row_rung.hpp) instead of projecting every key in MPFI; later rungs, and SDPA
 /// (whose keys and values are inputs), through the whole-batch ladder. The result is the correctly rounded value, as for every
 /// element the ladder certifies.
 
@@ -18,7 +18,7 @@
 #include "attnref/core/attention.hpp"
 #include "attnref/certify/certify.hpp"
 #include "attnref/certify/fast/problem.hpp"
-#include "attnref/certify/fast/shared_kv.hpp"
+#include "attnref/certify/fast/row_rung.hpp"
 #include "attnref/core/multi_head_attention.hpp"
 #include "attnref/multiprecision/multiprecision.hpp"
 #include "attnref/core/precision.hpp"
@@ -76,7 +76,7 @@ struct mpfi_runner {
     bool want_weights, want_lse;
     std::vector<std::uint8_t> need;  ///< per tensor: some element of it is undecided
     std::size_t threads;
-    shared_kv_rung* shared = nullptr;  ///< multi-head: the first rung through shared K/V enclosures
+    row_rung* first = nullptr;  ///< multi-head: the first rung through row_rung.hpp
     fast_stats* stats = nullptr;
 
     bool nan_by_construction(std::size_t t, std::size_t n, const std::vector<std::uint8_t>& nan_rows) const {
@@ -110,8 +110,8 @@ struct mpfi_runner {
         std::size_t count = 0;
         for (std::uint8_t f : rows) count += f;
         if constexpr (D == certify::ladder[0]) {
-            if (shared && p->mha) {
-                return shared->template run<D>(want, want_weights, want_lse, stats);
+            if (first && p->mha) {
+                return first->template run<D>(want, want_weights, want_lse, stats);
             }
         }
         if (stats) stats->ladder_rows = std::max(stats->ladder_rows, count);

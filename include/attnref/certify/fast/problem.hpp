@@ -59,8 +59,8 @@ struct fast_options {
     double bound_scale = 1.0;
     bool fallback = true;  ///< false: leave undecided elements undecided (tests of the fast rung)
     /// false: escalated multi-head rows go straight to the whole-batch MPFI ladder instead of first
-    /// trying the shared K/V enclosure (tests compare the two; the bytes are the same).
-    bool shared_kv = true;
+    /// trying the row rung (row_rung.hpp; tests compare the two; the bytes are the same).
+    bool row_rung = true;
     /// Tests: called with (tensor, element, value and bound after bound_scale) for every element the
     /// fast rung bounds (not for exact-by-construction ones). Called from worker threads.
     std::function<void(std::size_t, std::size_t, const bounded&)> observe;
@@ -71,9 +71,9 @@ struct fast_stats {
     std::string whole_case_reason;     ///< non-empty: the case went to MPFI as a whole, and why
     std::size_t escalated_elements = 0;  ///< elements (over tensors) the fast rung left undecided
     std::size_t escalated_rows = 0;    ///< (b, h, i) rows recomputed through the MPFI ladder
-    std::size_t shared_kv_rows = 0;    ///< (b, h, i) attention rows the shared K/V rung computed
-    std::size_t shared_kv_query_rows = 0;   ///< query rows whose Q projection the shared K/V rung computed
-    std::size_t shared_kv_output_rows = 0;  ///< query rows whose output projection the shared K/V rung computed
+    std::size_t row_rung_rows = 0;         ///< (b, h, i) attention rows the row rung computed
+    std::size_t row_rung_query_rows = 0;   ///< query rows the row rung computed (their Q projection)
+    std::size_t row_rung_output_rows = 0;  ///< query rows with undecided outputs the row rung computed
     std::size_t ladder_rows = 0;       ///< (b, h, i) rows recomputed by the whole-batch MPFI ladder
 };
 
