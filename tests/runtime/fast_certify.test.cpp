@@ -612,6 +612,60 @@ BOOST_AUTO_TEST_CASE(row_rung_gives_the_bytes_of_the_whole_batch_ladder) {
     }
 }
 
+BOOST_AUTO_TEST_CASE(row_rung_intervals_enclose_the_exact_values) {
+    // Every output, weight and lse of a multi-head case (GQA, biases, bottom-right causal, ALiBi)
+    // through the row rung at the ladder's first precision, against 266-bit MPFI enclosures of the
+    // forward templates: each rung interval contains the reference (the exact value lies in both),
+    // and is narrow (width below 2^-100·max(|value|, 1)), so containment says something. An
+    // interval that is not exact, moved by its own width, no longer contains the reference: the
+    // reference is sharp enough to catch a miss of that size.
+    using R = mpfr_interval<80>;
+    const mha_data d = make_mha(2, 24, 32, 4, 2, 702);
+    const fast::fast_problem p = d.problem();
+    const std::size_t B = d.B, S = d.S, E = d.E, H = d.H;
+    mha_options mo;
+    mo.heads = H;
+    mo.kv_heads = d.Hkv;
+    mo.attention = p.options;
+    const auto ref = multi_head_attention<uniform_precision<R>>(p.x_q, p.x_k, p.x_v, p.params, mo);
+    const std::vector<std::vector<R>> reference{flat<R>(ref.output), flat<R>(ref.weights), flat<R>(ref.lse)};
+    std::vector<std::vector<std::size_t>> index(3);
+    for (std::size_t t = 0; t < 3; ++t)
+        for (std::size_t n = 0; n < reference[t].size(); ++n) index[t].push_back(n);
+    const std::vector<std::vector<std::uint8_t>> all;
+    fast::detail::row_rung rung{&p, 2};
+    fast::fast_stats stats;
+    const auto got = rung.run<certify::ladder[0]>(fast::detail::wanted_elements{&index, &all}, true, true, &stats);
+    std::size_t checked = 0, outside = 0, wide = 0, inexact = 0, moved_inside = 0;
+    mpfr_t mid, lo, hi, width, mag;
+    for (auto* z : {&mid, &lo, &hi, &width, &mag}) mpfr_init2(*z, 600);
+    for (std::size_t t = 0; t < 3; ++t)
+        for (std::size_t n = 0; n < reference[t].size(); ++n) {
+            const auto& g = got[t][n].backend().data()[0];
+            const auto& r = reference[t][n].backend().data()[0];
+            if (mpfr_nan_p(&r.left)) continue;  // NaN rows (none here: no row is empty)
+            ++checked;
+            if (mpfr_less_p(&r.left, &g.left) || mpfr_greater_p(&r.right, &g.right)) ++outside;
+            mpfr_sub(width, &g.right, &g.left, MPFR_RNDU);
+            mpfr_abs(mag, &g.right, MPFR_RNDN);
+            if (mpfr_cmp_d(mag, 1.0) < 0) mpfr_set_d(mag, 1.0, MPFR_RNDN);
+            mpfr_mul_2si(mag, mag, -100, MPFR_RNDN);
+            if (mpfr_greater_p(width, mag)) ++wide;
+            if (mpfr_zero_p(width)) continue;  // exact (masked weights): nothing to move
+            ++inexact;
+            mpfr_add(lo, &g.left, width, MPFR_RNDN), mpfr_add(hi, &g.right, width, MPFR_RNDN);  // moved by its width
+            if (!mpfr_less_p(&r.left, lo) && !mpfr_greater_p(&r.right, hi)) ++moved_inside;
+        }
+    for (auto* z : {&mid, &lo, &hi, &width, &mag}) mpfr_clear(*z);
+    BOOST_TEST_MESSAGE(fmt::format("row rung: {} values, {} outside the rung interval, {} wider than 2^-100; of {} not exact, {} inside when moved by its width",
+                                   checked, outside, wide, inexact, moved_inside));
+    BOOST_TEST(checked == B * S * E + B * H * S * S + B * H * S);
+    BOOST_TEST(outside == 0u);
+    BOOST_TEST(wide == 0u);
+    BOOST_TEST(inexact > checked / 2);
+    BOOST_TEST(moved_inside == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(row_rung_computes_only_what_the_undecided_elements_need) {
     // Undecided: two outputs of query row (b 1, i 5), one weight of (b 0, h 1, i 7), one lse of
     // (b 1, h 3, i 20). The row rung computes the attention rows those need (every head of

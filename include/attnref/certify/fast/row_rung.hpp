@@ -136,7 +136,6 @@ struct row_rung {
     std::vector<std::vector<mpfr_interval<D>>> run(const wanted_elements& want, bool has_weights, bool has_lse,
                                                    fast_stats* stats = nullptr) {
         using T = mpfr_interval<D>;
-        using P = uniform_precision<T>;
         mha_options mo;
         mo.heads = p->heads;
         mo.kv_heads = p->kv_heads;
@@ -179,13 +178,19 @@ struct row_rung {
 
         const attention_options& o = p->options;
         const attention_dims adims{B, H, Hkv, Sq, Sk, dk, dv};
-        // Q projection of the escalated query rows: linear_into's operations on those rows of x_q.
-        const std::size_t nq = q_rows.size();
-        std::vector<double> xq(nq * E);
-        for (std::size_t r = 0; r < nq; ++r)
-            for (std::size_t c = 0; c < E; ++c) xq[r * E + c] = p->x_q.data[q_rows[r] * E + c];
-        tensor<T, 3> q({1, nq, H * dk});
-        linear_into<P>(tensor_view<const double, 3>{xq.data(), {1, nq, E}}, p->params.w_q, p->params.b_q, q.view(), threads, "w_q");
+        // The Q projection of the escalated query rows by (10): q = hi + mid + low + b_q ± err per
+        // column, kept as four exact parts (column-major per head: qp[(r·H·dk + h·dk + c)·4 + part])
+        // and the bound.
+        const std::size_t nq = q_rows.size(), nqc = H * dk;
+        std::vector<double> qp(nq * nqc * 4), qerr(nq * nqc);
+        parallel_for(nq, threads, [&](std::size_t r) {
+            std::vector<double> hi(nqc), mid(nqc), low(nqc);
+            dot3_rows(p->x_q.data + q_rows[r] * E, E, p->params.w_q.data, nqc, nqc, hi.data(), mid.data(), low.data(), qerr.data() + r * nqc);
+            for (std::size_t c = 0; c < nqc; ++c) {
+                double* part = qp.data() + (r * nqc + c) * 4;
+                part[0] = hi[c], part[1] = mid[c], part[2] = low[c], part[3] = p->params.b_q.empty() ? 0.0 : p->params.b_q.data[c];
+            }
+        });
 
         // The output elements' vectors u_c = W_v^hk w_c (triple-word (10) dot products of exact
         // doubles, one per (e, h, c)) do not depend on the query row: computed once per column.
@@ -216,21 +221,43 @@ struct row_rung {
             attention_rows += nh;
             output_rows += ncol ? 1 : 0;
 
-            // Per head: r = W_k^hk q_i in MPFI, split (logits); β = b_k^hk·q_i.
+            // Per head: r = W_k^hk q_i (logits) and β = b_k^hk·q_i, each a row of exact doubles
+            // times q's four parts by (10) plus ‖row‖₁·max err_q, added in T; r then split.
             split_columns rk;
             rk.resize(E, nh);
             std::vector<T> beta_k(nh, T(0));
             parallel_for(nh, threads, [&](std::size_t a) {
                 const std::size_t h = heads[a], hk = h / group;
-                const T* qh = q.data() + r * (H * dk) + h * dk;
+                const double* qh = qp.data() + (r * nqc + h * dk) * 4;
+                double qe = 0;
+                for (std::size_t c = 0; c < dk; ++c) qe = std::max(qe, qerr[r * nqc + h * dk + c]);
+                auto times_q = [&](const double* row, T& out) {
+                    double hi[4], mid[4], low[4], err[4];
+                    dot3_rows(row, dk, qh, 4, 4, hi, mid, low, err);
+                    double norm = 0;
+                    for (std::size_t c = 0; c < dk; ++c) norm += std::fabs(row[c]);
+                    const double rest = dw::up(dw::sum_up(norm, dk) * qe);  // ≥ Σ_c |row_c|·err_q,c
+                    mpfi_t bound;
+                    mpfi_init2(bound, 53);
+                    out = T(0);
+                    mpfi_ptr o = out.backend().data();
+                    for (int k = 0; k < 4; ++k) {
+                        mpfi_add_d(o, o, hi[k]);
+                        mpfi_add_d(o, o, mid[k]);
+                        mpfi_add_d(o, o, low[k]);
+                        mpfi_interv_d(bound, -err[k], err[k]);
+                        mpfi_add(o, o, bound);
+                    }
+                    mpfi_interv_d(bound, -rest, rest);
+                    mpfi_add(o, o, bound);
+                    mpfi_clear(bound);
+                };
+                T s;
                 for (std::size_t e = 0; e < E; ++e) {
-                    T s = T(0);
-                    const double* wk = p->params.w_k.data + e * (Hkv * dk) + hk * dk;
-                    for (std::size_t c = 0; c < dk; ++c) s = s + T(wk[c]) * qh[c];
+                    times_q(p->params.w_k.data + e * (Hkv * dk) + hk * dk, s);
                     rk.set_from(e, a, s);
                 }
-                if (!p->params.b_k.empty())
-                    for (std::size_t c = 0; c < dk; ++c) beta_k[a] = beta_k[a] + T(p->params.b_k.data[hk * dk + c]) * qh[c];
+                if (!p->params.b_k.empty()) times_q(p->params.b_k.data + hk * dk, beta_k[a]);
             }, &thread_cleanup<T>::run);
             // Per (h, c) of the row's output columns: u_c split as its (10) parts (values); β_v = b_v^hk·w_c.
             split_columns rv;
