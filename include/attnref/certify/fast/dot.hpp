@@ -17,7 +17,9 @@ using dw::dd;
 
 /// same operations on four columns at once, so both give identical bits). `run` accumulates
 /// Σ(|c_i| + |S_i|) for the a-posteriori bound (5b): c_i the compensation term added in step i,
-/// S_i the low-order sum after it.
+/// S_i the low-order sum after it. XL, BL: whether x and b have low parts; a cross term of a part
+/// that is absent (exactly 0) is not computed (the values are those with it, up to the sign of a zero).
+template <bool XL = true, bool BL = true>
 inline void dot_step(double x, double xl, double b, double bl, double& hi, double& lo, double& run) {
     const double p = x * b;
     const double r = std::fma(x, b, -p);
@@ -25,25 +27,35 @@ inline void dot_step(double x, double xl, double b, double bl, double& hi, doubl
     const double bb = s - hi;
     const double e = (hi - (s - bb)) + (p - bb);
     hi = s;
-    const double cross = x * bl + xl * b;
-    const double c = (e + r) + cross;
+    double c = e + r;
+    if constexpr (XL && BL) c = c + (x * bl + xl * b);
+    else if constexpr (BL) c = c + x * bl;
+    else if constexpr (XL) c = c + xl * b;
     lo = lo + c;
     run = run + (std::fabs(c) + std::fabs(lo));
 }
 
 /// One column j of (5) in scalar code: the AVX2 kernel's tail and the fallback without AVX2.
+template <bool XL, bool BL>
+inline void dot_column_parts(const double* ah, const double* al, std::size_t n, const double* bh, const double* bl, std::size_t ldb,
+                             std::size_t j, double& out_hi, double& out_lo, double& out_run) {
+    double hi = 0, lo = 0, run = 0;
+    for (std::size_t c = 0; c < n; ++c) dot_step<XL, BL>(ah[c], XL ? al[c] : 0.0, bh[c * ldb + j], BL ? bl[c * ldb + j] : 0.0, hi, lo, run);
+    out_hi = hi, out_lo = lo, out_run = run;
+}
 inline void dot_column(const double* ah, const double* al, std::size_t n, const double* bh, const double* bl, std::size_t ldb,
                        std::size_t j, double& out_hi, double& out_lo, double& out_run) {
-    double hi = 0, lo = 0, run = 0;
-    for (std::size_t c = 0; c < n; ++c) dot_step(ah[c], al ? al[c] : 0.0, bh[c * ldb + j], bl ? bl[c * ldb + j] : 0.0, hi, lo, run);
-    out_hi = hi, out_lo = lo, out_run = run;
+    if (al && bl) dot_column_parts<true, true>(ah, al, n, bh, bl, ldb, j, out_hi, out_lo, out_run);
+    else if (bl) dot_column_parts<false, true>(ah, al, n, bh, bl, ldb, j, out_hi, out_lo, out_run);
+    else if (al) dot_column_parts<true, false>(ah, al, n, bh, bl, ldb, j, out_hi, out_lo, out_run);
+    else dot_column_parts<false, false>(ah, al, n, bh, bl, ldb, j, out_hi, out_lo, out_run);
 }
 
 
 #ifdef ATTNREF_FAST_AVX2
 /// Steps c … c + U − 1 of dot_rows_avx2 on columns j0 … j0 + w − 1 (w a multiple of 4), the
-/// accumulators held in registers across the U steps.
-template <int U>
+/// accumulators held in registers across the U steps; dot_step<XL, BL>'s operations.
+template <int U, bool XL, bool BL>
 __attribute__((target("avx2,fma"), always_inline)) inline void dot_steps_avx2(const double* ah, const double* al, const double* bh,
                                                                               const double* bl, std::size_t ldb, std::size_t c,
                                                                               std::size_t j0, std::size_t w, double* out_hi,
@@ -57,11 +69,11 @@ __attribute__((target("avx2,fma"), always_inline)) inline void dot_steps_avx2(co
     const double* lrow[U];
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
-        const double xs = ah[c + u], xls = al ? al[c + u] : 0.0;
+        const double xs = ah[c + u], xls = XL ? al[c + u] : 0.0;
         x[u] = v4{xs, xs, xs, xs};
         xl[u] = v4{xls, xls, xls, xls};
         brow[u] = bh + (c + u) * ldb + j0;
-        lrow[u] = bl ? bl + (c + u) * ldb + j0 : nullptr;
+        lrow[u] = BL ? bl + (c + u) * ldb + j0 : nullptr;
     }
     for (std::size_t j = 0; j < w; j += 4) {
         v4u* hp = reinterpret_cast<v4u*>(out_hi + j0 + j);
@@ -71,15 +83,16 @@ __attribute__((target("avx2,fma"), always_inline)) inline void dot_steps_avx2(co
 #pragma GCC unroll 4
         for (int u = 0; u < U; ++u) {
             const v4 b = *reinterpret_cast<const v4u*>(brow[u] + j);
-            const v4 blv = lrow[u] ? v4(*reinterpret_cast<const v4u*>(lrow[u] + j)) : v4{0, 0, 0, 0};
             const v4 p = x[u] * b;
             const v4 r = __builtin_ia32_vfmaddpd256(x[u], b, -p);  // fma(x, b, −p), exact
             const v4 s = hi + p;
             const v4 bb = s - hi;
             const v4 e = (hi - (s - bb)) + (p - bb);
             hi = s;
-            const v4 cross = x[u] * blv + xl[u] * b;
-            const v4 cc = (e + r) + cross;
+            v4 cc = e + r;
+            if constexpr (XL && BL) cc = cc + (x[u] * v4(*reinterpret_cast<const v4u*>(lrow[u] + j)) + xl[u] * b);
+            else if constexpr (BL) cc = cc + x[u] * v4(*reinterpret_cast<const v4u*>(lrow[u] + j));
+            else if constexpr (XL) cc = cc + xl[u] * b;
             lo = lo + cc;
             const v4 acc = reinterpret_cast<v4>(reinterpret_cast<v4i>(cc) & nosign);  // |c|, exact
             const v4 alo = reinterpret_cast<v4>(reinterpret_cast<v4i>(lo) & nosign);  // |S|, exact
@@ -93,19 +106,27 @@ __attribute__((target("avx2,fma"), always_inline)) inline void dot_steps_avx2(co
 /// lo, run; 24 KiB, in L1) take four steps, four columns per instruction, so B is read row by row
 /// (contiguous) instead of down its columns. Columns past the last multiple of 4 by dot_step. The operations
 /// on each column are dot_step's, in the same order over c.
-__attribute__((target("avx2,fma"))) inline void dot_rows_avx2(const double* ah, const double* al, std::size_t n,
-                                                               const double* bh, const double* bl, std::size_t ldb,
-                                                               std::size_t m, double* out_hi, double* out_lo, double* out_run) {
+template <bool XL, bool BL>
+__attribute__((target("avx2,fma"))) inline void dot_rows_avx2_parts(const double* ah, const double* al, std::size_t n,
+                                                                     const double* bh, const double* bl, std::size_t ldb,
+                                                                     std::size_t m, double* out_hi, double* out_lo, double* out_run) {
     constexpr std::size_t block = 1024;
     const std::size_t m4 = m - m % 4;
     for (std::size_t j = 0; j < m4; ++j) out_hi[j] = 0, out_lo[j] = 0, out_run[j] = 0;
     for (std::size_t j0 = 0; j0 < m4; j0 += block) {
         const std::size_t w = std::min(block, m4 - j0);
         std::size_t c = 0;
-        for (; c + 4 <= n; c += 4) dot_steps_avx2<4>(ah, al, bh, bl, ldb, c, j0, w, out_hi, out_lo, out_run);
-        for (; c < n; ++c) dot_steps_avx2<1>(ah, al, bh, bl, ldb, c, j0, w, out_hi, out_lo, out_run);
+        for (; c + 4 <= n; c += 4) dot_steps_avx2<4, XL, BL>(ah, al, bh, bl, ldb, c, j0, w, out_hi, out_lo, out_run);
+        for (; c < n; ++c) dot_steps_avx2<1, XL, BL>(ah, al, bh, bl, ldb, c, j0, w, out_hi, out_lo, out_run);
     }
-    for (std::size_t j = m4; j < m; ++j) dot_column(ah, al, n, bh, bl, ldb, j, out_hi[j], out_lo[j], out_run[j]);
+    for (std::size_t j = m4; j < m; ++j) dot_column_parts<XL, BL>(ah, al, n, bh, bl, ldb, j, out_hi[j], out_lo[j], out_run[j]);
+}
+inline void dot_rows_avx2(const double* ah, const double* al, std::size_t n, const double* bh, const double* bl, std::size_t ldb,
+                          std::size_t m, double* out_hi, double* out_lo, double* out_run) {
+    if (al && bl) dot_rows_avx2_parts<true, true>(ah, al, n, bh, bl, ldb, m, out_hi, out_lo, out_run);
+    else if (bl) dot_rows_avx2_parts<false, true>(ah, al, n, bh, bl, ldb, m, out_hi, out_lo, out_run);
+    else if (al) dot_rows_avx2_parts<true, false>(ah, al, n, bh, bl, ldb, m, out_hi, out_lo, out_run);
+    else dot_rows_avx2_parts<false, false>(ah, al, n, bh, bl, ldb, m, out_hi, out_lo, out_run);
 }
 #endif
 
