@@ -197,31 +197,62 @@ inline bool all_lanes(M m) {
 /// operations in their order. Returns, per lane, whether the key is regular: e^d is neither tiny
 /// nor outside the handled range, r̃ is not below 2^-400, δ < ¼, K ≥ −480 and the bound finite;
 /// other keys take exp_dd's scalar path (row_key_scalar), which gives the same value where both apply.
-template <class V>
-inline lane_mask<V> key_exp(V xh, V xl, V ex, dd m, V& eh, V& el, V& eb, V& kd) {
+/// N groups of lanes at once: each group's operations are those above in their order; the groups'
+/// statements alternate, so that their independent dependency chains (the polynomial's above all)
+/// overlap in the processor.
+template <class V, int N>
+inline void key_exp_groups(const V* xh, const V* xl, const V* ex, dd m, V* eh, V* el, V* eb, V* kd, lane_mask<V>* good) {
     using namespace lanes;
     const constants& c = consts();
-    const dwv<V> d = sub(dwv<V>{xh, xl}, dwv<V>{splat<V>(m.hi), splat<V>(m.lo)});
-    const V ed = up(ex + eta_up * mag(d));
-    kd = round_l(d.hi * 1.4426950408889634);
-    const dwv<V> r = sub(d, mul(dwv<V>{splat<V>(c.ln2.hi), splat<V>(c.ln2.lo)}, kd));
-    const V er = up(ed + (abs_l(kd) * 0.7 * (0x1p-105 + dw::dd_eta) + dw::dd_eta * mag(r)) * 1.01);
-    const V arh = abs_l(r.hi);
-    lane_mask<V> good = (ed < splat<V>(1)) & (d.hi + abs_l(d.lo) + ed > splat<V>(-800)) & (d.hi < splat<V>(700)) &
-                        (arh <= splat<V>(0.36)) & (arh >= splat<V>(0x1p-400)) & (kd >= splat<V>(-480));
-    const dwv<V> rs{r.hi * 0x1p-8, r.lo * 0x1p-8};  // exact
-    dwv<V> t{splat<V>(c.inv_fact[9].hi), splat<V>(c.inv_fact[9].lo)};
-    for (int i = 8; i >= 0; --i) t = add(mul(t, rs), dwv<V>{splat<V>(c.inv_fact[i].hi), splat<V>(c.inv_fact[i].lo)});
-    for (int s = 0; s < 8; ++s) t = mul(t, t);
-    const V ar = abs_l(rs.hi) * (1 + 0x1p-50);
-    V rem = ar * ar;
-    rem = rem * rem * rem * rem * rem / 3628800.0 * 1.002;
-    const V delta_t = up((2 * dw::dd_eta + rem) * 1.002);
-    const V delta_e = up(1.001 * (256 * delta_t + 255 * dw::dd_eta));
-    const V delta = up(delta_e + er * (1 + er) * (1 + delta_e));
-    eh = t.hi, el = t.lo;
-    eb = up(delta * mag(t) * 1.34);
-    good = good & (delta < splat<V>(0.25)) & (eb < splat<V>(std::numeric_limits<double>::infinity()));
+    V th[N], tl[N], rh[N], rl[N], er[N];  // t and rs of each group (double-word parts)
+#pragma GCC unroll 4
+    for (int g = 0; g < N; ++g) {
+        const dwv<V> d = sub(dwv<V>{xh[g], xl[g]}, dwv<V>{splat<V>(m.hi), splat<V>(m.lo)});
+        const V ed = up(ex[g] + eta_up * mag(d));
+        kd[g] = round_l(d.hi * 1.4426950408889634);
+        const dwv<V> r = sub(d, mul(dwv<V>{splat<V>(c.ln2.hi), splat<V>(c.ln2.lo)}, kd[g]));
+        er[g] = up(ed + (abs_l(kd[g]) * 0.7 * (0x1p-105 + dw::dd_eta) + dw::dd_eta * mag(r)) * 1.01);
+        const V arh = abs_l(r.hi);
+        good[g] = (ed < splat<V>(1)) & (d.hi + abs_l(d.lo) + ed > splat<V>(-800)) & (d.hi < splat<V>(700)) & (arh <= splat<V>(0.36)) &
+                  (arh >= splat<V>(0x1p-400)) & (kd[g] >= splat<V>(-480));
+        rh[g] = r.hi * 0x1p-8, rl[g] = r.lo * 0x1p-8;  // exact
+        th[g] = splat<V>(c.inv_fact[9].hi), tl[g] = splat<V>(c.inv_fact[9].lo);
+    }
+    // The polynomial and the squarings: the groups' independent dependency chains side by side.
+    for (int i = 8; i >= 0; --i) {
+        const dwv<V> ci{splat<V>(c.inv_fact[i].hi), splat<V>(c.inv_fact[i].lo)};
+#pragma GCC unroll 4
+        for (int g = 0; g < N; ++g) {
+            const dwv<V> t = add(mul(dwv<V>{th[g], tl[g]}, dwv<V>{rh[g], rl[g]}), ci);
+            th[g] = t.hi, tl[g] = t.lo;
+        }
+    }
+    for (int sq = 0; sq < 8; ++sq)
+#pragma GCC unroll 4
+        for (int g = 0; g < N; ++g) {
+            const dwv<V> t = mul(dwv<V>{th[g], tl[g]}, dwv<V>{th[g], tl[g]});
+            th[g] = t.hi, tl[g] = t.lo;
+        }
+#pragma GCC unroll 4
+    for (int g = 0; g < N; ++g) {
+        const dwv<V> t{th[g], tl[g]};
+        const V ar = abs_l(rh[g]) * (1 + 0x1p-50);
+        V rem = ar * ar;
+        rem = rem * rem * rem * rem * rem / 3628800.0 * 1.002;
+        const V delta_t = up((2 * dw::dd_eta + rem) * 1.002);
+        const V delta_e = up(1.001 * (256 * delta_t + 255 * dw::dd_eta));
+        const V delta = up(delta_e + er[g] * (1 + er[g]) * (1 + delta_e));
+        eh[g] = t.hi, el[g] = t.lo;
+        eb[g] = up(delta * mag(t) * 1.34);
+        good[g] = good[g] & (delta < splat<V>(0.25)) & (eb[g] < splat<V>(std::numeric_limits<double>::infinity()));
+    }
+}
+
+/// key_exp for one group of lanes.
+template <class V>
+inline lane_mask<V> key_exp(V xh, V xl, V ex, dd m, V& eh, V& el, V& eb, V& kd) {
+    lane_mask<V> good;
+    key_exp_groups<V, 1>(&xh, &xl, &ex, m, &eh, &el, &eb, &kd, &good);
     return good;
 }
 
@@ -272,31 +303,60 @@ inline bool row_key_scalar(row_workspace& ws, std::size_t j) {
 /// Keys 0 … 4⌊Sk/4⌋ − 1 of (8a)–(8b), four at a time: a block whose four keys are attendable and
 /// regular is computed on the four lanes of key_exp / key_accumulate (key j0 + l in lane l, the
 /// lane of row_key_scalar); any other block key by key through row_key_scalar. Same bits as the
-/// scalar path. False: the row is left to MPFI.
+/// scalar path. The exponentials of two blocks are computed together (key_exp_groups, N = 2), then
+/// each block is added in order as above. False: the row is left to MPFI.
 __attribute__((target("avx2,fma"), flatten)) inline bool row_exp_blocks_avx2(row_workspace& ws, std::size_t Sk) {
     using lanes::v4d;
     using lanes::v4u;
     v4d yh = *reinterpret_cast<const v4u*>(ws.yh), yl = *reinterpret_cast<const v4u*>(ws.yl), ey = *reinterpret_cast<const v4u*>(ws.eyl);
     bool ok = true;
-    for (std::size_t j0 = 0; j0 + 4 <= Sk && ok; j0 += 4) {
-        v4d eh, el, eb, kd;
-        const bool allowed = ws.allowed[j0] & ws.allowed[j0 + 1] & ws.allowed[j0 + 2] & ws.allowed[j0 + 3];
-        if (allowed) {
-            const v4d xh = {ws.x[j0].hi, ws.x[j0 + 1].hi, ws.x[j0 + 2].hi, ws.x[j0 + 3].hi};
-            const v4d xl = {ws.x[j0].lo, ws.x[j0 + 1].lo, ws.x[j0 + 2].lo, ws.x[j0 + 3].lo};
-            const v4d ex = *reinterpret_cast<const v4u*>(ws.ex.data() + j0);
-            if (all_lanes(key_exp<v4d>(xh, xl, ex, ws.m, eh, el, eb, kd))) {
-                *reinterpret_cast<v4u*>(ws.eh.data() + j0) = eh, *reinterpret_cast<v4u*>(ws.el.data() + j0) = el;
-                *reinterpret_cast<v4u*>(ws.eb.data() + j0) = eb, *reinterpret_cast<v4u*>(ws.ek.data() + j0) = kd;
-                for (int l = 0; l < 4; ++l) ws.reg[j0 + l] = 1;
-                key_accumulate<v4d>(eh, el, eb, kd, yh, yl, ey);
-                ws.terms += 4;
-                continue;
-            }
+    // Block j0 (four keys) from the lanes of a key_exp result when regular, else key by key.
+    auto take = [&](std::size_t j0, bool regular, v4d eh, v4d el, v4d eb, v4d kd) {
+        if (regular) {
+            *reinterpret_cast<v4u*>(ws.eh.data() + j0) = eh, *reinterpret_cast<v4u*>(ws.el.data() + j0) = el;
+            *reinterpret_cast<v4u*>(ws.eb.data() + j0) = eb, *reinterpret_cast<v4u*>(ws.ek.data() + j0) = kd;
+            for (int l = 0; l < 4; ++l) ws.reg[j0 + l] = 1;
+            key_accumulate<v4d>(eh, el, eb, kd, yh, yl, ey);
+            ws.terms += 4;
+            return;
         }
         *reinterpret_cast<v4u*>(ws.yh) = yh, *reinterpret_cast<v4u*>(ws.yl) = yl, *reinterpret_cast<v4u*>(ws.eyl) = ey;
         for (std::size_t j = j0; j < j0 + 4 && ok; ++j) ok = row_key_scalar(ws, j);
         yh = *reinterpret_cast<const v4u*>(ws.yh), yl = *reinterpret_cast<const v4u*>(ws.yl), ey = *reinterpret_cast<const v4u*>(ws.eyl);
+    };
+    auto attendable = [&](std::size_t j0) { return (ws.allowed[j0] & ws.allowed[j0 + 1] & ws.allowed[j0 + 2] & ws.allowed[j0 + 3]) != 0; };
+    auto load = [&](std::size_t j0, v4d& xh, v4d& xl, v4d& ex) {
+        xh = v4d{ws.x[j0].hi, ws.x[j0 + 1].hi, ws.x[j0 + 2].hi, ws.x[j0 + 3].hi};
+        xl = v4d{ws.x[j0].lo, ws.x[j0 + 1].lo, ws.x[j0 + 2].lo, ws.x[j0 + 3].lo};
+        ex = *reinterpret_cast<const v4u*>(ws.ex.data() + j0);
+    };
+    std::size_t j0 = 0;
+    for (; j0 + 8 <= Sk && ok; j0 += 8) {
+        const bool a0 = attendable(j0), a1 = attendable(j0 + 4);
+        v4d xh[2], xl[2], ex[2], eh[2], el[2], eb[2], kd[2];
+        lane_mask<v4d> good[2];
+        if (a0 && a1) {
+            load(j0, xh[0], xl[0], ex[0]), load(j0 + 4, xh[1], xl[1], ex[1]);
+            key_exp_groups<v4d, 2>(xh, xl, ex, ws.m, eh, el, eb, kd, good);
+        } else {
+            for (int g = 0; g < 2; ++g)
+                if (g == 0 ? a0 : a1) {
+                    load(j0 + 4 * g, xh[g], xl[g], ex[g]);
+                    key_exp_groups<v4d, 1>(xh + g, xl + g, ex + g, ws.m, eh + g, el + g, eb + g, kd + g, good + g);
+                }
+        }
+        take(j0, a0 && all_lanes(good[0]), eh[0], el[0], eb[0], kd[0]);
+        if (ok) take(j0 + 4, a1 && all_lanes(good[1]), eh[1], el[1], eb[1], kd[1]);
+    }
+    for (; j0 + 4 <= Sk && ok; j0 += 4) {
+        v4d xh, xl, ex, eh{}, el{}, eb{}, kd{};
+        const bool a = attendable(j0);
+        bool regular = false;
+        if (a) {
+            load(j0, xh, xl, ex);
+            regular = all_lanes(key_exp<v4d>(xh, xl, ex, ws.m, eh, el, eb, kd));
+        }
+        take(j0, regular, eh, el, eb, kd);
     }
     *reinterpret_cast<v4u*>(ws.yh) = yh, *reinterpret_cast<v4u*>(ws.yl) = yl, *reinterpret_cast<v4u*>(ws.eyl) = ey;
     return ok;
