@@ -198,6 +198,47 @@ constexpr void convert_head_inputs(const attention_options& options, const A& sc
 
 }  // namespace logit_stage
 
+/// One query row's softmax and weighted sum of the value rows, as the forward pass computes them
+/// (also certify/fast/row_rung.hpp's MPFI rows): for an empty row or a non-online algorithm,
+/// softmax_row, then add(p_j, j) for every attendable key (every key of an empty row under the
+/// uniform policy; fill_nan() for an empty row under the NaN policy; nothing under zero); for the
+/// online algorithm, the key blocks in the configured order, rescale(f) by each block's factor
+/// before its keys are added, divide(sum) at the end, and the normalised weights in p when
+/// keep_weights. The callbacks own the outputs. Returns the row's lse.
+template <class A, class Add, class Rescale, class Divide, class FillNaN>
+constexpr A softmax_and_values(const softmax_options& so, std::span<const A> logits, std::span<const std::uint8_t> allowed, std::span<A> p,
+                               bool keep_weights, Add&& add, Rescale&& rescale, Divide&& divide, FillNaN&& fill_nan) {
+    // Raw pointers in the loops: the constant evaluator pays for every span::operator[] call.
+    const std::size_t sk = logits.size();
+    const std::uint8_t* al = allowed.data();
+    A* pp = p.data();
+    const bool empty = count_allowed(allowed) == 0;
+    if (empty || so.algorithm != softmax_algorithm::online) {
+        const A lse = softmax_row<A>(so, logits, allowed, p);
+        if (empty && so.empty_rows == empty_row_policy::nan) {
+            fill_nan();
+        } else if (!empty || so.empty_rows == empty_row_policy::uniform) {
+            for (std::size_t j = 0; j < sk; ++j)
+                if (al[j] || empty) add(pp[j], j);
+        }
+        return lse;
+    }
+    online_softmax<A> state;
+    const std::size_t block = so.block_size;
+    const std::size_t blocks = (sk + block - 1) / block;
+    for (std::size_t t = 0; t < blocks; ++t) {
+        const std::size_t begin = (so.block_order == key_block_order::reverse ? blocks - 1 - t : t) * block;
+        const std::size_t end = begin + block < sk ? begin + block : sk;
+        rescale(state.absorb(logits, allowed, begin, end, p));
+        for (std::size_t j = begin; j < end; ++j)
+            if (al[j]) add(pp[j], j);
+    }
+    divide(state.sum);
+    const A lse = state.lse();
+    if (keep_weights) state.weights(logits, allowed, p);
+    return lse;
+}
+
 /// Scaled dot-product attention into caller-provided views (any element types; values are converted
 /// with static_cast). `weights` (B, H, Sq, Sk) and `lse` (B, H, Sq) may be empty views.
 /// Shapes: q (B, H, Sq, dk), k (B, Hkv, Sk, dk), v (B, Hkv, Sk, dv), out (B, H, Sq, dv).
@@ -275,33 +316,19 @@ constexpr void scaled_dot_product_attention_into(tensor_view<const Q, 4> q, tens
                 const Vt* vj = vd + j * dv;
                 for (std::size_t c = 0; c < dv; ++c) o[c] = o[c] + w_rounded * vj[c];
             };
-            A row_lse = A(0);
-            const bool empty = count_allowed(allowed) == 0;
-            if (empty || options.softmax.algorithm != softmax_algorithm::online) {
-                row_lse = softmax_row<A>(options.softmax, logits, allowed, p);
-                if (empty && options.softmax.empty_rows == empty_row_policy::nan) {
-                    for (std::size_t c = 0; c < dv; ++c) o[c] = quiet_NaN<Vt>();
-                } else if (!empty || options.softmax.empty_rows == empty_row_policy::uniform) {
-                    for (std::size_t j = 0; j < sk; ++j)
-                        if (allowed[j] || empty) accumulate(p[j], j);
-                }
-            } else {
-                online_softmax<A> state;
-                const std::size_t block = options.softmax.block_size;
-                const std::size_t blocks = (sk + block - 1) / block;
-                for (std::size_t t = 0; t < blocks; ++t) {
-                    const std::size_t begin = (options.softmax.block_order == key_block_order::reverse ? blocks - 1 - t : t) * block;
-                    const std::size_t end = begin + block < sk ? begin + block : sk;
-                    const Vt factor = convert<Vt>(state.absorb(logits, allowed, begin, end, p));
+            const A row_lse = softmax_and_values<A>(
+                options.softmax, logits, allowed, p, !weights.empty(), accumulate,
+                [&](const A& f) {
+                    const Vt factor = convert<Vt>(f);
                     for (std::size_t c = 0; c < dv; ++c) o[c] = o[c] * factor;  // factor 1: exact
-                    for (std::size_t j = begin; j < end; ++j)
-                        if (allowed[j]) accumulate(p[j], j);
-                }
-                const Vt sum = convert<Vt>(state.sum);
-                for (std::size_t c = 0; c < dv; ++c) o[c] = o[c] / sum;
-                row_lse = state.lse();
-                if (!weights.empty()) state.weights(logits, allowed, p);
-            }
+                },
+                [&](const A& s) {
+                    const Vt sum = convert<Vt>(s);
+                    for (std::size_t c = 0; c < dv; ++c) o[c] = o[c] / sum;
+                },
+                [&] {
+                    for (std::size_t c = 0; c < dv; ++c) o[c] = quiet_NaN<Vt>();
+                });
             if constexpr (weights_scale != 1.0)
                 for (std::size_t c = 0; c < dv; ++c) o[c] = o[c] / Vt(weights_scale);  // undo P's static scale
             O* out_row = out.data + out.offset(b, h, i, 0);

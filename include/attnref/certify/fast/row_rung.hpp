@@ -308,33 +308,17 @@ struct row_rung {
                     const T* vj = val.data() + j * nvc + h * ncol;
                     for (std::size_t c = 0; c < ncol; ++c) out[c] = out[c] + w * vj[c];
                 };
-                T row_lse = T(0);
-                const bool empty = count_allowed(allowed) == 0;
-                if (empty || o.softmax.algorithm != softmax_algorithm::online) {
-                    row_lse = softmax_row<T>(o.softmax, logits, allowed, pr);
-                    if (empty && o.softmax.empty_rows == empty_row_policy::nan) {
-                        for (std::size_t c = 0; c < ncol; ++c) out[c] = quiet_NaN<T>();
-                    } else if (!empty || o.softmax.empty_rows == empty_row_policy::uniform) {
-                        for (std::size_t j = 0; j < Sk; ++j)
-                            if (allowed[j] || empty) accumulate(pr[j], j);
-                    }
-                } else {
-                    online_softmax<T> state;
-                    const std::size_t block = o.softmax.block_size;
-                    const std::size_t blocks = (Sk + block - 1) / block;
-                    for (std::size_t t = 0; t < blocks; ++t) {
-                        const std::size_t begin = (o.softmax.block_order == key_block_order::reverse ? blocks - 1 - t : t) * block;
-                        const std::size_t end = begin + block < Sk ? begin + block : Sk;
-                        const T f = state.absorb(logits, allowed, begin, end, pr);
+                const T row_lse = softmax_and_values<T>(
+                    o.softmax, logits, allowed, pr, has_weights, accumulate,
+                    [&](const T& f) {
                         for (std::size_t c = 0; c < ncol; ++c) out[c] = out[c] * f;
-                        for (std::size_t j = begin; j < end; ++j)
-                            if (allowed[j]) accumulate(pr[j], j);
-                    }
-                    const T sum = state.sum;
-                    for (std::size_t c = 0; c < ncol; ++c) out[c] = out[c] / sum;
-                    row_lse = state.lse();
-                    if (has_weights) state.weights(logits, allowed, pr);
-                }
+                    },
+                    [&](const T& sum) {
+                        for (std::size_t c = 0; c < ncol; ++c) out[c] = out[c] / sum;
+                    },
+                    [&] {
+                        for (std::size_t c = 0; c < ncol; ++c) out[c] = quiet_NaN<T>();
+                    });
                 for (std::size_t c = 0; c < ncol; ++c) head_out[a * ncol + c] = out[c];
                 // The weights and lse this row was asked for.
                 for (std::size_t t = 1; t < nt; ++t)
