@@ -577,11 +577,15 @@ BOOST_AUTO_TEST_CASE(row_rung_gives_the_bytes_of_the_whole_batch_ladder) {
     // equals the whole-batch MPFI ladder's and the fast rung's. Three sets of conventions: biases, GQA,
     // bottom-right causal and ALiBi; √s on both sides, soft-capping, online softmax over reversed
     // blocks of 8 keys and a sliding window; a given scale on the query, no key or value bias, a
-    // padded batch (empty rows, uniform policy).
-    for (int variant = 0; variant < 3; ++variant) {
+    // padded batch (empty rows, uniform policy); key and value inputs of other widths than the
+    // query's (24 and 40 features against 32).
+    for (int variant = 0; variant < 4; ++variant) {
         const mha_data d = make_mha(2, 24, 32, 4, 2, 700 + variant);
         fast::fast_problem p = d.problem();
         const std::vector<std::size_t> key_lengths{24, 0};
+        const std::size_t Ek = 24, Ev = 40;
+        const std::vector<double> xk = noise(d.B * d.S * Ek, 790), xv = noise(d.B * d.S * Ev, 791),
+                                  wk = noise(Ek * d.Hkv * d.dk, 792, 1 / std::sqrt(24.0)), wv = noise(Ev * d.Hkv * d.dk, 793, 1 / std::sqrt(40.0));
         if (variant == 1) {
             p.options.placement = scale_placement::split_sqrt;
             p.options.softcap = 5.0;
@@ -598,6 +602,11 @@ BOOST_AUTO_TEST_CASE(row_rung_gives_the_bytes_of_the_whole_batch_ladder) {
             p.options.mask.causal = false;
             p.options.mask.key_lengths = key_lengths;
             p.options.softmax.empty_rows = empty_row_policy::uniform;
+        } else if (variant == 3) {
+            p.x_k = {xk.data(), {d.B, d.S, Ek}};
+            p.x_v = {xv.data(), {d.B, d.S, Ev}};
+            p.params.w_k = {wk.data(), {Ek, d.Hkv * d.dk}};
+            p.params.w_v = {wv.data(), {Ev, d.Hkv * d.dk}};
         }
         const std::vector<format_description> targets{certify::float64_target, describe(binary_format::float32),
                                                       describe(binary_format::bfloat16)};

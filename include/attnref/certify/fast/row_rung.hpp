@@ -9,7 +9,7 @@
 ///   Σ_d (Σ_j P_ij v_j)_d W_o[h·dv + d, c] = Σ_j P_ij (x_v,j·u_c + b_v^hk·w_c),
 ///        u_c = W_v^hk w_c,  w_c = W_o[h·dv : (h + 1)·dv, c]                       (values)
 ///
-/// so that an escalated query row needs, per head, one vector r = W_k^hk q_i (MPFI, E·dk products)
+/// so that an escalated query row needs, per head, one vector r = W_k^hk q_i (triple-word products)
 /// and, per undecided output column c, one vector u_c (triple-word dot products of exact doubles,
 /// triple_dot.hpp (10)); every key then costs one triple-word dot product of x_k,j (and of x_v,j)
 /// with those few columns, in double arithmetic. r is split into three doubles plus a bound
@@ -141,7 +141,8 @@ struct row_rung {
         mo.kv_heads = p->kv_heads;
         const mha_dims d = mha_dims_of(p->x_q, p->x_k, p->x_v, p->params, mo);
         const std::size_t B = d.batch, H = d.heads, Hkv = d.kv_heads, Sq = d.query_length, Sk = d.key_length, dk = d.head_dim_qk,
-                          dv = d.head_dim_v, E = p->x_q.extents[2], dout = d.output_dim, group = H / Hkv;
+                          dv = d.head_dim_v, E = p->x_q.extents[2], Ek = p->x_k.extents[2], Ev = p->x_v.extents[2],
+                          dout = d.output_dim, group = H / Hkv;
         const std::size_t nt = want.index->size();
         const std::size_t w_t = has_weights ? 1 : nt, l_t = has_lse ? (has_weights ? 2 : 1) : nt;
         // What the pending elements need: an output → every head of its query row and its column;
@@ -198,14 +199,14 @@ struct row_rung {
         for (const auto& c : out_cols) all_cols.insert(all_cols.end(), c.begin(), c.end());
         std::sort(all_cols.begin(), all_cols.end()), all_cols.erase(std::unique(all_cols.begin(), all_cols.end()), all_cols.end());
         const std::size_t nc = all_cols.size();
-        std::vector<std::vector<double>> u3(nc * H);  // (h, column) → E × 4 (hi, mid, low, err)
+        std::vector<std::vector<double>> u3(nc * H);  // (h, column) → Ev × 4 (hi, mid, low, err)
         parallel_for(nc * H, threads, [&](std::size_t task) {
             const std::size_t ci = task / H, h = task % H, c = all_cols[ci], hk = h / group;
             std::vector<double> wc(dv);
             for (std::size_t dd = 0; dd < dv; ++dd) wc[dd] = p->params.w_o.data[(h * dv + dd) * dout + c];
             std::vector<double>& u = u3[task];
-            u.resize(E * 4);
-            for (std::size_t e = 0; e < E; ++e)
+            u.resize(Ev * 4);
+            for (std::size_t e = 0; e < Ev; ++e)
                 dot3_rows(p->params.w_v.data + e * (Hkv * dv) + hk * dv, dv, wc.data(), 1, 1, &u[e * 4], &u[e * 4 + 1], &u[e * 4 + 2],
                           &u[e * 4 + 3]);
         });
@@ -224,7 +225,7 @@ struct row_rung {
             // Per head: r = W_k^hk q_i (logits) and β = b_k^hk·q_i, each a row of exact doubles
             // times q's four parts by (10) plus ‖row‖₁·max err_q, added in T; r then split.
             split_columns rk;
-            rk.resize(E, nh);
+            rk.resize(Ek, nh);
             std::vector<T> beta_k(nh, T(0));
             parallel_for(nh, threads, [&](std::size_t a) {
                 const std::size_t h = heads[a], hk = h / group;
@@ -253,7 +254,7 @@ struct row_rung {
                     mpfi_clear(bound);
                 };
                 T s;
-                for (std::size_t e = 0; e < E; ++e) {
+                for (std::size_t e = 0; e < Ek; ++e) {
                     times_q(p->params.w_k.data + e * (Hkv * dk) + hk * dk, s);
                     rk.set_from(e, a, s);
                 }
@@ -261,13 +262,13 @@ struct row_rung {
             }, &thread_cleanup<T>::run);
             // Per (h, c) of the row's output columns: u_c split as its (10) parts (values); β_v = b_v^hk·w_c.
             split_columns rv;
-            rv.resize(E, nvc);
+            rv.resize(Ev, nvc);
             std::vector<T> beta_v(nvc, T(0));
             for (std::size_t h = 0; h < H && ncol; ++h)
                 for (std::size_t a = 0; a < ncol; ++a) {
                     const std::size_t ci = static_cast<std::size_t>(std::lower_bound(all_cols.begin(), all_cols.end(), cols[a]) - all_cols.begin());
                     const std::vector<double>& u = u3[ci * H + h];
-                    for (std::size_t e = 0; e < E; ++e) rv.set_from(e, h * ncol + a, u[e * 4], u[e * 4 + 1], u[e * 4 + 2], u[e * 4 + 3]);
+                    for (std::size_t e = 0; e < Ev; ++e) rv.set_from(e, h * ncol + a, u[e * 4], u[e * 4 + 1], u[e * 4 + 2], u[e * 4 + 3]);
                     if (!p->params.b_v.empty())
                         for (std::size_t dd = 0; dd < dv; ++dd)
                             beta_v[h * ncol + a] = beta_v[h * ncol + a] +
@@ -280,10 +281,10 @@ struct row_rung {
                 std::vector<double> scratch;
                 std::vector<T> tmp(std::max(nh, nvc));
                 for (std::size_t j = block * chunk; j < std::min(Sk, (block + 1) * chunk); ++j) {
-                    enclose_row_times(p->x_k.data + (b * Sk + j) * E, rk, scratch, tmp.data());
+                    enclose_row_times(p->x_k.data + (b * Sk + j) * Ek, rk, scratch, tmp.data());
                     for (std::size_t a = 0; a < nh; ++a) raw[a * Sk + j] = tmp[a] + beta_k[a];
                     if (nvc) {
-                        enclose_row_times(p->x_v.data + (b * Sk + j) * E, rv, scratch, tmp.data());
+                        enclose_row_times(p->x_v.data + (b * Sk + j) * Ev, rv, scratch, tmp.data());
                         for (std::size_t a = 0; a < nvc; ++a) val[j * nvc + a] = tmp[a] + beta_v[a];
                     }
                 }
