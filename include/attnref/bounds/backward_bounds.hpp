@@ -362,11 +362,13 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
     // (final_storage_by_value: (B15v), (B16), a declared policy's check).
     const double us_final = final_storage_by_value ? 0.0 : u_storage;
     const detail::underflow_terms uf = detail::underflow_of(u, u_storage, u_weights, d, s);
-    std::vector<double> dp_abs(d.key_length);
-    for (std::size_t bb = 0; bb < d.batch; ++bb)
-        for (std::size_t h = 0; h < d.heads; ++h)
+    // One task per (batch, kv head) group: its heads and rows in order, so every element of dK and
+    // dV sums its terms in the order of a loop over (batch, head, row), whatever the thread count.
+    auto group_task = [&](std::size_t task) {
+        const std::size_t bb = task / d.kv_heads, hk = task % d.kv_heads;
+        std::vector<double> dp_abs(d.key_length);
+        for (std::size_t h = hk * group; h < (hk + 1) * group; ++h)
             for (std::size_t i = 0; i < d.query_length; ++i) {
-                const std::size_t hk = h / group;
                 const detail::gradient_row r =
                     detail::gradient_row_terms(q, k, v, grad_output, weights, lse, options, d, bb, h, i, s, u, u_weights, dp_abs, u_intermediates);
                 const double logit_magnitude = r.logit_magnitude, d_abs = r.d_abs, e_p = exact_weights ? 0.0 : r.e_p;
@@ -395,6 +397,8 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
                         b.grad_value(bb, hk, j, x) += ((gamma + e_p + us_final) * p + uf.eta_p) * std::fabs(grad_output(bb, h, i, x));
                 }
             }
+    };
+    ::attnref::parallel_for(d.batch * d.kv_heads, options.threads, group_task);
     // (B14): each element's sum of products (η_a per product, before or after the scale) and its storage
     {
         const double sk = static_cast<double>(d.key_length), rows = static_cast<double>(group * d.query_length);
@@ -445,11 +449,13 @@ inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> 
     const underflow_terms uf = underflow_of(u, us, u_weights, d, s);
     // (B14): a head output's Sk products and its storage
     for (double& x : a_o.storage()) x += (static_cast<double>(sk) + 1) * uf.eta_a + uf.eta_out;
-    std::vector<double> dp_abs(sk), sigma(sk), pi(sk);
-    for (std::size_t b = 0; b < d.batch; ++b)
-        for (std::size_t h = 0; h < d.heads; ++h)
+    // One task per (batch, kv head) group, as in sdpa_gradient_first_order_bounds: the same order of
+    // accumulation for every element whatever the thread count.
+    auto group_task = [&](std::size_t task) {
+        const std::size_t b = task / d.kv_heads, hk = task % d.kv_heads;
+        std::vector<double> dp_abs(sk), sigma(sk), pi(sk);
+        for (std::size_t h = hk * group; h < (hk + 1) * group; ++h)
             for (std::size_t i = 0; i < sq; ++i) {
-                const std::size_t hk = h / group;
                 const detail::gradient_row r = detail::gradient_row_terms(Q.value, K.value, V.value, dO.value,
                                                                           weights, lse, ao, d, b, h, i, s, u, u_weights, dp_abs, u_intermediates);
                 double delta = 0, pi_sum = 0;
@@ -490,6 +496,8 @@ inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> 
                     }
                 }
             }
+    };
+    ::attnref::parallel_for(d.batch * d.kv_heads, ao.threads, group_task);
     if (textbook_bound_applies(declared, ao))  // (B5t) with the inputs' errors, in place of (B10)'s dQ
         a_dq = textbook_grad_query_bounds(Q.value, K.value, V.value, dO.value, Q.error, K.error, V.error, dO.error, weights, lse, ao, u, us,
                                           u_weights, u_intermediates, final_storage_by_value);
