@@ -88,6 +88,22 @@ struct split_columns {
     }
 };
 
+/// ‖x‖₁ of n exact doubles, rounded upward (sum_up).
+inline double norm1_up(const double* x, std::size_t n) {
+    double norm = 0;
+    for (std::size_t e = 0; e < n; ++e) norm += std::fabs(x[e]);
+    return dw::sum_up(norm, n);
+}
+
+/// r += hi + mid + low ± err, each addition in mpfr_interval rounded outward (bound: 53-bit scratch).
+inline void add_enclosed(mpfi_ptr r, double hi, double mid, double low, double err, mpfi_ptr bound) {
+    mpfi_add_d(r, r, hi);
+    mpfi_add_d(r, r, mid);
+    mpfi_add_d(r, r, low);
+    mpfi_interv_d(bound, -err, err);
+    mpfi_add(r, r, bound);
+}
+
 /// The enclosures of x·S (x a row of E exact doubles, S split columns) for every column: the three
 /// parts' (10) dot products, their bounds and ‖x‖₁·ρ, added in mpfr_interval (each addition rounded
 /// outward). Scratch: 4·cols doubles.
@@ -99,28 +115,16 @@ void enclose_row_times(const double* x, const split_columns& s, std::vector<doub
     double* mi = hi + m;
     double* lo = mi + m;
     double* er = lo + m;
-    double norm = 0;
-    for (std::size_t e = 0; e < n; ++e) norm += std::fabs(x[e]);
-    norm = dw::sum_up(norm, n);  // ≥ ‖x‖₁
+    const double norm = norm1_up(x, n);
     mpfi_t bound;
     mpfi_init2(bound, 53);
     for (std::size_t c = 0; c < m; ++c) out[c] = T(0);
     for (const auto& part : s.part) {
         dot3_rows(x, n, part.data(), m, m, hi, mi, lo, er);
-        for (std::size_t c = 0; c < m; ++c) {
-            mpfi_ptr r = out[c].backend().data();
-            mpfi_add_d(r, r, hi[c]);
-            mpfi_add_d(r, r, mi[c]);
-            mpfi_add_d(r, r, lo[c]);
-            mpfi_interv_d(bound, -er[c], er[c]);
-            mpfi_add(r, r, bound);
-        }
+        for (std::size_t c = 0; c < m; ++c) add_enclosed(out[c].backend().data(), hi[c], mi[c], lo[c], er[c], bound);
     }
-    for (std::size_t c = 0; c < m; ++c) {
-        const double rest = dw::up(norm * s.rho[c]);  // ≥ Σ_e |x_e|·|rest_e|
-        mpfi_interv_d(bound, -rest, rest);
-        mpfi_add(out[c].backend().data(), out[c].backend().data(), bound);
-    }
+    for (std::size_t c = 0; c < m; ++c)  // Σ_e |x_e|·|rest_e| ≤ ‖x‖₁·ρ_c
+        add_enclosed(out[c].backend().data(), 0.0, 0.0, 0.0, dw::up(norm * s.rho[c]), bound);
     mpfi_clear(bound);
 }
 
@@ -235,22 +239,12 @@ struct row_rung {
                 auto times_q = [&](const double* row, T& out) {
                     double hi[4], mid[4], low[4], err[4];
                     dot3_rows(row, dk, qh, 4, 4, hi, mid, low, err);
-                    double norm = 0;
-                    for (std::size_t c = 0; c < dk; ++c) norm += std::fabs(row[c]);
-                    const double rest = dw::up(dw::sum_up(norm, dk) * qe);  // ≥ Σ_c |row_c|·err_q,c
                     mpfi_t bound;
                     mpfi_init2(bound, 53);
                     out = T(0);
                     mpfi_ptr o = out.backend().data();
-                    for (int k = 0; k < 4; ++k) {
-                        mpfi_add_d(o, o, hi[k]);
-                        mpfi_add_d(o, o, mid[k]);
-                        mpfi_add_d(o, o, low[k]);
-                        mpfi_interv_d(bound, -err[k], err[k]);
-                        mpfi_add(o, o, bound);
-                    }
-                    mpfi_interv_d(bound, -rest, rest);
-                    mpfi_add(o, o, bound);
+                    for (int k = 0; k < 4; ++k) add_enclosed(o, hi[k], mid[k], low[k], err[k], bound);
+                    add_enclosed(o, 0.0, 0.0, 0.0, dw::up(norm1_up(row, dk) * qe), bound);  // ≥ Σ_c |row_c|·err_q,c
                     mpfi_clear(bound);
                 };
                 T s;
