@@ -21,8 +21,8 @@
 // dQ, dK, dV in float64 through the fast backward, certify/fast/backward.hpp) of (1, 16, L, 64) (default
 // L = 2048) for N seeds (default 5) from --seed on, against PyTorch float64 forward + backward of the same
 // shape (bench/torch_sdpa_backward.py, same threads), one line per seed, then the worst and median ratio;
-// for L ≤ 256 also the MPFI path's time and a byte comparison. Above L = 512 undecided elements are
-// counted, not sent to the MPFI ladder (its whole-backward recomputation would not fit; the line says so).
+// for L ≤ 256 also the MPFI path's time and a byte comparison. Undecided elements are escalated (the
+// gradient rung, certify/fast/gradient_rung.hpp, then the group ladder) and their time is included.
 // Usage: golden.bench [--threads N] [--skip-mpfi-large] [--skip-large] [--only-large] [--seed S]
 //                     [--fast-rung-only] [--bound-histogram] [--python PATH] [--gradients [--length L] [--seeds N]]
 
@@ -164,11 +164,10 @@ int gradients_bench(std::size_t threads, std::size_t length, unsigned long seed,
             return -1.0;
         return wall;
     }();
-    const bool fallback = length <= 512;
     std::printf("%s\n", fmt::format("golden.bench --gradients: SDPA (1, {}, {}, {}) dQ, dK, dV certified in float64, {} threads on both sides; "
                                     "PyTorch f64 forward+backward {:.3f} s wall / {:.3f} s CPU (load average before {}){}",
                                     heads, length, dk, threads, torch_s, torch_cpu, load0,
-                                    fallback ? "" : "; undecided elements counted, NOT sent to MPFI")
+                                    "; undecided elements escalated (the gradient rung, then the group ladder), time included")
                             .c_str());
     std::printf("%s\n", fmt::format("{:>6} {:>21} {:>15} {:>10} {:>9} {:>8} {:>10} {:>16}", "seed", "attnref wall/CPU", "ratio wall/CPU",
                                     "elements", "escalated", "peak RSS", "MPFI path", "load average")
@@ -180,7 +179,6 @@ int gradients_bench(std::size_t threads, std::size_t length, unsigned long seed,
         const case_data data = generate_inputs(spec);
         fast::fast_stats stats;
         fast::fast_options fo;
-        fo.fallback = fallback;
         certify::result r;
         const std::string load = load_average();
         const double cpu0 = user_cpu_seconds();

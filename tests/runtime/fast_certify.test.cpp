@@ -895,11 +895,11 @@ std::vector<std::vector<std::vector<double>>> committed_gradients(const fs::path
 }  // namespace
 
 /// The MPFI escalation of the fast backward recomputes only the (batch, kv head) groups holding the
-/// elements asked for (certify_gradients_groups: each group's backward as an SDPA problem of its
-/// own, with the per-batch and per-head conventions sliced), and gives their committed bytes (the
-/// whole-case MPFI ladder's). Asked for: in every group but the first, the last dQ element of the
-/// group's query heads, a middle dK element and the last dV element; on cases with GQA, MQA, ALiBi,
-/// key padding, boolean, additive and seed masks, soft-capping and NaN rows.
+/// elements asked for (certify_gradients_groups without its first rung: each group's backward as an
+/// SDPA problem of its own, with the per-batch and per-head conventions sliced), and gives their
+/// committed bytes (the whole-case MPFI ladder's). Asked for: in every group but the first, the last
+/// dQ element of the group's query heads, a middle dK element and the last dV element; on cases with
+/// GQA, MQA, ALiBi, key padding, boolean, additive and seed masks, soft-capping and NaN rows.
 BOOST_AUTO_TEST_CASE(gradient_escalation_recomputes_only_the_groups_it_needs) {
     for (const char* name : {"sdpa_bwd_gqa", "sdpa_bwd_mqa", "sdpa_bwd_combined_conventions", "sdpa_bwd_alibi_causal", "sdpa_bwd_key_padding",
                              "sdpa_bwd_bool_mask_true_means_masked", "sdpa_bwd_additive_mask", "sdpa_bwd_seed_mask", "sdpa_bwd_empty_rows_nan"}) {
@@ -919,9 +919,10 @@ BOOST_AUTO_TEST_CASE(gradient_escalation_recomputes_only_the_groups_it_needs) {
             wanted[1][gk * block[1] + block[1] / 2] = 1;
             wanted[2][gk * block[2] + block[2] - 1] = 1;
         }
-        const golden::group_escalation e = golden::certify_gradients_groups(spec, lc.data, 2, formats, wanted);
+        const golden::group_escalation e = golden::certify_gradients_groups(spec, lc.data, 2, formats, wanted, {}, 0, false);
         BOOST_TEST(e.groups == groups - 1, name);
         BOOST_TEST(e.group_computations.size() == groups - 1);
+        BOOST_TEST(e.rung.rows == 0u, name << ": the gradient rung was not asked to run");
         for (std::size_t c : e.group_computations) BOOST_TEST(c >= 1u, name);
         const auto want = committed_gradients(dir, lc, targets);
         std::size_t compared = 0;
@@ -941,9 +942,63 @@ BOOST_AUTO_TEST_CASE(gradient_escalation_recomputes_only_the_groups_it_needs) {
     }
 }
 
+/// The gradient rung (gradient_rung.hpp, the first rung of certify_gradients_groups: the rows and keys
+/// of the elements asked for, triple-word dot products enclosed in MPFI) gives the committed bytes of
+/// every element of dQ, dK and dV of every committed SDPA backward case but the long one — all
+/// scale placements, soft-capping, ALiBi, GQA and MQA, every mask kind, windows, causal alignments,
+/// empty rows under each policy, rows with one attendable key, dk ≠ dv, offset and tied logits — and
+/// decides them all itself (no group is recomputed). Then only dQ of one row: the rung computes that
+/// row alone.
+BOOST_AUTO_TEST_CASE(gradient_rung_gives_the_committed_bytes) {
+    std::size_t cases = 0, values = 0;
+    for (const auto& entry : fs::directory_iterator(fs::path(ATTNREF_SOURCE_DIR "/golden"))) {
+        const std::string name = entry.path().filename().string();
+        if (name.rfind("sdpa_bwd_", 0) != 0 || name == "sdpa_bwd_long_causal_s512_d16") continue;
+        const golden::loaded_case lc = golden::load_case(entry.path());
+        const golden::case_spec& spec = lc.m.spec;
+        const golden::case_shapes& d = spec.shapes;
+        const auto [targets, formats] = targets_of(spec);
+        const auto want = committed_gradients(entry.path(), lc, targets);
+        std::vector<std::vector<std::uint8_t>> wanted(3);
+        for (std::size_t t = 0; t < 3; ++t) wanted[t].assign(want[t][0].size(), 1);
+        const golden::group_escalation e = golden::certify_gradients_groups(spec, lc.data, 2, formats, wanted);
+        BOOST_TEST(e.rung.groups == d.batch * d.kv_heads, name);
+        BOOST_TEST(e.rung.rows == d.batch * d.heads * d.query_length, name);
+        for (std::size_t c : e.group_computations) BOOST_TEST(c == 0u, name << ": the rung decides every element");
+        std::size_t differ = 0;
+        for (std::size_t t = 0; t < 3; ++t)
+            for (std::size_t m = 0; m < e.index[t].size(); ++m)
+                for (std::size_t k = 0; k < targets.size(); ++k) {
+                    const double got = e.result.values[t][k][m], ref = want[t][k][e.index[t][m]];
+                    if (!same_bits(stored(got, targets[k]), ref)) {
+                        if (++differ <= 3)
+                            BOOST_TEST_MESSAGE(fmt::format("{} tensor {} element {} {}: rung {:a}, committed {:a}", name, t, e.index[t][m],
+                                                           targets[k], got, ref));
+                    }
+                    ++values;
+                }
+        BOOST_TEST(differ == 0u, name);
+        ++cases;
+        if (name == "sdpa_bwd_basic") {  // dQ of one row: that row alone
+            std::vector<std::vector<std::uint8_t>> one(3);
+            for (std::size_t t = 0; t < 3; ++t) one[t].assign(want[t][0].size(), 0);
+            const std::size_t row = d.query_length + 1;  // (b 0, h 1, i 1) when there are two heads
+            for (std::size_t c = 0; c < d.head_dim_qk; ++c) one[0][row * d.head_dim_qk + c] = 1;
+            const golden::group_escalation r = golden::certify_gradients_groups(spec, lc.data, 2, formats, one);
+            BOOST_TEST(r.rung.rows == 1u);
+            BOOST_TEST(r.rung.groups == 1u);
+            for (std::size_t c = 0; c < d.head_dim_qk; ++c)
+                BOOST_TEST(same_bits(stored(r.result.values[0][0][c], targets[0]), want[0][0][row * d.head_dim_qk + c]));
+        }
+    }
+    BOOST_TEST_MESSAGE(fmt::format("gradient rung: {} SDPA backward cases, {} values compared with the committed bytes", cases, values));
+    BOOST_TEST(cases >= 25u);
+}
+
 /// Through certify_gradients_fast with every bound scaled by 2^40 (nearly everything undecided): the
-/// escalation covers every group and the gradients equal the committed ones; a memory limit below
-/// one group's MPFI backward makes the case inconclusive (uncertified_error) naming the limit, and
+/// escalation covers every group and the gradients equal the committed ones; under a memory limit
+/// below one group's MPFI backward the gradient rung still certifies them (it needs no group's
+/// backward), while without it the case is inconclusive (uncertified_error) naming the limit; and
 /// generate's estimate counts one group, not the whole case.
 BOOST_AUTO_TEST_CASE(fast_gradients_escalated_by_groups_equal_committed) {
     const fs::path dir = fs::path(ATTNREF_SOURCE_DIR "/golden") / "sdpa_bwd_gqa";
@@ -978,6 +1033,13 @@ BOOST_AUTO_TEST_CASE(fast_gradients_escalated_by_groups_equal_committed) {
     const std::uint64_t saved = golden::max_memory();
     golden::set_max_memory(total / 2 + golden::generate_program_bytes);
     std::string what;
+    try {  // the gradient rung needs no group's backward: decided within the limit
+        (void)golden::certify_gradients_fast(spec, lc.data, 2, formats, {}, &stats, fo);
+    } catch (const certify::uncertified_error& x) {
+        what = x.what();
+    }
+    BOOST_TEST(what.empty(), what);
+    fo.gradient_rung = false;
     try {
         (void)golden::certify_gradients_fast(spec, lc.data, 2, formats, {}, &stats, fo);
     } catch (const certify::uncertified_error& x) {

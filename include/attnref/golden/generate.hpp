@@ -24,6 +24,7 @@
 #include "attnref/certify/certify.hpp"
 #include "attnref/certify/fast.hpp"
 #include "attnref/certify/fast/backward.hpp"
+#include "attnref/certify/fast/gradient_rung.hpp"
 #include "attnref/certify/fast/problem_of.hpp"
 #include "attnref/core/formats.hpp"
 #include "attnref/multiprecision/multiprecision.hpp"
@@ -401,28 +402,31 @@ struct group_escalation {
     std::size_t groups = 0;      ///< (batch, kv head) groups holding some element asked for
     std::size_t concurrent = 0;  ///< groups computed at the same time (threads, within max_memory())
     std::vector<std::size_t> group_computations;  ///< per group: how many ladder rungs recomputed it
+    fast::detail::gradient_rung_stats rung;       ///< what the first rung (gradient_rung.hpp) computed, when it ran
 };
 
 /// The MPFI ladder (certify::certify, as certify_gradients) for the elements of an SDPA case's
-/// gradients flagged in `wanted` (per tensor dQ, dK, dV, flat in C order), recomputing only the
-/// (batch, kv head) groups that hold them: each group's backward runs as an SDPA problem of its own
-/// (group_options; attnref's templated backward in mpfr_interval<D>, one thread per group, groups
-/// in parallel), and a higher rung recomputes only the groups still holding undecided elements. An
-/// element is certified from the enclosure of the same exact value as in certify_gradients, so its
-/// certified value is the same (a correctly rounded value is unique). `reserved`: bytes the caller
-/// holds already; the groups computed at once are as many as fit in max_memory() beside it (at
-/// least one; throws uncertified_error when one group does not fit).
+/// gradients flagged in `wanted` (per tensor dQ, dK, dV, flat in C order). The first rung is the
+/// gradient rung (certify/fast/gradient_rung.hpp: the rows and keys of the elements asked for,
+/// triple-word dot products enclosed in mpfr_interval<D>) unless `rung` is false; the next rungs
+/// recompute only the (batch, kv head) groups still holding undecided elements: each group's
+/// backward runs as an SDPA problem of its own (group_options; attnref's templated backward in
+/// mpfr_interval<D>, one thread per group, groups in parallel). An element is certified from the
+/// enclosure of the same exact value as in certify_gradients, so its certified value is the same (a
+/// correctly rounded value is unique). `reserved`: bytes the caller holds already; the groups
+/// computed at once are as many as fit in max_memory() beside it (at least one; throws
+/// uncertified_error when a group's backward is needed and one group does not fit).
 ATTNREF_GENERATE_FN group_escalation certify_gradients_groups(const case_spec& spec, const case_data& data, std::size_t threads,
                                                  const std::vector<format_description>& targets,
                                                  const std::vector<std::vector<std::uint8_t>>& wanted,
                                                  const std::function<void(const std::string&)>& progress = {},
-                                                 std::uint64_t reserved = 0);
+                                                 std::uint64_t reserved = 0, bool rung = true);
 #if ATTNREF_GENERATE_BODIES
 ATTNREF_GENERATE_FN group_escalation certify_gradients_groups(const case_spec& spec, const case_data& data, std::size_t threads,
                                                  const std::vector<format_description>& targets,
                                                  const std::vector<std::vector<std::uint8_t>>& wanted,
                                                  const std::function<void(const std::string&)>& progress,
-                                                 std::uint64_t reserved) {
+                                                 std::uint64_t reserved, bool rung) {
     if (spec.kind != case_kind::sdpa) throw std::logic_error("certify_gradients_groups: SDPA cases only");
     const case_shapes& d = spec.shapes;
     const std::size_t B = d.batch, H = d.heads, Hkv = d.kv_heads, G = H / Hkv, Sq = d.query_length, Sk = d.key_length,
@@ -472,13 +476,16 @@ ATTNREF_GENERATE_FN group_escalation certify_gradients_groups(const case_spec& s
     const std::uint64_t per_group = gradients_group_mpfi_bytes(spec), limit = max_memory();
     const std::uint64_t held = safe_io_detail::sat_add(reserved, generate_program_bytes);
     const std::uint64_t fit = held >= limit ? 0 : (limit - held) / std::max<std::uint64_t>(per_group, 1);
-    if (fit == 0)
-        throw certify::uncertified_error("the MPFI ladder for the undecided gradient elements recomputes their (batch, kv head) group's "
-                                         "backward, about " + safe_io_detail::gib(safe_io_detail::sat_add(per_group, held)) +
-                                         " with what is held already, above the limit of " + safe_io_detail::gib(limit) +
-                                         " (raise it with --max-memory)");
+    auto require_fit = [&] {  // before a group's backward (the gradient rung needs a few rows of Sk intervals per thread)
+        if (fit == 0)
+            throw certify::uncertified_error("the MPFI ladder for the undecided gradient elements recomputes their (batch, kv head) group's "
+                                             "backward, about " + safe_io_detail::gib(safe_io_detail::sat_add(per_group, held)) +
+                                             " with what is held already, above the limit of " + safe_io_detail::gib(limit) +
+                                             " (raise it with --max-memory)");
+    };
+    if (!rung) require_fit();
     const std::size_t hw = threads ? threads : std::max<std::size_t>(1, std::thread::hardware_concurrency());
-    e.concurrent = static_cast<std::size_t>(std::min<std::uint64_t>({std::uint64_t{hw}, std::uint64_t{groups.size()}, fit}));
+    e.concurrent = static_cast<std::size_t>(std::min<std::uint64_t>({std::uint64_t{hw}, std::uint64_t{groups.size()}, std::max<std::uint64_t>(fit, 1)}));
 
     // NaN is exact where certify_gradients allows it (sdpa, nan policy): dQ of empty rows, dK and dV
     // of a kv head one of whose query rows is empty.
@@ -498,9 +505,12 @@ ATTNREF_GENERATE_FN group_escalation certify_gradients_groups(const case_spec& s
         for (std::size_t t = 0; t < 3; ++t)
             for (std::size_t n : e.index[t]) opts.nan_allowed[t].push_back(t == 0 ? empty[n / dk] : kv_nan[group_of(t, n)]);
     }
-    opts.progress = [&](std::size_t rung, int bits, std::size_t pending) {
+    opts.progress = [&](std::size_t rung_index, int bits, std::size_t pending) {
         if (!progress) return;
-        if (rung == 0) progress(spec.name + ": recomputing " + std::to_string(groups.size()) + " (batch, kv head) group(s) in MPFI at " +
+        if (rung_index == 0 && rung)
+            progress(spec.name + ": the rows and keys of " + std::to_string(e.index[0].size() + e.index[1].size() + e.index[2].size()) +
+                     " gradient element(s) in " + std::to_string(groups.size()) + " (batch, kv head) group(s) in MPFI at " + std::to_string(bits) + " bits");
+        else if (rung_index == 0) progress(spec.name + ": recomputing " + std::to_string(groups.size()) + " (batch, kv head) group(s) in MPFI at " +
                                 std::to_string(bits) + " bits");
         else progress(spec.name + ": " + std::to_string(pending) + " gradient element(s) uncertified, escalating to " + std::to_string(bits) + " bits");
     };
@@ -512,12 +522,22 @@ ATTNREF_GENERATE_FN group_escalation certify_gradients_groups(const case_spec& s
             using P = uniform_precision<T>;
             std::vector<std::vector<T>> out(3);
             for (std::size_t t = 0; t < 3; ++t) out[t].resize(e.index[t].size());
+            std::vector<std::uint8_t> by_rung(groups.size(), 0);  // groups the gradient rung took
+            if (rung && D == certify::ladder[0]) {  // the first rung: the gradient rung, the groups' backward after
+                const tensor_view<const double, 4> g{data.grad_output.data(), {B, H, Sq, dv}};
+                const fast::detail::gradient_rung first{c.q, c.k, c.v, g, &c.o, threads};
+                std::vector<std::size_t> declined;
+                out = first.template run<D>(fast::detail::wanted_elements{&e.index, &req.pending}, &e.rung, &declined);
+                by_rung.assign(groups.size(), 1);
+                for (std::size_t gk : declined) by_rung[group_id[gk]] = 0;
+            }
             std::vector<std::size_t> todo;
             for (std::size_t k = 0; k < groups.size(); ++k) {
                 bool pending = req.pending.empty() || (req.pending[0].empty() && req.pending[1].empty() && req.pending[2].empty());
                 for (const auto& [t, m] : members[k]) pending = pending || (t < req.pending.size() && m < req.pending[t].size() && req.pending[t][m]);
-                if (pending) todo.push_back(k);
+                if (pending && !by_rung[k]) todo.push_back(k);
             }
+            if (!todo.empty()) require_fit();
             parallel_for_dynamic(
                 todo.size(), e.concurrent,
                 [&](std::size_t task) {
@@ -586,7 +606,8 @@ ATTNREF_GENERATE_FN certify::result certify_gradients_fast(const case_spec& spec
         if (progress) progress(spec.name + ": " + std::to_string(fg.undecided_elements) + " gradient element(s) undecided, through the MPFI ladder");
         group_escalation ge;
         try {
-            ge = certify_gradients_groups(spec, data, threads, targets, fg.undecided, progress, gradients_fast_bytes(spec, threads));
+            ge = certify_gradients_groups(spec, data, threads, targets, fg.undecided, progress, gradients_fast_bytes(spec, threads),
+                                          options.gradient_rung);
         } catch (const certify::uncertified_error& e) {
             throw certify::uncertified_error(std::to_string(fg.undecided_elements) + " gradient element(s) undecided by the fast backward; " + e.what());
         }

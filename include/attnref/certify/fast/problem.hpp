@@ -61,6 +61,9 @@ struct fast_options {
     /// false: escalated multi-head rows go straight to the whole-batch MPFI ladder instead of first
     /// trying the row rung (row_rung.hpp; tests compare the two; the bytes are the same).
     bool row_rung = true;
+    /// false: undecided SDPA gradient elements go straight to the (batch, kv head) group ladder
+    /// instead of first trying the gradient rung (gradient_rung.hpp; same bytes, tested).
+    bool gradient_rung = true;
     /// Tests: called with (tensor, element, value and bound after bound_scale) for every element the
     /// fast rung bounds (not for exact-by-construction ones). Called from worker threads.
     std::function<void(std::size_t, std::size_t, const bounded&)> observe;
