@@ -173,22 +173,82 @@ inline double stored_logit_roundings(const attention_options& options) {
 /// (B4s): the roundings to storage format of dS-sized quantities besides dS's final one: dP (through
 /// dS and D), D, the scaled dS, and soft-capping's dS·(1 − t²).
 inline double stored_ds_roundings(const attention_options& options) { return 4.0 + (options.softcap ? 1.0 : 0.0); }
+/// The gradient bounds' blocking (sdpa_gradient_first_order_bounds, perturbed_sdpa_bounds): query
+/// rows per block and keys per tile; the order of every element's terms does not depend on them.
+inline constexpr std::size_t bound_row_block = 32, bound_key_tile = 64;
+/// y_x += a·|x_x| over a row (the gradient bounds' per-key updates; distinct rows, by-value scalars,
+/// so the compiler can use vector registers: each element's operations and order unchanged).
+inline void add_scaled_abs(double* __restrict y, const double* __restrict x, double a, std::size_t n) {
+    for (std::size_t c = 0; c < n; ++c) y[c] += a * std::fabs(x[c]);
+}
+/// perturbed_sdpa_bounds' value-side row updates (see there), element by element as written there.
+inline void perturbed_value_rows(double* __restrict adv, double* __restrict mdv, double* __restrict ao, double* __restrict mo,
+                                 const double* __restrict vr, const double* __restrict ver, const double* __restrict gr,
+                                 const double* __restrict ger, double pw, double dl, double f, double eta_p, std::size_t n) {
+    for (std::size_t c = 0; c < n; ++c) {
+        const double vo = std::fabs(vr[c]), go = std::fabs(gr[c]);
+        adv[c] += pw * (2 * dl * go + ger[c]);
+        mdv[c] += pw * go;
+        ao[c] += pw * (f * vo + ver[c]) + eta_p * vo;
+        mo[c] += pw * vo;
+    }
+}
+/// perturbed_sdpa_bounds' query and key row updates (see there), element by element as written there.
+inline void perturbed_qk_rows(double* __restrict adq, double* __restrict adk, double* __restrict mdq, double* __restrict mdk,
+                              const double* __restrict kr, const double* __restrict ker, const double* __restrict qr,
+                              const double* __restrict qer, double s, double nn, double m, std::size_t n) {
+    for (std::size_t c = 0; c < n; ++c) {
+        const double kk = std::fabs(kr[c]), qq = std::fabs(qr[c]);
+        adq[c] += s * (nn * kk + m * ker[c]);
+        adk[c] += s * (nn * qq + m * qer[c]);
+        mdq[c] += s * m * kk;
+        mdk[c] += s * m * qq;
+    }
+}
+
+/// out[j] = Σ_c f(c, j) over c = 0 … n − 1 in order, for j = 0 … m − 1, four j side by side in
+/// independent accumulators (the plain loop's additions for each j, so the same values; the chains'
+/// latencies overlap and the accumulators stay in registers).
+template <class F>
+inline void row_sums4(std::size_t m, std::size_t n, double* out, F f) {
+    std::size_t j = 0;
+    for (; j + 4 <= m; j += 4) {
+        double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        for (std::size_t c = 0; c < n; ++c) {
+            a0 += f(c, j);
+            a1 += f(c, j + 1);
+            a2 += f(c, j + 2);
+            a3 += f(c, j + 3);
+        }
+        out[j] = a0, out[j + 1] = a1, out[j + 2] = a2, out[j + 3] = a3;
+    }
+    for (; j < m; ++j) {
+        double a = 0;
+        for (std::size_t c = 0; c < n; ++c) a += f(c, j);
+        out[j] = a;
+    }
+}
+
 inline gradient_row gradient_row_terms(tensor_view<const double, 4> q, tensor_view<const double, 4> k, tensor_view<const double, 4> v,
                                        tensor_view<const double, 4> grad_output, tensor_view<const double, 4> weights,
                                        tensor_view<const double, 3> lse, const attention_options& options, const attention_dims& d,
                                        std::size_t bb, std::size_t h, std::size_t i, double s, double u, double u_weights,
                                        std::vector<double>& dp_abs, double u_intermediates = 0) {
-    const std::size_t hk = h / (d.heads / d.kv_heads);
+    const std::size_t hk = h / (d.heads / d.kv_heads), n_qk = d.head_dim_qk, n_v = d.head_dim_v;
     gradient_row r;
     const double dk = static_cast<double>(d.head_dim_qk);
+    // Σ_x |q_x k_jx| and Σ_x |dO_x v_jx| for every key j (contiguous rows).
+    thread_local std::vector<double> qk_abs;
+    qk_abs.resize(d.key_length);
+    const double *qr = &q(bb, h, i, 0), *kb = &k(bb, hk, 0, 0), *gr = &grad_output(bb, h, i, 0), *vb = &v(bb, hk, 0, 0);
+    row_sums4(d.key_length, n_qk, qk_abs.data(), [=](std::size_t x, std::size_t j) { return std::fabs(qr[x] * kb[j * n_qk + x]); });
+    row_sums4(d.key_length, n_v, dp_abs.data(), [=](std::size_t x, std::size_t j) { return std::fabs(gr[x] * vb[j * n_v + x]); });
     // Keys the seed mask pushes down by 1e9 (seed = 1) while another key of the row is not seed-masked:
     // their logits stay below the row's by ≥ 1e9/2 whatever the rounding (checked below), so their
     // weights are exactly 0 in every format and they add exactly 0 to every sum — they do not enter L_i.
     // (A key without seed whose logit magnitude is ≤ 1e9/8 keeps the row's maximum ≥ −1e9/8.)
     auto rest_magnitude = [&](std::size_t j) {
-        double qk = 0;
-        for (std::size_t x = 0; x < d.head_dim_qk; ++x) qk += std::fabs(q(bb, h, i, x) * k(bb, hk, j, x));
-        double m = s * qk;
+        double m = s * qk_abs[j];
         if (!options.alibi_slopes.empty())
             m += std::fabs(options.alibi_slopes[h]) * static_cast<double>(d.query_length + d.key_length);
         if (options.mask.additive.present()) m += std::fabs(options.mask.additive.at(bb, h, i, j));
@@ -200,9 +260,6 @@ inline gradient_row gradient_row_terms(tensor_view<const double, 4> q, tensor_vi
             any_unseeded = !structurally_masked(options.mask, bb, h, i, j, d.query_length, d.key_length) &&
                            options.mask.seed.at(bb, h, i, j) == 0 && rest_magnitude(j) <= -seed_mask_value / 8;
     for (std::size_t j = 0; j < d.key_length; ++j) {
-        double ov = 0;
-        for (std::size_t x = 0; x < d.head_dim_v; ++x) ov += std::fabs(grad_output(bb, h, i, x) * v(bb, hk, j, x));
-        dp_abs[j] = ov;
         if (structurally_masked(options.mask, bb, h, i, j, d.query_length, d.key_length)) continue;
         r.empty = false;
         double m = rest_magnitude(j);
@@ -364,39 +421,57 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
     const detail::underflow_terms uf = detail::underflow_of(u, u_storage, u_weights, d, s);
     // One task per (batch, kv head) group: its heads and rows in order, so every element of dK and
     // dV sums its terms in the order of a loop over (batch, head, row), whatever the thread count.
+    // Within a group, rows in blocks and keys in tiles that the block's rows go through in turn (the
+    // tile's dK, dV rows stay in cache): every element still sums its terms in the plain loops' order
+    // (dQ and the row sums over keys ascending, dK and dV over (head, row) ascending), so the same values.
     auto group_task = [&](std::size_t task) {
-        const std::size_t bb = task / d.kv_heads, hk = task % d.kv_heads;
-        std::vector<double> dp_abs(d.key_length);
-        for (std::size_t h = hk * group; h < (hk + 1) * group; ++h)
-            for (std::size_t i = 0; i < d.query_length; ++i) {
-                const detail::gradient_row r =
-                    detail::gradient_row_terms(q, k, v, grad_output, weights, lse, options, d, bb, h, i, s, u, u_weights, dp_abs, u_intermediates);
-                const double logit_magnitude = r.logit_magnitude, d_abs = r.d_abs, e_p = exact_weights ? 0.0 : r.e_p;
-                if (r.empty) {  // only the uniform policy's dV_j += dO_i/Sk
-                    for (std::size_t j = 0; j < d.key_length; ++j)
-                        for (std::size_t x = 0; x < d.head_dim_v; ++x)
-                            b.grad_value(bb, hk, j, x) += (gamma + us_final) * std::fabs(weights(bb, h, i, j)) * std::fabs(grad_output(bb, h, i, x));
-                    continue;
-                }
-                const double e_cap = options.softcap ? u * (4 + 2 * (dk + 3) * logit_magnitude / std::fabs(*options.softcap)) : 0;
-                const double rho = 4 * gamma + 2 * e_p + e_cap + 3 * u + detail::stored_ds_roundings(options) * u_intermediates;  // (B5), (B4s)
-                const double rho_stored = rho + us_final;                  // (B7)
-                for (std::size_t j = 0; j < d.key_length; ++j) {
-                    if (structurally_masked(options.mask, bb, h, i, j, d.query_length, d.key_length)) continue;
-                    const double p = weights(bb, h, i, j);
-                    const double m = p * (dp_abs[j] + d_abs);  // M_ij (B4)
-                    // (B14): dS_ij's underflow, and the η_a of scaling it
-                    const double eta_ds = uf.eta_ds + uf.eta_p * (dp_abs[j] + d_abs + r.dp_sum);
-                    b.logits_row_sum(bb, h, i, 0) += rho * m + eta_ds;
-                    const double to_qk = s * (rho_stored * m + eta_ds + uf.eta_a);
-                    for (std::size_t x = 0; x < d.head_dim_qk; ++x) {
-                        if (!centred) b.grad_query(bb, h, i, x) += to_qk * std::fabs(k(bb, hk, j, x));
-                        b.grad_key(bb, hk, j, x) += to_qk * std::fabs(q(bb, h, i, x));
-                    }
-                    for (std::size_t x = 0; x < d.head_dim_v; ++x)
-                        b.grad_value(bb, hk, j, x) += ((gamma + e_p + us_final) * p + uf.eta_p) * std::fabs(grad_output(bb, h, i, x));
-                }
+        const std::size_t bb = task / d.kv_heads, hk = task % d.kv_heads, sq = d.query_length, sk = d.key_length, nrows = group * sq;
+        struct row_terms {
+            detail::gradient_row r;
+            double e_p = 0, rho = 0, rho_stored = 0;
+            std::size_t h = 0, i = 0;
+        };
+        std::vector<row_terms> rt(detail::bound_row_block);
+        std::vector<std::vector<double>> dp_abs(detail::bound_row_block, std::vector<double>(sk));
+        for (std::size_t r0 = 0; r0 < nrows; r0 += detail::bound_row_block) {
+            const std::size_t nr = std::min(detail::bound_row_block, nrows - r0);
+            for (std::size_t a = 0; a < nr; ++a) {
+                row_terms& t = rt[a];
+                t.h = hk * group + (r0 + a) / sq, t.i = (r0 + a) % sq;
+                t.r = detail::gradient_row_terms(q, k, v, grad_output, weights, lse, options, d, bb, t.h, t.i, s, u, u_weights, dp_abs[a],
+                                                 u_intermediates);
+                t.e_p = exact_weights ? 0.0 : t.r.e_p;
+                const double e_cap = options.softcap ? u * (4 + 2 * (dk + 3) * t.r.logit_magnitude / std::fabs(*options.softcap)) : 0;
+                t.rho = 4 * gamma + 2 * t.e_p + e_cap + 3 * u + detail::stored_ds_roundings(options) * u_intermediates;  // (B5), (B4s)
+                t.rho_stored = t.rho + us_final;                                                                       // (B7)
             }
+            for (std::size_t j0 = 0; j0 < sk; j0 += detail::bound_key_tile)
+                for (std::size_t a = 0; a < nr; ++a) {
+                    const row_terms& t = rt[a];
+                    const std::size_t h = t.h, i = t.i, j1 = std::min(sk, j0 + detail::bound_key_tile);
+                    if (t.r.empty) {  // only the uniform policy's dV_j += dO_i/Sk
+                        for (std::size_t j = j0; j < j1; ++j)
+                            for (std::size_t x = 0; x < d.head_dim_v; ++x)
+                                b.grad_value(bb, hk, j, x) += (gamma + us_final) * std::fabs(weights(bb, h, i, j)) * std::fabs(grad_output(bb, h, i, x));
+                        continue;
+                    }
+                    const double d_abs = t.r.d_abs, e_p = t.e_p, rho = t.rho, rho_stored = t.rho_stored;
+                    for (std::size_t j = j0; j < j1; ++j) {
+                        if (structurally_masked(options.mask, bb, h, i, j, d.query_length, d.key_length)) continue;
+                        const double p = weights(bb, h, i, j);
+                        const double m = p * (dp_abs[a][j] + d_abs);  // M_ij (B4)
+                        // (B14): dS_ij's underflow, and the η_a of scaling it
+                        const double eta_ds = uf.eta_ds + uf.eta_p * (dp_abs[a][j] + d_abs + t.r.dp_sum);
+                        b.logits_row_sum(bb, h, i, 0) += rho * m + eta_ds;
+                        const double to_qk = s * (rho_stored * m + eta_ds + uf.eta_a);
+                        // Row by row (distinct tensors, contiguous rows): each element's update as before.
+                        if (!centred) detail::add_scaled_abs(&b.grad_query(bb, h, i, 0), &k(bb, hk, j, 0), to_qk, d.head_dim_qk);
+                        detail::add_scaled_abs(&b.grad_key(bb, hk, j, 0), &q(bb, h, i, 0), to_qk, d.head_dim_qk);
+                        const double to_v = (gamma + e_p + us_final) * p + uf.eta_p;
+                        detail::add_scaled_abs(&b.grad_value(bb, hk, j, 0), &grad_output(bb, h, i, 0), to_v, d.head_dim_v);
+                    }
+                }
+        }
     };
     ::attnref::parallel_for(d.batch * d.kv_heads, options.threads, group_task);
     // (B14): each element's sum of products (η_a per product, before or after the scale) and its storage
@@ -453,49 +528,65 @@ inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> 
     // accumulation for every element whatever the thread count.
     auto group_task = [&](std::size_t task) {
         const std::size_t b = task / d.kv_heads, hk = task % d.kv_heads;
-        std::vector<double> dp_abs(sk), sigma(sk), pi(sk);
-        for (std::size_t h = hk * group; h < (hk + 1) * group; ++h)
-            for (std::size_t i = 0; i < sq; ++i) {
-                const detail::gradient_row r = detail::gradient_row_terms(Q.value, K.value, V.value, dO.value,
-                                                                          weights, lse, ao, d, b, h, i, s, u, u_weights, dp_abs, u_intermediates);
+        // Rows in blocks, keys in tiles, as in sdpa_gradient_first_order_bounds: the same order of every
+        // element's terms (the query side over keys ascending, the key side over (head, row) ascending).
+        struct row_terms {
+            detail::gradient_row r;
+            double delta = 0, pi_sum = 0;
+            std::size_t h = 0, i = 0;
+        };
+        std::vector<row_terms> rt(bound_row_block);
+        std::vector<std::vector<double>> dp_abs(bound_row_block, std::vector<double>(sk)), pi(bound_row_block, std::vector<double>(sk));
+        std::vector<double> sigma(sk);
+        for (std::size_t r0 = 0; r0 < group * sq; r0 += bound_row_block) {
+            const std::size_t nr = std::min(bound_row_block, group * sq - r0);
+            for (std::size_t a = 0; a < nr; ++a) {
+                row_terms& t = rt[a];
+                const std::size_t h = hk * group + (r0 + a) / sq, i = (r0 + a) % sq;
+                t.h = h, t.i = i;
+                t.r = detail::gradient_row_terms(Q.value, K.value, V.value, dO.value, weights, lse, ao, d, b, h, i, s, u, u_weights, dp_abs[a],
+                                                 u_intermediates);
                 double delta = 0, pi_sum = 0;
+                // Σ_c (e_q,c |k_jc| + |q_c| e_k,jc) and Σ_c (e_dO,c |v_jc| + |dO_c| e_v,jc) for every key (contiguous rows).
+                const double *qv = &Q.value(b, h, i, 0), *qe = &Q.error(b, h, i, 0), *kv = &K.value(b, hk, 0, 0), *ke = &K.error(b, hk, 0, 0);
+                const double *ov = &dO.value(b, h, i, 0), *oe = &dO.error(b, h, i, 0), *vv = &V.value(b, hk, 0, 0), *ve = &V.error(b, hk, 0, 0);
+                row_sums4(sk, dk, sigma.data(), [=](std::size_t c, std::size_t j) { return qe[c] * std::fabs(kv[j * dk + c]) + std::fabs(qv[c]) * ke[j * dk + c]; });
+                row_sums4(sk, dv, pi[a].data(), [=](std::size_t c, std::size_t j) { return oe[c] * std::fabs(vv[j * dv + c]) + std::fabs(ov[c]) * ve[j * dv + c]; });
                 for (std::size_t j = 0; j < sk; ++j) {
-                    double sg = 0, pj = 0;
-                    for (std::size_t c = 0; c < dk; ++c)
-                        sg += Q.error(b, h, i, c) * std::fabs(K.value(b, hk, j, c)) + std::fabs(Q.value(b, h, i, c)) * K.error(b, hk, j, c);
-                    for (std::size_t c = 0; c < dv; ++c)
-                        pj += dO.error(b, h, i, c) * std::fabs(V.value(b, hk, j, c)) + std::fabs(dO.value(b, h, i, c)) * V.error(b, hk, j, c);
-                    sigma[j] = s * sg, pi[j] = pj;
-                    if (r.empty || structurally_masked(ao.mask, b, h, i, j, sq, sk)) continue;
+                    sigma[j] = s * sigma[j];
+                    if (t.r.empty || structurally_masked(ao.mask, b, h, i, j, sq, sk)) continue;
                     delta = std::max(delta, sigma[j]);
-                    pi_sum += weights(b, h, i, j) * pj;
+                    pi_sum += weights(b, h, i, j) * pi[a][j];
                 }
-                for (std::size_t j = 0; j < sk; ++j) {
-                    // Empty rows (uniform policy): dV_j += P_ij dO_i and O_i = Σ_j P_ij V_j, constant in q and k.
-                    const bool masked = r.empty || structurally_masked(ao.mask, b, h, i, j, sq, sk);
-                    const double pw = std::fabs(weights(b, h, i, j));
-                    if (!(pw > 0)) continue;  // masked keys; NaN weights (nan policy) are not bounded
-                    const double dl = masked ? 0 : delta;
-                    for (std::size_t c = 0; c < dv; ++c) {
-                        const double vo = std::fabs(V.value(b, hk, j, c)), go = std::fabs(dO.value(b, h, i, c));
-                        a_dv(b, hk, j, c) += pw * (2 * dl * go + dO.error(b, h, i, c));
-                        m_dv(b, hk, j, c) += pw * go;
-                        a_o(b, h, i, c) += pw * ((r.e_p + 2 * dl + gamma + us) * vo + V.error(b, hk, j, c)) + uf.eta_p * vo;
-                        m_o(b, h, i, c) += pw * vo;
-                    }
-                    if (masked) continue;
-                    const double m = pw * (dp_abs[j] + r.d_abs);  // M_ij (B4)
-                    double nn = 4 * delta * m + pw * (pi[j] + pi_sum);
-                    if (ao.softcap) nn += delta * m / std::fabs(*ao.softcap);
-                    for (std::size_t c = 0; c < dk; ++c) {
-                        const double kk = std::fabs(K.value(b, hk, j, c)), qq = std::fabs(Q.value(b, h, i, c));
-                        a_dq(b, h, i, c) += s * (nn * kk + m * K.error(b, hk, j, c));
-                        a_dk(b, hk, j, c) += s * (nn * qq + m * Q.error(b, h, i, c));
-                        m_dq(b, h, i, c) += s * m * kk;
-                        m_dk(b, hk, j, c) += s * m * qq;
-                    }
-                }
+                t.delta = delta, t.pi_sum = pi_sum;
             }
+            for (std::size_t j0 = 0; j0 < sk; j0 += bound_key_tile)
+                for (std::size_t a = 0; a < nr; ++a) {
+                    const std::size_t h = rt[a].h, i = rt[a].i, j1 = std::min(sk, j0 + bound_key_tile);
+                    const detail::gradient_row& r = rt[a].r;
+                    const double delta = rt[a].delta, pi_sum = rt[a].pi_sum;
+                    for (std::size_t j = j0; j < j1; ++j) {
+                        // Empty rows (uniform policy): dV_j += P_ij dO_i and O_i = Σ_j P_ij V_j, constant in q and k.
+                        const bool masked = r.empty || structurally_masked(ao.mask, b, h, i, j, sq, sk);
+                        const double pw = std::fabs(weights(b, h, i, j));
+                        if (!(pw > 0)) continue;  // masked keys; NaN weights (nan policy) are not bounded
+                        const double dl = masked ? 0 : delta;
+                        // dV_j, its magnitude, O_i's error and magnitude (rows of distinct tensors), per element:
+                        //   a_dv += pw(2·dl·|dO| + e_dO);  m_dv += pw|dO|;  a_o += pw(f|v| + e_v) + η_p|v|;  m_o += pw|v|.
+                        perturbed_value_rows(&a_dv(b, hk, j, 0), &m_dv(b, hk, j, 0), &a_o(b, h, i, 0), &m_o(b, h, i, 0), &V.value(b, hk, j, 0),
+                                             &V.error(b, hk, j, 0), &dO.value(b, h, i, 0), &dO.error(b, h, i, 0), pw, dl,
+                                             r.e_p + 2 * dl + gamma + us, uf.eta_p, dv);
+                        if (masked) continue;
+                        const double m = pw * (dp_abs[a][j] + r.d_abs);  // M_ij (B4)
+                        double nn = 4 * delta * m + pw * (pi[a][j] + pi_sum);
+                        if (ao.softcap) nn += delta * m / std::fabs(*ao.softcap);
+                        // dQ_i, dK_j and their magnitudes, per element: a_dq += s(nn|k| + m·e_k); a_dk += s(nn|q| + m·e_q);
+                        // m_dq += s·m·|k|; m_dk += s·m·|q|.
+                        perturbed_qk_rows(&a_dq(b, h, i, 0), &a_dk(b, hk, j, 0), &m_dq(b, h, i, 0), &m_dk(b, hk, j, 0), &K.value(b, hk, j, 0),
+                                          &K.error(b, hk, j, 0), &Q.value(b, h, i, 0), &Q.error(b, h, i, 0), s, nn, m, dk);
+                    }
+                }
+        }
     };
     ::attnref::parallel_for(d.batch * d.kv_heads, ao.threads, group_task);
     if (textbook_bound_applies(declared, ao))  // (B5t) with the inputs' errors, in place of (B10)'s dQ

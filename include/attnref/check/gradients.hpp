@@ -25,6 +25,7 @@
 #include "attnref/bounds/backward_bounds.hpp"
 #include "attnref/core/formats.hpp"
 #include "attnref/core/invariants.hpp"
+#include "attnref/core/parallel.hpp"
 #include "attnref/bounds/tolerance.hpp"
 #include "attnref/check/candidate.hpp"
 #include "attnref/check/forward.hpp"
@@ -367,28 +368,39 @@ inline void check_gradients(const case_spec& spec, const case_data& data, const 
         const std::vector<double>& ev = *ref.find("grad_value");
         invariant_report r;
         r.name = "dV = P^T dO (certified P)";
+        // Pᵀ dO per element (b, hk, j, x), summed over the group's heads ascending, then i ascending
+        // (rows outer, so P and dO are read in order); the (batch, kv head) groups on the threads.
+        std::vector<double> acc(dV->second.size(), 0.0), magnitude(acc.size(), 0.0);
+        parallel_for(d.batch * d.kv_heads, 0, [&](std::size_t bk) {
+            const std::size_t b = bk / d.kv_heads, hk = bk % d.kv_heads;
+            double* a = &acc[bk * sk * dv];
+            double* m = &magnitude[bk * sk * dv];
+            for (std::size_t h = hk * group; h < (hk + 1) * group; ++h)
+                for (std::size_t i = 0; i < sq; ++i) {
+                    const double* p = &ref.weights[((b * d.heads + h) * sq + i) * sk];
+                    const double* g = &ref.grad_output[((b * d.heads + h) * sq + i) * dv];
+                    for (std::size_t j = 0; j < sk; ++j)
+                        for (std::size_t x = 0; x < dv; ++x) {
+                            a[j * dv + x] += p[j] * g[x];
+                            m[j * dv + x] += std::fabs(p[j] * g[x]);
+                        }
+                }
+        });
         for (std::size_t b = 0; b < d.batch; ++b)
             for (std::size_t hk = 0; hk < d.kv_heads; ++hk)
-                for (std::size_t j = 0; j < sk; ++j)
+                for (std::size_t j = 0; j < sk; ++j) {
+                    // Vacuous where the bound reaches the row's scale max_c |dV_jc| (find_vacuous's rule).
+                    double row_scale = 0;
+                    for (std::size_t y = 0; y < dv; ++y)
+                        row_scale = std::max(row_scale, std::fabs(ev[((b * d.kv_heads + hk) * sk + j) * dv + y]));
                     for (std::size_t x = 0; x < dv; ++x) {
-                        double acc = 0, magnitude = 0;
-                        for (std::size_t h = hk * group; h < (hk + 1) * group; ++h)
-                            for (std::size_t i = 0; i < sq; ++i) {
-                                const double p = ref.weights[((b * d.heads + h) * sq + i) * sk + j];
-                                const double g = ref.grad_output[((b * d.heads + h) * sq + i) * dv + x];
-                                acc += p * g;
-                                magnitude += std::fabs(p * g);
-                            }
                         const std::size_t e = ((b * d.kv_heads + hk) * sk + j) * dv + x;
-                        const double bound = bv[e] + static_cast<double>(group * sq + 3) * 0x1p-53 * magnitude;
-                        const double dev = std::isnan(dV->second[e]) ? std::numeric_limits<double>::infinity() : std::fabs(dV->second[e] - acc);
-                        // Vacuous where the bound reaches the row's scale max_c |dV_jc| (find_vacuous's rule).
-                        double row_scale = 0;
-                        for (std::size_t y = 0; y < dv; ++y)
-                            row_scale = std::max(row_scale, std::fabs(ev[((b * d.kv_heads + hk) * sk + j) * dv + y]));
+                        const double bound = bv[e] + static_cast<double>(group * sq + 3) * 0x1p-53 * magnitude[e];
+                        const double dev = std::isnan(dV->second[e]) ? std::numeric_limits<double>::infinity() : std::fabs(dV->second[e] - acc[e]);
                         if (!(bound < row_scale) && row_scale > 0) r.vacuous = true;
                         r.record(dev <= bound, dev, bound, {b, hk, j, x});
                     }
+                }
         res.invariants.push_back(r);
     }
 }
