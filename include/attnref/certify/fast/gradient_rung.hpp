@@ -169,7 +169,7 @@ struct gradient_rung {
                 mpfi_init2(bound, 53);
                 mpfr_t mid;
                 mpfr_init2(mid, mpfi_get_prec(sum.backend().data()));
-                // x·B (triple-word (10) products, then enclosed) for the keys j where want_key(j).
+                // out[j] ⊇ x·(column j of B), every key: triple-word (10) dot products, then enclosed.
                 auto enclose = [&](const double* x, std::size_t n, const std::vector<double>& bt, std::vector<T>& out) {
                     dot3_rows(x, n, bt.data(), Sk, Sk, hi.data(), mi.data(), lo.data(), er.data());
                     for (std::size_t j = 0; j < Sk; ++j) {
