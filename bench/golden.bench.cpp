@@ -23,8 +23,14 @@
 // shape (bench/torch_sdpa_backward.py, same threads), one line per seed, then the worst and median ratio;
 // for L ≤ 256 also the MPFI path's time and a byte comparison. Undecided elements are escalated (the
 // gradient rung, certify/fast/gradient_rung.hpp, then the group ladder) and their time is included.
+// With --gradients --kind mha: certified multi-head gradients (every gradient role, float64, through
+// certify/fast/backward.hpp's mha_gradients_fast) of (1, L, 1024, 16) with biases, against PyTorch float64
+// multi_head_attention_forward + autograd backward (bench/torch_mha_backward.py); undecided elements go to
+// the whole-case MPFI ladder when it fits in the memory limit, else the seed's line says why it is not
+// certified. --fast-rung-only (with --gradients): undecided elements counted per tensor, not certified.
 // Usage: golden.bench [--threads N] [--skip-mpfi-large] [--skip-large] [--only-large] [--seed S]
-//                     [--fast-rung-only] [--bound-histogram] [--python PATH] [--gradients [--length L] [--seeds N]]
+//                     [--fast-rung-only] [--bound-histogram] [--python PATH]
+//                     [--gradients [--kind sdpa|mha] [--length L] [--seeds N]]
 
 #include <spawn.h>
 #include <sys/resource.h>
@@ -151,23 +157,38 @@ case_spec sdpa_gradient_case(std::size_t heads, std::size_t length, std::size_t 
     return parse_suite(json, "bench").front();
 }
 
-/// --gradients: certified SDPA gradients of (1, 16, L, 64) for several seeds against PyTorch float64
-/// forward + backward in the same run.
-int gradients_bench(std::size_t threads, std::size_t length, unsigned long seed, std::size_t seeds, const std::string& python) {
+case_spec mha_gradient_case(std::size_t heads, std::size_t length, std::size_t dk, unsigned long seed) {
+    const std::string json = fmt::format(
+        R"({{"schema": "attnref.suite", "schema_version": 2, "cases": [{{"name": "bench", "kind": "mha",
+            "shapes": {{"batch": 1, "heads": {0}, "query_length": {1}, "key_length": {1}, "head_dim_qk": {2},
+                        "model_dim": {3}, "output_dim": {3}}}, "conventions": {{"projection_bias": true}},
+            "inputs": {{"seed": {4}}}, "outputs": {{"gradients": true}}}}]}})",
+        heads, length, dk, heads * dk, seed);
+    return parse_suite(json, "bench").front();
+}
+
+/// --gradients: certified SDPA gradients of (1, 16, L, 64), or (--kind mha) multi-head gradients of
+/// (1, L, 1024, 16), for several seeds against PyTorch float64 forward + backward in the same run.
+int gradients_bench(std::size_t threads, std::size_t length, unsigned long seed, std::size_t seeds, const std::string& python, bool mha,
+                    bool fast_rung_only) {
     const std::size_t heads = 16, dk = 64;
     double torch_cpu = -1;
     const std::string load0 = load_average();
     const double torch_s = [&] {
         double wall = 0;
         if (!bench::torch_mha_seconds(python, 1, length, heads * dk, heads, threads, length > 512 ? 3 : 10, wall, torch_cpu,
-                                      "torch_sdpa_backward.py"))
+                                      mha ? "torch_mha_backward.py" : "torch_sdpa_backward.py"))
             return -1.0;
         return wall;
     }();
-    std::printf("%s\n", fmt::format("golden.bench --gradients: SDPA (1, {}, {}, {}) dQ, dK, dV certified in float64, {} threads on both sides; "
+    std::printf("%s\n", fmt::format("golden.bench --gradients: {} certified in float64, {} threads on both sides; "
                                     "PyTorch f64 forward+backward {:.3f} s wall / {:.3f} s CPU (load average before {}){}",
-                                    heads, length, dk, threads, torch_s, torch_cpu, load0,
-                                    "; undecided elements escalated (the gradient rung, then the group ladder), time included")
+                                    mha ? fmt::format("MHA (1, {}, {}, {}) grad_x_q/k/v, grad_w_q/k/v/o, grad_b_q/k/v/o", length, heads * dk, heads)
+                                        : fmt::format("SDPA (1, {}, {}, {}) dQ, dK, dV", heads, length, dk),
+                                    threads, torch_s, torch_cpu, load0,
+                                    fast_rung_only ? "; FAST RUNG ONLY: undecided elements are counted, not certified"
+                                    : mha ? "; undecided elements through the whole-case MPFI ladder when it fits in --max-memory, time included"
+                                          : "; undecided elements escalated (the gradient rung, then the group ladder), time included")
                             .c_str());
     std::printf("%s\n", fmt::format("{:>6} {:>21} {:>15} {:>10} {:>9} {:>8} {:>10} {:>16}", "seed", "attnref wall/CPU", "ratio wall/CPU",
                                     "elements", "escalated", "peak RSS", "MPFI path", "load average")
@@ -175,17 +196,33 @@ int gradients_bench(std::size_t threads, std::size_t length, unsigned long seed,
     std::vector<double> ratios;
     int status = 0;
     for (unsigned long sd = seed; sd < seed + seeds; ++sd) {
-        const case_spec spec = sdpa_gradient_case(heads, length, dk, sd);
+        const case_spec spec = mha ? mha_gradient_case(heads, length, dk, sd) : sdpa_gradient_case(heads, length, dk, sd);
         const case_data data = generate_inputs(spec);
         fast::fast_stats stats;
         fast::fast_options fo;
+        fo.fallback = !fast_rung_only;
         certify::result r;
+        std::string failure;
         const std::string load = load_average();
         const double cpu0 = user_cpu_seconds();
-        const double wall = seconds([&] { r = certify_gradients_fast(spec, data, threads, {certify::float64_target}, {}, &stats, fo); });
+        const double wall = seconds([&] {
+            try {
+                r = certify_gradients_fast(spec, data, threads, {certify::float64_target}, {}, &stats, fo);
+            } catch (const certify::uncertified_error& e) {
+                failure = e.what();
+            }
+        });
         const double cpu = user_cpu_seconds() - cpu0;
         std::size_t elements = 0;
         for (const certify::tensor_report& rep : r.reports) elements += rep.elements;
+        if (!failure.empty()) {
+            std::printf("%s\n", fmt::format("{:>6} not certified after {:.3f} s wall / {:.3f} s CPU: {}", sd, wall, cpu, failure).c_str());
+            status = 1;
+            continue;
+        }
+        std::string per_tensor;
+        for (const certify::tensor_report& rep : r.reports)
+            if (rep.escalated) per_tensor += fmt::format(" {} {}", rep.tensor, rep.escalated);
         std::string mpfi = "-";
         if (length <= 256) {
             certify::result m;
@@ -197,9 +234,9 @@ int gradients_bench(std::size_t threads, std::size_t length, unsigned long seed,
                 }
         }
         ratios.push_back(torch_s > 0 ? wall / torch_s : 0.0);
-        std::printf("%s\n", fmt::format("{:>6} {:>21} {:>15} {:>10} {:>9} {:>6.2f} G {:>10} {:>16}", sd, fmt::format("{:.3f} / {:.3f} s", wall, cpu),
+        std::printf("%s\n", fmt::format("{:>6} {:>21} {:>15} {:>10} {:>9} {:>6.2f} G {:>10} {:>16}{}", sd, fmt::format("{:.3f} / {:.3f} s", wall, cpu),
                                         fmt::format("{:.1f}x / {:.1f}x", ratios.back(), torch_cpu > 0 ? cpu / torch_cpu : 0.0), elements,
-                                        stats.escalated_elements, peak_rss_gib(), mpfi, load)
+                                        stats.escalated_elements, peak_rss_gib(), mpfi, load, per_tensor.empty() ? "" : " (escalated:" + per_tensor + ")")
                                 .c_str());
         std::fflush(stdout);
     }
@@ -220,6 +257,7 @@ int main(int argc, char** argv) {
     std::string python = "/usr/bin/python3";
     bool gradients = false;
     std::size_t length = 2048, seeds = 5;
+    std::string kind = "sdpa";
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::stoul(argv[++i]);
         else if (!std::strcmp(argv[i], "--skip-mpfi-large")) skip_mpfi_large = true;
@@ -232,12 +270,13 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--gradients")) gradients = true;
         else if (!std::strcmp(argv[i], "--length") && i + 1 < argc) length = std::stoul(argv[++i]);
         else if (!std::strcmp(argv[i], "--seeds") && i + 1 < argc) seeds = std::stoul(argv[++i]);
+        else if (!std::strcmp(argv[i], "--kind") && i + 1 < argc && (!std::strcmp(argv[i + 1], "sdpa") || !std::strcmp(argv[i + 1], "mha"))) kind = argv[++i];
         else {
             std::fprintf(stderr, "golden.bench: unknown argument '%s'\n", argv[i]);
             return 2;
         }
     }
-    if (gradients) return gradients_bench(threads, length, seed, seeds, python);
+    if (gradients) return gradients_bench(threads, length, seed, seeds, python, kind == "mha", fast_rung_only);
     std::printf("%s\n", fmt::format("golden.bench: {} threads on both sides; inputs seed {}; certified: output, weights, lse in float64{}",
                                     threads, seed, fast_rung_only ? "; FAST RUNG ONLY: escalated elements are not certified" : "")
                             .c_str());

@@ -207,8 +207,8 @@ void run_generate(generate_args a) {
     std::optional<fp8_quantised> fp8;   // --golden --input-format fp8e4m3|fp8e5m2: the codes and scales
     if (a.golden.empty() && fp8_format_from_name(a.input_format))
         throw data_error("command line: --input-format " + a.input_format + ": only with --golden (the derived case of a golden case)");
-    // Ad-hoc cases asked for with --gradients (also with --inputs-from) certify SDPA gradients through
-    // the fast backward; --golden follows its manifest; the suite's cases and --inputs-from without
+    // Ad-hoc cases asked for with --gradients (also with --inputs-from) certify SDPA and multi-head
+    // gradients through the fast backward; --golden follows its manifest; the suite's cases and --inputs-from without
     // --gradients keep the MPFI ladder's (the suite's committed record).
     bool fast_gradients = !a.name.empty() && a.gradients;
     if (!a.golden.empty()) {
@@ -460,7 +460,7 @@ void register_generate(CLI::App& app) {
     g->add_flag("--no-lse", a->no_lse, "do not store the log-sum-exp")->group(adhoc);
     g->add_flag("--gradients", a->gradients,
                 "a backward case: grad_output from the generator (the suite's), certified gradients of every gradient role "
-                "of the kind, SDPA's through the fast backward (docs/fast-certify.md (11)); with --inputs-from: needs "
+                "of the kind, through the fast backward (docs/fast-certify.md (11) SDPA, (14) mha); with --inputs-from: needs "
                 "DIR/grad_output.npy, and its gradients go through the fast backward too")
         ->group(adhoc);
     g->callback([a, g] {

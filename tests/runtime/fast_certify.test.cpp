@@ -303,15 +303,16 @@ BOOST_AUTO_TEST_CASE(multi_head_bounds_enclose) {
 BOOST_AUTO_TEST_CASE(rounding_check_agrees_with_mpfr_near_midpoints) {
     // Values v = y ± (½ ulp − δ) around representable y, and bounds just inside/outside the
     // midpoint: whenever round_check certifies, every point of [v − b, v + b] must round (MPFR,
-    // round_to of certify.hpp) to the certified value.
+    // round_to of certify.hpp) to the certified value. Exact midpoints (frac ½, bound 0) tie to
+    // even: round_check must certify them, as MPFR's round-to-nearest-even does.
     const format_description formats[] = {certify::float64_target, certify::float32_target, certify::bfloat16_target,
                                               certify::float16_target};
-    std::size_t certified = 0, tried = 0, wrong = 0;
+    std::size_t certified = 0, tried = 0, wrong = 0, ties = 0, ties_certified = 0;
     const std::vector<double> base = noise(200, 77, 3);
     for (const format_description& f : formats)
         for (double y : base)
             for (int scale : {0, -30, -1000})
-                for (double frac : {0.499, 0.4999999, 0.25, 0.26, 0.01}) {
+                for (double frac : {0.499, 0.4999999, 0.25, 0.26, 0.01, 0.5}) {
                     for (double sgn : {1.0, -1.0}) {
                         // a target value near y, its quantum, and the point frac quanta away
                         mpfr_t t;
@@ -325,8 +326,11 @@ BOOST_AUTO_TEST_CASE(rounding_check_agrees_with_mpfr_near_midpoints) {
                             fast::bounded x{{std::ldexp(v.hi, -scale), std::ldexp(v.lo, -scale)}, std::ldexp(bf * quantum, -scale), scale};
                             double out = 0;
                             ++tried;
+                            const bool tie = frac == 0.5 && bf == 0.0 && std::fabs(yt) != std::ldexp(1.0, e) && std::isfinite(v.hi);
+                            ties += tie;
                             if (!fast::round_check(x, f, out)) continue;
                             ++certified;
+                            ties_certified += tie;
                             for (double side : {-1.0, 0.0, 1.0}) {
                                 mpfr_t z;
                                 mpfr_init2(z, 300);
@@ -346,8 +350,11 @@ BOOST_AUTO_TEST_CASE(rounding_check_agrees_with_mpfr_near_midpoints) {
                         mpfr_clear(t);
                     }
                 }
-    BOOST_TEST_MESSAGE(fmt::format("round_check: {} tried, {} certified, {} wrong", tried, certified, wrong));
+    BOOST_TEST_MESSAGE(fmt::format("round_check: {} tried, {} certified, {} wrong; exact midpoints {} of {} certified", tried, certified, wrong,
+                                   ties_certified, ties));
     BOOST_TEST(wrong == 0u);
+    BOOST_TEST(ties > 0u);
+    BOOST_TEST(ties_certified * 10 > ties * 9);  // exact ties away from a binade's bottom: ties to even
     BOOST_TEST(certified > tried / 4);
 }
 
@@ -876,6 +883,96 @@ BOOST_AUTO_TEST_CASE(fast_gradient_bounds_enclose_mpfi) {
     }
 }
 
+/// Every bound the fast multi-head backward (mha_gradients_fast, docs/fast-certify.md (14)) states
+/// holds: the exact gradient (an 80-digit-bit MPFI enclosure from attnref's templated
+/// multi_head_attention_backward) lies within value ± bound for every element of every gradient
+/// tensor of the committed multi-head backward cases (biases and GQA, cross attention, the seed
+/// example); the same bounds weakened by 2^-40 are caught.
+BOOST_AUTO_TEST_CASE(mha_fast_gradient_bounds_enclose_mpfi) {
+    using T = mpfr_interval<80>;
+    using P = uniform_precision<T>;
+    for (const char* name : {"mha_bwd_bias_gqa", "mha_bwd_cross_attention", "mha_bwd_seed_example"}) {
+        const golden::loaded_case lc = golden::load_case(fs::path(ATTNREF_SOURCE_DIR "/golden") / name);
+        const golden::case_spec& spec = lc.m.spec;
+        const golden::case_shapes& d = spec.shapes;
+        const golden::case_views c = golden::views_of(spec, lc.data, 1);
+        const tensor_view<const double, 3> g{lc.data.grad_output.data(), {d.batch, d.query_length, d.output_dim}};
+        const mha_gradients<P> a = multi_head_attention_backward<P, double, double, double>(c.x_q, c.x_k, c.x_v, c.w, c.mo, g);
+        const std::vector<std::vector<T>> ref{flat<T>(a.grad_x_q), flat<T>(a.grad_x_k), flat<T>(a.grad_x_v), flat<T>(a.grad_w_q),
+                                              flat<T>(a.grad_w_k), flat<T>(a.grad_w_v), flat<T>(a.grad_w_o), flat<T>(a.grad_b_q),
+                                              flat<T>(a.grad_b_k), flat<T>(a.grad_b_v), flat<T>(a.grad_b_o)};
+        for (double scale : {1.0, 0x1p-40}) {
+            std::mutex lock;
+            std::size_t checked = 0, violations = 0;
+            std::vector<std::size_t> per_tensor(ref.size(), 0);
+            double worst = 0;
+            fast::fast_options fo;
+            fo.threads = 2;
+            fo.bound_scale = scale;
+            fo.observe = [&](std::size_t t, std::size_t n, const fast::bounded& x) {
+                if (std::isinf(x.bound)) return;
+                const auto [below, above, ratio] = compare_enclosure(x, ref[t][n]);
+                const std::lock_guard<std::mutex> guard(lock);
+                ++checked;
+                ++per_tensor[t];
+                violations += below || above;
+                worst = std::max(worst, ratio);
+            };
+            const fast::fast_gradients fg = fast::mha_gradients_fast(fast::fast_problem_of(golden::problem_of(c)), g, {certify::float64_target}, fo);
+            BOOST_TEST_MESSAGE(fmt::format("{:<28} bound × {:a}: {} elements, {} outside, worst |error|/bound {:.3g}, {} undecided", name, scale,
+                                           checked, violations, worst, fg.undecided_elements));
+            BOOST_TEST(fg.whole_case_reason.empty(), name << ": " << fg.whole_case_reason);
+            // every tensor bounded (grad_b_k is structural when the case has biases: exactly 0, not observed)
+            for (std::size_t t = 0; t < ref.size(); ++t)
+                if (t != 8) BOOST_TEST(per_tensor[t] == ref[t].size(), name << " tensor " << t);
+            if (scale == 1.0) BOOST_TEST(violations == 0u, name);
+            else BOOST_TEST(violations > 0u, name << ": a bound weakened by 2^-40 is caught");
+        }
+    }
+}
+
+/// The fast multi-head backward and its escalation give the MPFI ladder's values (certify_gradients,
+/// the whole case in MPFI: an independent computation) across the conventions the committed
+/// multi-head cases do not cover: causal masks in both alignments with ALiBi and each scale
+/// placement, an explicit scale, key padding with rows left empty under the uniform and zero
+/// policies, MQA, cross attention with Sq ≠ Sk, an additive mask, a boolean mask of the other
+/// polarity and a window; and it decides nearly everything itself.
+BOOST_AUTO_TEST_CASE(mha_fast_gradients_equal_mpfi_across_conventions) {
+    const char* conventions[] = {
+        R"("kv_heads": 2, "query_length": 6, "key_length": 6}, "conventions": {"causal": true, "scale_placement": "on_query", "alibi_slopes": [0.5, 0.25, 0.125, 0.0625], "projection_bias": true})",
+        R"("kv_heads": 1, "query_length": 5, "key_length": 7}, "conventions": {"key_lengths": [0, 5], "empty_rows": "uniform", "scale_placement": "split_sqrt"})",
+        R"("kv_heads": 4, "query_length": 7, "key_length": 5}, "conventions": {"causal": true, "causal_alignment": "bottom_right", "key_lengths": [3, 0], "empty_rows": "zero", "scale": 0.3, "projection_bias": true})",
+        R"("kv_heads": 2, "query_length": 6, "key_length": 8}, "conventions": {"boolean_mask": true, "mask_polarity": "true_means_masked", "additive_mask": true, "window": {"left": 2, "right": 1}})",
+    };
+    std::size_t compared = 0, undecided = 0;
+    for (std::size_t k = 0; k < std::size(conventions); ++k) {
+        const std::string json = fmt::format(
+            R"({{"schema": "attnref.suite", "schema_version": 2, "cases": [{{"name": "mha_conv_{}", "kind": "mha",
+                "shapes": {{"batch": 2, "heads": 4, "head_dim_qk": 8, "model_dim": 24, "output_dim": 16, {},
+                "inputs": {{"seed": {}}}, "outputs": {{"gradients": true}}}}]}})",
+            k, conventions[k], 700 + k);
+        const golden::case_spec spec = golden::parse_suite(json, "test").front();
+        const golden::case_data data = golden::generate_inputs(spec);
+        fast::fast_stats stats;
+        const certify::result fastr = golden::certify_gradients_fast(spec, data, 2, {certify::float64_target}, {}, &stats);
+        const certify::result mpfi = golden::certify_gradients(spec, data, 2, {certify::float64_target});
+        BOOST_TEST(stats.whole_case_reason.empty(), spec.name << ": " << stats.whole_case_reason);
+        BOOST_TEST_REQUIRE(fastr.values.size() == mpfi.values.size());
+        for (std::size_t t = 0; t < mpfi.values.size(); ++t) {
+            BOOST_TEST_REQUIRE(fastr.values[t][0].size() == mpfi.values[t][0].size());
+            for (std::size_t n = 0; n < mpfi.values[t][0].size(); ++n)
+                BOOST_TEST(same_bits(fastr.values[t][0][n], mpfi.values[t][0][n]), spec.name << " tensor " << t << " element " << n << ": fast "
+                                                                                    << fmt::format("{:a}", fastr.values[t][0][n]) << ", MPFI "
+                                                                                    << fmt::format("{:a}", mpfi.values[t][0][n]));
+            compared += mpfi.values[t][0].size();
+        }
+        undecided += stats.escalated_elements;
+        BOOST_TEST_MESSAGE(fmt::format("{}: {} elements undecided by the fast rung", spec.name, stats.escalated_elements));
+    }
+    BOOST_TEST_MESSAGE(fmt::format("multi-head conventions: {} gradient elements compared, {} undecided by the fast rung", compared, undecided));
+    BOOST_TEST(undecided * 50 < compared);
+}
+
 namespace {
 
 /// A committed case's gradients as its files store them: [tensor][target] (stored() form).
@@ -1049,4 +1146,49 @@ BOOST_AUTO_TEST_CASE(fast_gradients_escalated_by_groups_equal_committed) {
     BOOST_TEST_MESSAGE(what);
     BOOST_TEST(what.find("(batch, kv head) group") != std::string::npos);
     BOOST_TEST(what.find("raise it with --max-memory") != std::string::npos);
+}
+
+/// Multi-head gradients the fast rung leaves undecided (every bound scaled by 2^40) go to the MPFI
+/// ladder of the whole case and take its (the committed) bytes; with a memory limit below that
+/// ladder's estimate the case is inconclusive, naming the estimate and the limit. The estimate of
+/// `generate` at (1, 2048, 1024, 16) counts the fast backward's buffers, not the whole-case ladder.
+BOOST_AUTO_TEST_CASE(mha_fast_gradients_escalate_to_the_whole_case) {
+    const fs::path dir = fs::path(ATTNREF_SOURCE_DIR "/golden") / "mha_bwd_bias_gqa";
+    const golden::loaded_case lc = golden::load_case(dir);
+    const golden::case_spec& spec = lc.m.spec;
+    const auto [targets, formats] = targets_of(spec);
+    fast::fast_options fo;
+    fo.bound_scale = 0x1p40;
+    fast::fast_stats stats;
+    const certify::result r = golden::certify_gradients_fast(spec, lc.data, 2, formats, {}, &stats, fo);
+    BOOST_TEST(stats.escalated_elements > 1000u);
+    const auto want = committed_gradients(dir, lc, targets);
+    std::size_t differ = 0, compared = 0;
+    for (std::size_t t = 0; t < want.size(); ++t)
+        for (std::size_t k = 0; k < targets.size(); ++k)
+            for (std::size_t n = 0; n < want[t][k].size(); ++n, ++compared) differ += !same_bits(stored(r.values[t][k][n], targets[k]), want[t][k][n]);
+    BOOST_TEST(compared > 4000u);
+    BOOST_TEST(differ == 0u);
+
+    const std::uint64_t saved = golden::max_memory();
+    golden::set_max_memory(golden::gradients_mpfi_bytes(spec) / 2);
+    std::string what;
+    try {
+        (void)golden::certify_gradients_fast(spec, lc.data, 2, formats, {}, &stats, fo);
+    } catch (const certify::uncertified_error& x) {
+        what = x.what();
+    }
+    golden::set_max_memory(saved);
+    BOOST_TEST_MESSAGE(what);
+    BOOST_TEST(what.find("the MPFI ladder for the whole multi-head case would need about") != std::string::npos);
+    BOOST_TEST(what.find("raise it with --max-memory") != std::string::npos);
+
+    golden::case_spec big = spec;
+    big.shapes.batch = 1, big.shapes.heads = 16, big.shapes.kv_heads = 16, big.shapes.query_length = 2048, big.shapes.key_length = 2048;
+    big.shapes.head_dim_qk = big.shapes.head_dim_v = 64, big.shapes.model_dim = big.shapes.output_dim = 1024;
+    const golden::generate_memory m = golden::generate_memory_estimate(big, golden::certification_method::fast, 2, nullptr, true);
+    BOOST_TEST(m.gradients == golden::gradients_fast_bytes(big, 2));
+    BOOST_TEST_MESSAGE(fmt::format("generate estimate at (1, 2048, 1024, 16) with gradients: fast {} + escalation {} + gradients {} = {} bytes",
+                                   m.fast, m.escalation, m.gradients, m.total));
+    BOOST_TEST(m.total < (std::uint64_t{11} << 30));  // within the default limit on a 24 GB machine (half of it)
 }

@@ -133,12 +133,14 @@ inline std::uint64_t gradients_group_mpfi_bytes(const case_spec& spec) {
     return sat_mul(256, sat_add(sat_mul(4, g), sat_mul(4, sat_mul(G, sat_mul(Sq, Sk)))));
 }
 
-/// The fast backward (certify_gradients_fast, SDPA): per gradient element its value for each of the nk
+/// The fast backward (certify_gradients_fast): per gradient element its value for each of the nk
 /// targets, the undecided flag and the serialised .npy (as for the outputs); per worker thread (at
 /// most B·Hkv) one kv head's Pᵀ and dSᵀ with their bounds (48 bytes per (key, row of the group)), the
 /// group's stacked dO and q and one head's buffers (24 bytes per value). The MPFI ladder for undecided
 /// elements is gradients_group_mpfi_bytes per (batch, kv head) group computed at once
-/// (certify_gradients_groups); generate_memory_estimate counts one.
+/// (certify_gradients_groups); generate_memory_estimate counts one. Multi-head attention adds its
+/// projections' and gradients' double-word buffers; its MPFI ladder (the whole case) is checked
+/// against max_memory() only when an element is left undecided.
 inline std::uint64_t gradients_fast_bytes(const case_spec& spec, std::size_t threads) {
     using safe_io_detail::sat_add, safe_io_detail::sat_mul, safe_io_detail::sat_count;
     const case_shapes& d = spec.shapes;
@@ -150,13 +152,26 @@ inline std::uint64_t gradients_fast_bytes(const case_spec& spec, std::size_t thr
     const std::uint64_t workers = std::max<std::uint64_t>(1, std::min<std::uint64_t>(std::max<std::size_t>(threads, 1), sat_mul(B, Hkv)));
     const std::uint64_t per_worker = sat_add(sat_mul(48, sat_mul(Sk, sat_mul(G, Sq))),
                                              sat_mul(24, sat_add(sat_mul(sat_mul(G, Sq), sat_add(dk, dv)), sat_mul(Sk, sat_add(dk, dv)))));
-    return sat_add(sat_mul(g, 8 * nk + 1 + 2 * (8 + 4 * (nk - 1))), sat_mul(workers, per_worker));
+    std::uint64_t total = sat_add(sat_mul(g, 8 * nk + 1 + 2 * (8 + 4 * (nk - 1))), sat_mul(workers, per_worker));
+    if (spec.kind == case_kind::mha) {
+        // mha_gradients_fast: Q, K, V (7), d(heads), dQ, dK, dV and the merged heads as double-words with
+        // bounds (24 bytes per value), while the input and weight gradients are formed: one transposed
+        // copy and one product of the largest of them at a time, [x | 1] and the transposed weights.
+        const std::uint64_t q = sat_mul(sat_mul(B, Sq), sat_mul(H, dk)), k = sat_mul(sat_mul(B, Sk), sat_mul(Hkv, dk)),
+                            v = sat_mul(sat_mul(B, Sk), sat_mul(Hkv, dv)), m = sat_mul(sat_mul(B, Sq), sat_mul(H, dv));
+        const std::uint64_t largest = std::max({q, k, v, m});
+        std::uint64_t xw = 0;
+        for (const input_tensor_layout& t : input_layout(spec)) xw = sat_add(xw, sat_count(t.shape));
+        total = sat_add(total, sat_mul(24, sat_add(sat_add(sat_mul(2, sat_add(sat_add(q, k), v)), sat_mul(2, m)), sat_mul(2, largest))));
+        total = sat_add(total, sat_mul(16, xw));
+    }
+    return total;
 }
 
 /// Whether generate_case certifies the gradients of `spec` through the fast backward when asked to
-/// (fast_gradients): SDPA under the fast method.
+/// (fast_gradients): SDPA and multi-head attention under the fast method.
 inline bool uses_fast_gradients(const case_spec& spec, certification_method method, bool fast_gradients) {
-    return fast_gradients && method == certification_method::fast && spec.outputs.gradients && spec.kind == case_kind::sdpa;
+    return fast_gradients && method == certification_method::fast && spec.outputs.gradients;
 }
 
 inline generate_memory generate_memory_estimate(const case_spec& spec, certification_method method, std::size_t threads,
@@ -192,9 +207,10 @@ inline generate_memory generate_memory_estimate(const case_spec& spec, certifica
         escalated = sat_add(escalated, sat_add(sat_mul(2, sat_add(sat_add(q_proj, k_proj), v_proj)), sat_mul(2, merged)));
     m.escalation = sat_mul(escalated, interval_bytes<certify::ladder[0]>());
     if (spec.outputs.gradients)
-        m.gradients = uses_fast_gradients(spec, method, fast_gradients)
-                          ? safe_io_detail::sat_add(gradients_fast_bytes(spec, threads), gradients_group_mpfi_bytes(spec))
-                          : gradients_mpfi_bytes(spec);
+        m.gradients = !uses_fast_gradients(spec, method, fast_gradients) ? gradients_mpfi_bytes(spec)
+                      : spec.kind == case_kind::mha
+                          ? gradients_fast_bytes(spec, threads)  // the whole-case MPFI ladder is checked when needed
+                          : safe_io_detail::sat_add(gradients_fast_bytes(spec, threads), gradients_group_mpfi_bytes(spec));
     m.total = sat_add(sat_add(sat_add(m.fast, m.escalation), m.gradients), generate_program_bytes);
     return m;
 }
@@ -565,8 +581,10 @@ ATTNREF_GENERATE_FN group_escalation certify_gradients_groups(const case_spec& s
 /// elements it leaves undecided certified by the MPFI ladder on the (batch, kv head) groups that hold
 /// them (certify_gradients_groups). Same values as certify_gradients (a correctly rounded value is
 /// unique; tested on the committed backward cases); reports: escalated = elements the fast rung left
-/// undecided, precisions_bits {106} plus the MPFI rungs when any. Multi-head cases go to
-/// certify_gradients whole. `stats`: elements escalated, and the reason when the fast rung declined
+/// undecided, precisions_bits {106} plus the MPFI rungs when any. Multi-head cases: the fast rung
+/// mha_gradients_fast (docs/fast-certify.md (14)), and what it leaves undecided through
+/// certify_gradients for the whole case when that fits in max_memory() beside the fast path's
+/// buffers (else uncertified_error naming the estimate). `stats`: elements escalated, and the reason when the fast rung declined
 /// the whole case; `escalation`: what the MPFI ladder certified (groups, rungs per group).
 ATTNREF_GENERATE_FN certify::result certify_gradients_fast(const case_spec& spec, const case_data& data, std::size_t threads,
                                               const std::vector<format_description>& targets,
@@ -579,17 +597,24 @@ ATTNREF_GENERATE_FN certify::result certify_gradients_fast(const case_spec& spec
                                               const std::function<void(const std::string&)>& progress,
                                               fast::fast_stats* stats, fast::fast_options options,
                                               group_escalation* escalation) {
-    if (spec.kind != case_kind::sdpa) {
-        if (stats) stats->whole_case_reason = "multi-head attention (the fast backward is SDPA only)";
-        return certify_gradients(spec, data, threads, targets, progress);
-    }
     const case_shapes& d = spec.shapes;
     const case_views c = views_of(spec, data, threads);
     options.threads = threads;
-    const tensor_view<const double, 4> g{data.grad_output.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}};
-    if (progress) progress(spec.name + ": computing the gradients in double-double with error bounds");
-    fast::fast_gradients fg = fast::sdpa_gradients_fast(fast::fast_problem_of(problem_of(c)), g, targets, options);
     const std::vector<gradient_tensor_layout> layout = gradient_layout(spec);
+    if (progress) progress(spec.name + ": computing the gradients in double-double with error bounds");
+    fast::fast_gradients fg;
+    if (spec.kind == case_kind::sdpa) {
+        const tensor_view<const double, 4> g{data.grad_output.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}};
+        fg = fast::sdpa_gradients_fast(fast::fast_problem_of(problem_of(c)), g, targets, options);
+    } else {
+        const tensor_view<const double, 3> g{data.grad_output.data(), {d.batch, d.query_length, d.output_dim}};
+        fg = fast::mha_gradients_fast(fast::fast_problem_of(problem_of(c)), g, targets, options);
+        fg.values.resize(layout.size());  // without projection biases: no bias gradients
+        fg.undecided.resize(layout.size());
+        fg.undecided_elements = 0;
+        for (const auto& u : fg.undecided)
+            for (std::uint8_t f : u) fg.undecided_elements += f;
+    }
     certify::result r;
     r.precisions_bits = {106};
     for (std::size_t t = 0; t < layout.size(); ++t) {
@@ -602,7 +627,26 @@ ATTNREF_GENERATE_FN certify::result certify_gradients_fast(const case_spec& spec
         stats->whole_case_reason = fg.whole_case_reason;
         stats->escalated_elements = fg.undecided_elements;
     }
-    if (fg.undecided_elements && options.fallback) {
+    if (fg.undecided_elements && options.fallback && spec.kind == case_kind::mha) {
+        // Multi-head attention: the MPFI ladder for the whole case (every projection couples all rows),
+        // when it fits in max_memory() beside the fast path's buffers; else the case is inconclusive.
+        const std::uint64_t need = safe_io_detail::sat_add(gradients_mpfi_bytes(spec), gradients_fast_bytes(spec, threads));
+        if (need > max_memory())
+            throw certify::uncertified_error(std::to_string(fg.undecided_elements) +
+                                             " gradient element(s) undecided by the fast backward; the MPFI ladder for the whole multi-head "
+                                             "case would need about " + safe_io_detail::gib(need) + ", above the limit of " +
+                                             safe_io_detail::gib(max_memory()) + " (raise it with --max-memory)");
+        if (progress)
+            progress(spec.name + ": " + std::to_string(fg.undecided_elements) + " gradient element(s) undecided, through the MPFI ladder (whole case)");
+        const certify::result whole = certify_gradients(spec, data, threads, targets, progress);
+        for (std::size_t t = 0; t < layout.size(); ++t)
+            for (std::size_t n = 0; n < fg.undecided[t].size(); ++n)
+                if (fg.undecided[t][n])
+                    for (std::size_t k = 0; k < targets.size(); ++k) fg.values[t][k][n] = whole.values[t][k][n];
+        for (int b : whole.precisions_bits) r.precisions_bits.push_back(b);
+        for (certify::tensor_report& rep : r.reports)
+            if (rep.escalated) rep.precisions_bits.insert(rep.precisions_bits.end(), whole.precisions_bits.begin(), whole.precisions_bits.end());
+    } else if (fg.undecided_elements && options.fallback) {
         if (progress) progress(spec.name + ": " + std::to_string(fg.undecided_elements) + " gradient element(s) undecided, through the MPFI ladder");
         group_escalation ge;
         try {

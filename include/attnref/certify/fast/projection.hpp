@@ -19,6 +19,13 @@ struct dd_matrix {
     std::vector<double> hi, lo, err;
 };
 
+/// Whether row x (hi, lo and err may be null) is exactly 0 with bound 0.
+inline bool is_exact_zero_row(const double* h, const double* l, const double* e, std::size_t n) {
+    for (std::size_t c = 0; c < n; ++c)
+        if (h[c] != 0 || (l && l[c] != 0) || (e && e[c] != 0)) return false;
+    return true;
+}
+
 /// (7) Y = X·W + bias for X rows × k (double-words with bounds, or plain doubles when X.lo is
 /// empty), W k × n doubles (exact), bias n doubles or empty.
 inline dd_matrix project(const dd_matrix& x, const double* w, std::size_t n, const double* bias, std::size_t threads) {
@@ -33,6 +40,12 @@ inline dd_matrix project(const dd_matrix& x, const double* w, std::size_t n, con
         double* oh = y.hi.data() + r * n;
         double* ol = y.lo.data() + r * n;
         double* oe = y.err.data() + r * n;
+        if (is_exact_zero_row(xh, xl, x.err.empty() ? nullptr : x.err.data() + r * k, k)) {
+            // An exactly zero row (a gradient row the mask zeroes): exact results, bound 0 (the
+            // bound expressions below would add up()'s 2^-999 and leave a zero of unknown sign).
+            for (std::size_t j = 0; j < n; ++j) oh[j] = bias ? bias[j] : 0.0, ol[j] = 0, y.err[r * n + j] = 0;
+            return;
+        }
         dot_rows(xh, xl, k, w, nullptr, n, n, oh, ol, oe);
         const double xn = norm_up(xh, k);
         const double xe = x.err.empty() ? 0.0 : norm_up(x.err.data() + r * k, k);

@@ -47,13 +47,24 @@ inline bool round_check(const bounded& x, const format_description& f, double& o
     // above the subnormal quantum. |v − y| ≤ |ts| + bs, each computed with ≤ 2^-53 absolute error.
     const long qmin = static_cast<long>(f.min_exponent) - (f.precision - 1);
     const double half_gap = (std::fabs(y0) == dw::scale2(1.0, f.precision - 1) && q > qmin) ? 0.25 : 0.5;
-    if (!(std::fabs(ts) + bs <= half_gap - 0x1p-50)) return false;
-    if (y0 == 0) {
+    double yr = y0;
+    if (b == 0 && std::fabs(ts) == 0.5 && half_gap == 0.5) {
+        // An exact value (bound 0) on the midpoint between y0 and its neighbour y0 ± 1 (the gap on
+        // either side of y0 is 1 here): ties to even. Only when ts is exact — rr + l·2^-g without
+        // rounding, l scaled without loss — else it is left undecided.
+        const double ls = dw::scale2(l, static_cast<int>(-g));
+        const dd t = dw::two_sum(rr, ls);
+        if (t.lo != 0 || dw::scale2(ls, static_cast<int>(g)) != l) return false;
+        yr = std::fmod(y0, 2.0) == 0 ? y0 : y0 + (ts > 0 ? 1.0 : -1.0);
+    } else if (!(std::fabs(ts) + bs <= half_gap - 0x1p-50)) {
+        return false;
+    }
+    if (yr == 0) {
         if (!(std::fabs(l) + b <= 0.5 * std::fabs(h))) return false;
         out = h > 0 ? 0.0 : -0.0;
         return true;
     }
-    const double y = dw::scale2(y0, static_cast<int>(q));  // exact: y0 has ≤ p bits, q ≥ min − p + 1
+    const double y = dw::scale2(yr, static_cast<int>(q));  // exact: yr has ≤ p bits (or is 2^p), q ≥ min − p + 1
     if (std::fabs(y) > f.max_finite) return false;
     out = y;
     return true;
