@@ -74,7 +74,10 @@ struct row_workspace {
     /// Keys whose exponential took the regular path (key_exp): E = 2^K·(eh + el), bound eb·2^K.
     std::vector<double> eh, el, eb, ek;
     std::vector<std::uint8_t> reg;
-    double yh[4], yl[4], eyl[4];  ///< (8b) the sum in four lanes (key j in lane j mod 4)
+    /// (8b) the sum in four lanes (key j in lane j mod 4) as yh + yl + yt, yh and yl carried exactly
+    /// (TwoSum) and yt the rounded sum of their carries, ry Σ|rounded results| (yt's rounding errors
+    /// ≤ u·ry), eyl the terms' bounds.
+    double yh[4], yl[4], yt[4], ry[4], eyl[4];
     std::size_t terms = 0;
     // The row in progress.
     std::size_t row = 0;  ///< (b·H + h)·Sq + i
@@ -185,6 +188,13 @@ inline V splat(double c) {
     else return V{c, c, c, c};
 }
 
+/// j where the lane's mask is set, else +0 (a safe table index for lanes whose j may be anything).
+template <class V>
+inline V good_index(lane_mask<V> g, V j) {
+    if constexpr (std::is_same_v<V, double>) return g ? j : 0.0;
+    else return V(decltype(g)(j) & g);
+}
+
 /// True when every lane of m is set.
 template <class M>
 inline bool all_lanes(M m) {
@@ -204,22 +214,26 @@ template <class V, int N>
 inline void key_exp_groups(const V* xh, const V* xl, const V* ex, dd m, V* eh, V* el, V* eb, V* kd, lane_mask<V>* good) {
     using namespace lanes;
     const constants& c = consts();
-    V th[N], tl[N], rh[N], rl[N], er[N];  // t and rs of each group (double-word parts)
+    V th[N], tl[N], rh[N], rl[N], er[N], jj[N];  // t and r̃ of each group (double-word parts), table entries
 #pragma GCC unroll 4
     for (int g = 0; g < N; ++g) {
         const dwv<V> d = sub(dwv<V>{xh[g], xl[g]}, dwv<V>{splat<V>(m.hi), splat<V>(m.lo)});
         const V ed = up(ex[g] + eta_up * mag(d));
-        kd[g] = round_l(d.hi * 1.4426950408889634);
-        const dwv<V> r = sub(d, mul(dwv<V>{splat<V>(c.ln2.hi), splat<V>(c.ln2.lo)}, kd[g]));
-        er[g] = up(ed + (abs_l(kd[g]) * 0.7 * (0x1p-105 + dw::dd_eta) + dw::dd_eta * mag(r)) * 1.01);
+        const V k = round_l(d.hi * inv_ln2_64);
+        dwv<V> r = sub(d, dwv<V>{splat<V>(c.ln2_64_c1) * k, splat<V>(0)});
+        r = sub(r, dwv<V>{splat<V>(c.ln2_64_c2) * k, splat<V>(0)});
+        r = sub(r, mul(dwv<V>{splat<V>(c.ln2_64_c3.hi), splat<V>(c.ln2_64_c3.lo)}, k));
+        er[g] = up(ed + (3 * dw::dd_eta * (mag(r) + abs_l(k) * 0x1p-40) + abs_l(k) * 0x1p-70 * (0x1p-105 + dw::dd_eta)) * 1.01);
+        kd[g] = floor_l(k * 0.015625);       // exact
+        jj[g] = k - splat<V>(64) * kd[g];    // exact, 0 … 63
         const V arh = abs_l(r.hi);
-        good[g] = (ed < splat<V>(1)) & (d.hi + abs_l(d.lo) + ed > splat<V>(-800)) & (d.hi < splat<V>(700)) & (arh <= splat<V>(0.36)) &
+        good[g] = (ed < splat<V>(1)) & (d.hi + abs_l(d.lo) + ed > splat<V>(-800)) & (d.hi < splat<V>(700)) & (arh <= splat<V>(0.0055)) &
                   (arh >= splat<V>(0x1p-400)) & (kd[g] >= splat<V>(-480));
-        rh[g] = r.hi * 0x1p-8, rl[g] = r.lo * 0x1p-8;  // exact
-        th[g] = splat<V>(c.inv_fact[9].hi), tl[g] = splat<V>(c.inv_fact[9].lo);
+        rh[g] = r.hi, rl[g] = r.lo;
+        th[g] = splat<V>(c.inv_fact[10].hi), tl[g] = splat<V>(c.inv_fact[10].lo);
     }
-    // The polynomial and the squarings: the groups' independent dependency chains side by side.
-    for (int i = 8; i >= 0; --i) {
+    // The polynomial: the groups' independent dependency chains side by side; then the table factor.
+    for (int i = 9; i >= 0; --i) {
         const dwv<V> ci{splat<V>(c.inv_fact[i].hi), splat<V>(c.inv_fact[i].lo)};
 #pragma GCC unroll 4
         for (int g = 0; g < N; ++g) {
@@ -227,20 +241,15 @@ inline void key_exp_groups(const V* xh, const V* xl, const V* ex, dd m, V* eh, V
             th[g] = t.hi, tl[g] = t.lo;
         }
     }
-    for (int sq = 0; sq < 8; ++sq)
-#pragma GCC unroll 4
-        for (int g = 0; g < N; ++g) {
-            const dwv<V> t = mul(dwv<V>{th[g], tl[g]}, dwv<V>{th[g], tl[g]});
-            th[g] = t.hi, tl[g] = t.lo;
-        }
 #pragma GCC unroll 4
     for (int g = 0; g < N; ++g) {
-        const dwv<V> t{th[g], tl[g]};
+        // lanes that are not regular may hold any j: read entry 0 for them (their values are not used)
+        const dwv<V> t = mul(dwv<V>{th[g], tl[g]}, table_l(c.exp2_table, good_index(good[g], jj[g])));
         const V ar = abs_l(rh[g]) * (1 + 0x1p-50);
-        V rem = ar * ar;
-        rem = rem * rem * rem * rem * rem / 3628800.0 * 1.002;
-        const V delta_t = up((2 * dw::dd_eta + rem) * 1.002);
-        const V delta_e = up(1.001 * (256 * delta_t + 255 * dw::dd_eta));
+        const V a2 = ar * ar, a4 = a2 * a2;
+        const V rem = a4 * a4 * a2 * ar / 39916800.0 * 1.006;
+        const V delta_t = up(1.006 * (2 * dw::dd_eta + rem));
+        const V delta_e = up(1.001 * (delta_t + 0x1p-105 + dw::dd_eta));
         const V delta = up(delta_e + er[g] * (1 + er[g]) * (1 + delta_e));
         eh[g] = t.hi, el[g] = t.lo;
         eb[g] = up(delta * mag(t) * 1.34);
@@ -256,12 +265,24 @@ inline lane_mask<V> key_exp(V xh, V xl, V ex, dd m, V& eh, V& el, V& eb, V& kd) 
     return good;
 }
 
-/// Adds a regular key's term 2^K·E (bound 2^K·eb) to the lane accumulators (y, ey).
+/// (8b) Adds a + b (exact doubles) to the triple-word lane accumulator yh + yl + yt: the high words
+/// exactly (TwoSum), their carries rounded into yt with ry += |each rounded result|.
 template <class V>
-inline void key_accumulate(V eh, V el, V eb, V kd, V& yh, V& yl, V& ey) {
+inline void add_term3(V a, V b, V& yh, V& yl, V& yt, V& ry) {
+    const lanes::dwv<V> s1 = lanes::two_sum(yh, a);
+    const lanes::dwv<V> s2 = lanes::two_sum(yl, s1.lo);
+    const lanes::dwv<V> s3 = lanes::two_sum(s2.hi, b);
+    yh = s1.hi, yl = s3.hi;
+    const V w = s2.lo + s3.lo;
+    yt = yt + w;
+    ry = ry + (lanes::abs_l(w) + lanes::abs_l(yt));
+}
+
+/// Adds a regular key's term 2^K·E (bound 2^K·eb; exact scalings, K ≥ −480) to the lane accumulators.
+template <class V>
+inline void key_accumulate(V eh, V el, V eb, V kd, V& yh, V& yl, V& yt, V& ry, V& ey) {
     const V pk = lanes::pow2_l(kd);
-    const lanes::dwv<V> y = lanes::add(lanes::dwv<V>{yh, yl}, lanes::dwv<V>{eh * pk, el * pk});
-    yh = y.hi, yl = y.lo;
+    add_term3(eh * pk, el * pk, yh, yl, yt, ry);
     ey = ey + eb * pk;
 }
 
@@ -273,7 +294,7 @@ inline bool row_key_scalar(row_workspace& ws, std::size_t j) {
     double eh, el, eb, kd;
     if (key_exp<double>(ws.x[j].hi, ws.x[j].lo, ws.ex[j], ws.m, eh, el, eb, kd)) {
         ws.reg[j] = 1, ws.eh[j] = eh, ws.el[j] = el, ws.eb[j] = eb, ws.ek[j] = kd;
-        key_accumulate<double>(eh, el, eb, kd, ws.yh[l], ws.yl[l], ws.eyl[l]);
+        key_accumulate<double>(eh, el, eb, kd, ws.yh[l], ws.yl[l], ws.yt[l], ws.ry[l], ws.eyl[l]);
         ++ws.terms;
         return true;
     }
@@ -292,8 +313,7 @@ inline bool row_key_scalar(row_workspace& ws, std::size_t j) {
         ws.eyl[l] += dw::scale2(1.0, std::max(K + 1, -1000));
         return true;
     }
-    const dd y = dw::add({ws.yh[l], ws.yl[l]}, {dw::scale2(e.x.v.hi, K), dw::scale2(e.x.v.lo, K)});
-    ws.yh[l] = y.hi, ws.yl[l] = y.lo;
+    add_term3<double>(dw::scale2(e.x.v.hi, K), dw::scale2(e.x.v.lo, K), ws.yh[l], ws.yl[l], ws.yt[l], ws.ry[l]);  // exact scalings: K ≥ −700
     ws.eyl[l] += dw::scale2(e.x.bound, K);
     ++ws.terms;
     return true;
@@ -308,7 +328,12 @@ inline bool row_key_scalar(row_workspace& ws, std::size_t j) {
 __attribute__((target("avx2,fma"), flatten)) inline bool row_exp_blocks_avx2(row_workspace& ws, std::size_t Sk) {
     using lanes::v4d;
     using lanes::v4u;
-    v4d yh = *reinterpret_cast<const v4u*>(ws.yh), yl = *reinterpret_cast<const v4u*>(ws.yl), ey = *reinterpret_cast<const v4u*>(ws.eyl);
+    v4d yh = *reinterpret_cast<const v4u*>(ws.yh), yl = *reinterpret_cast<const v4u*>(ws.yl), yt = *reinterpret_cast<const v4u*>(ws.yt),
+        ry = *reinterpret_cast<const v4u*>(ws.ry), ey = *reinterpret_cast<const v4u*>(ws.eyl);
+    auto store = [&] {
+        *reinterpret_cast<v4u*>(ws.yh) = yh, *reinterpret_cast<v4u*>(ws.yl) = yl, *reinterpret_cast<v4u*>(ws.yt) = yt;
+        *reinterpret_cast<v4u*>(ws.ry) = ry, *reinterpret_cast<v4u*>(ws.eyl) = ey;
+    };
     bool ok = true;
     // Block j0 (four keys) from the lanes of a key_exp result when regular, else key by key.
     auto take = [&](std::size_t j0, bool regular, v4d eh, v4d el, v4d eb, v4d kd) {
@@ -316,13 +341,14 @@ __attribute__((target("avx2,fma"), flatten)) inline bool row_exp_blocks_avx2(row
             *reinterpret_cast<v4u*>(ws.eh.data() + j0) = eh, *reinterpret_cast<v4u*>(ws.el.data() + j0) = el;
             *reinterpret_cast<v4u*>(ws.eb.data() + j0) = eb, *reinterpret_cast<v4u*>(ws.ek.data() + j0) = kd;
             for (int l = 0; l < 4; ++l) ws.reg[j0 + l] = 1;
-            key_accumulate<v4d>(eh, el, eb, kd, yh, yl, ey);
+            key_accumulate<v4d>(eh, el, eb, kd, yh, yl, yt, ry, ey);
             ws.terms += 4;
             return;
         }
-        *reinterpret_cast<v4u*>(ws.yh) = yh, *reinterpret_cast<v4u*>(ws.yl) = yl, *reinterpret_cast<v4u*>(ws.eyl) = ey;
+        store();
         for (std::size_t j = j0; j < j0 + 4 && ok; ++j) ok = row_key_scalar(ws, j);
-        yh = *reinterpret_cast<const v4u*>(ws.yh), yl = *reinterpret_cast<const v4u*>(ws.yl), ey = *reinterpret_cast<const v4u*>(ws.eyl);
+        yh = *reinterpret_cast<const v4u*>(ws.yh), yl = *reinterpret_cast<const v4u*>(ws.yl), yt = *reinterpret_cast<const v4u*>(ws.yt);
+        ry = *reinterpret_cast<const v4u*>(ws.ry), ey = *reinterpret_cast<const v4u*>(ws.eyl);
     };
     auto attendable = [&](std::size_t j0) { return (ws.allowed[j0] & ws.allowed[j0 + 1] & ws.allowed[j0 + 2] & ws.allowed[j0 + 3]) != 0; };
     auto load = [&](std::size_t j0, v4d& xh, v4d& xl, v4d& ex) {
@@ -358,15 +384,15 @@ __attribute__((target("avx2,fma"), flatten)) inline bool row_exp_blocks_avx2(row
         }
         take(j0, regular, eh, el, eb, kd);
     }
-    *reinterpret_cast<v4u*>(ws.yh) = yh, *reinterpret_cast<v4u*>(ws.yl) = yl, *reinterpret_cast<v4u*>(ws.eyl) = ey;
+    store();
     return ok;
 }
 #endif
 
 /// (8a)–(8b) The shift m = x̃_{j*}, e^(x_j − m) for every attendable key by (6), and their sum y
-/// with its bound and lower bound. The sum runs in four lanes (key j added to lane j mod 4, keys
-/// in order) combined as (y₀ + y₁) + (y₂ + y₃): every partial sum of these positive terms is at
-/// most the total, so each of the terms + 3 additions errs by at most η times the total (8b).
+/// with its bound and lower bound. The sum runs in four triple-word lanes (key j added to lane j mod
+/// 4, keys in order; add_term3), the lanes added to lane 0 in order the same way, then rounded to a
+/// double-word: its error is the carries' rounding (≤ u·Σry) and the dropped third word (8b).
 /// False: left to MPFI.
 inline bool row_exponentials(const head_context& hc, row_workspace& ws) {
     const std::size_t Sk = hc.Sk;
@@ -375,7 +401,7 @@ inline bool row_exponentials(const head_context& hc, row_workspace& ws) {
         if (ws.allowed[j] && (js == Sk || ws.x[j].hi > ws.x[js].hi)) js = j;
     ws.m = ws.x[js];
     ws.ej.resize(Sk), ws.eh.resize(Sk), ws.el.resize(Sk), ws.eb.resize(Sk), ws.ek.resize(Sk), ws.reg.resize(Sk);
-    for (int l = 0; l < 4; ++l) ws.yh[l] = ws.yl[l] = ws.eyl[l] = 0;
+    for (int l = 0; l < 4; ++l) ws.yh[l] = ws.yl[l] = ws.yt[l] = ws.ry[l] = ws.eyl[l] = 0;
     ws.terms = 0;
     std::size_t j = 0;
 #ifdef ATTNREF_FAST_AVX2
@@ -386,10 +412,17 @@ inline bool row_exponentials(const head_context& hc, row_workspace& ws) {
 #endif
     for (; j < Sk; ++j)
         if (!row_key_scalar(ws, j)) return false;
-    const dd y = dw::add(dw::add({ws.yh[0], ws.yl[0]}, {ws.yh[1], ws.yl[1]}), dw::add({ws.yh[2], ws.yl[2]}, {ws.yh[3], ws.yl[3]}));
+    double yh = ws.yh[0], yl = ws.yl[0], yt = ws.yt[0], ry = ws.ry[0];
+    for (int l = 1; l < 4; ++l) {
+        add_term3<double>(ws.yh[l], ws.yl[l], yh, yl, yt, ry);
+        yt = yt + ws.yt[l];
+        ry = ry + (ws.ry[l] + std::fabs(yt));
+    }
+    // y = yh + yl + yt as a double-word: exact TwoSums but for the dropped t.lo.
+    const dd a = dw::two_sum(yh, yl), t = dw::two_sum(a.lo, yt), y = dw::two_sum(a.hi, t.hi);
     const double ey = (ws.eyl[0] + ws.eyl[1]) + (ws.eyl[2] + ws.eyl[3]);
     ws.y = y;
-    ws.ey = dw::up(dw::sum_up(ey, Sk) + 1.01 * static_cast<double>(ws.terms + 3) * dw::dd_eta * dw::mag(y));
+    ws.ey = dw::up(dw::sum_up(ey, Sk) + std::fabs(t.lo) + dw::sum_up(ry, 6 * ws.terms + 12) * 0x1.0000000000001p-53);
     ws.lowy = (y.hi - std::fabs(y.lo) - ws.ey) * (1 - 0x1p-49);
     return ws.lowy >= 0.5;
 }

@@ -30,6 +30,7 @@
 
 #include "attnref/certify/fast/attention_row.hpp"
 #include "attnref/certify/fast/certify_fast.hpp"
+#include "attnref/certify/fast/triple_dot.hpp"
 #include "attnref/core/parallel.hpp"
 
 namespace attnref::fast {
@@ -371,6 +372,34 @@ inline void put_element(const element_sink& s, std::size_t to, const dd_matrix& 
     s.put(to, bounded{{m.hi[n], m.lo[n]}, m.err[n], 0});
 }
 
+/// (14a) Y = X·W + bias for exact X (rows × k), W (k × n) and bias (n, or null) through the
+/// triple-word dot products (10), each rounded to a double-word: with (hi, mid, low) the (10) sum
+/// and bias added exactly to hi and mid (low takes the last carry, its rounding ≤ 2^-53|low| added
+/// to the bound), (a_h, a_l) = TwoSum(hi, mid), (t_h, t_l) = TwoSum(a_l, low), (y_h, y_l) =
+/// TwoSum(a_h, t_h): hi + mid + low = y_h + y_l + t_l exactly, so the bound is (10)'s + |t_l| (about
+/// 2^-106|y|, where (7)'s double-word products leave about n·2^-104 of Σ|x||w|). The multi-head
+/// backward's inputs Q, K, V and d(heads): their errors feed every later step.
+inline dd_matrix project_exact(const double* x, std::size_t rows, std::size_t k, const double* w, std::size_t n, const double* bias,
+                               std::size_t threads) {
+    dd_matrix y{rows, n, std::vector<double>(rows * n), std::vector<double>(rows * n), std::vector<double>(rows * n)};
+    ::attnref::parallel_for(rows, threads, [&](std::size_t r) {
+        std::vector<double> hi(n), mid(n), low(n), er(n);
+        dot3_rows(x + r * k, k, w, n, n, hi.data(), mid.data(), low.data(), er.data());
+        for (std::size_t j = 0; j < n; ++j) {
+            double h = hi[j], m = mid[j], l = low[j], e = er[j];
+            if (bias) {
+                const dd s1 = dw::two_sum(h, bias[j]);
+                const dd s2 = dw::two_sum(m, s1.lo);
+                h = s1.hi, m = s2.hi, l = l + s2.lo;
+                e = dw::up(e + 0x1p-53 * std::fabs(l));
+            }
+            const dd a = dw::two_sum(h, m), t = dw::two_sum(a.lo, l), v = dw::two_sum(a.hi, t.hi);
+            y.hi[r * n + j] = v.hi, y.lo[r * n + j] = v.lo, y.err[r * n + j] = dw::up(e + std::fabs(t.lo));
+        }
+    });
+    return y;
+}
+
 /// (14d) One projection's weight and bias gradients from its input x (rows × e, exact) and the
 /// gradient dY of its output (rows × f, double-words with bounds): dW = xᵀ·dY into w (e × f, C
 /// order) and db = 1ᵀ·dY into bias, as (7) on dYᵀ·[x | 1], so each dW_ef and db_f is one (5) sum over
@@ -457,7 +486,10 @@ inline fast_gradients mha_gradients_fast(const fast_problem& p, tensor_view<cons
             }
     projections pr;
     if (why.empty()) {
-        pr = project_inputs(p, d, fo.threads);
+        auto bias = [](const tensor_view<const double, 1>& b) { return b.empty() ? nullptr : b.data; };
+        pr.q = project_exact(p.x_q.data, Rq, Eq, p.params.w_q.data, HK, bias(p.params.b_q), fo.threads);
+        pr.k = project_exact(p.x_k.data, Rk, Ek, p.params.w_k.data, KK, bias(p.params.b_k), fo.threads);
+        pr.v = project_exact(p.x_v.data, Rk, Ev, p.params.w_v.data, KV, bias(p.params.b_v), fo.threads);
         if (!in_range(pr.q.hi.data(), pr.q.hi.size())) why = "a nonzero |projected query| outside [2^-400, 2^40]";
         else if (!in_range(pr.k.hi.data(), pr.k.hi.size())) why = "a nonzero |projected key| outside [2^-400, 2^40]";
         else if (!in_range(pr.v.hi.data(), pr.v.hi.size())) why = "a nonzero |projected value| outside [2^-400, 2^40]";
@@ -471,8 +503,7 @@ inline fast_gradients mha_gradients_fast(const fast_problem& p, tensor_view<cons
     head_context hc{&o, d.B, d.H, d.Sq, d.Sk, d.dk, d.dv, {}, 0, nullptr, nullptr, nullptr};
     logit_scale_dd(o, d.dk, hc.scale, hc.scale_err);
     // (14) d(heads) = dO·W_oᵀ, (B·Sq) × (H·dv).
-    const dd_matrix dho = project(dd_matrix{Rq, d.dout, std::vector<double>(dO.data, dO.data + dO.size()), {}, {}},
-                                  transposed(p.params.w_o.data, HV, d.dout).data(), HV, nullptr, fo.threads);
+    const dd_matrix dho = project_exact(dO.data, Rq, d.dout, transposed(p.params.w_o.data, HV, d.dout).data(), HV, nullptr, fo.threads);
     // The heads' backward into merged dQ (B·Sq) × (H·dk), dK (B·Sk) × (Hkv·dk), dV (B·Sk) × (Hkv·dv),
     // and the merged head outputs (B·Sq) × (H·dv).
     auto zeros = [](std::size_t r, std::size_t c) { return dd_matrix{r, c, std::vector<double>(r * c), std::vector<double>(r * c), std::vector<double>(r * c)}; };

@@ -44,6 +44,10 @@ inline double pow2_l(double k) {
 }
 /// 2^⌊log₂|x|⌋ for a normal x (the exponent field alone).
 inline double binade_l(double x) { return std::bit_cast<double>(std::bit_cast<std::uint64_t>(x) & 0x7ff0000000000000ULL); }
+/// ⌊x⌋ (exact).
+inline double floor_l(double x) { return std::floor(x); }
+/// Entry j (an integer-valued j in [0, 63]) of a table of 64 double-words.
+inline dw::double_word<double> table_l(const dw::dd* t, double j) { return {t[static_cast<int>(j)].hi, t[static_cast<int>(j)].lo}; }
 
 #ifdef ATTNREF_FAST_AVX2
 typedef double v4d __attribute__((vector_size(32)));
@@ -63,6 +67,12 @@ __attribute__((target("avx2,fma"))) inline v4d pow2_l(v4d k) {
 __attribute__((target("avx2,fma"))) inline v4d binade_l(v4d x) {
     const v4i m = {0x7ff0000000000000LL, 0x7ff0000000000000LL, 0x7ff0000000000000LL, 0x7ff0000000000000LL};
     return v4d(v4i(x) & m);
+}
+__attribute__((target("avx2,fma"))) inline v4d floor_l(v4d x) { return __builtin_ia32_roundpd256(x, 9); }  // toward −∞, no exceptions
+/// Entry j of a table of 64 double-words, per lane (j integer-valued in [0, 63]: its bits from j + 2^52).
+__attribute__((target("avx2,fma"))) inline dw::double_word<v4d> table_l(const dw::dd* t, v4d j) {
+    const v4i k = v4i(j + 0x1p52) & 63;
+    return {v4d{t[k[0]].hi, t[k[1]].hi, t[k[2]].hi, t[k[3]].hi}, v4d{t[k[0]].lo, t[k[1]].lo, t[k[2]].lo, t[k[3]].lo}};
 }
 #endif
 
