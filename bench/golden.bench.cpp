@@ -27,10 +27,12 @@
 // certify/fast/backward.hpp's mha_gradients_fast) of (1, L, 1024, 16) with biases, against PyTorch float64
 // multi_head_attention_forward + autograd backward (bench/torch_mha_backward.py); undecided elements go to
 // the whole-case MPFI ladder when it fits in the memory limit, else the seed's line says why it is not
-// certified. --fast-rung-only (with --gradients): undecided elements counted per tensor, not certified.
+// certified. --family large_logits|positive_values: bench/llm_adversarial_suite.json's adversarial input
+// families instead of the standard one. --fast-rung-only (with --gradients): undecided elements counted
+// per tensor, not certified.
 // Usage: golden.bench [--threads N] [--skip-mpfi-large] [--skip-large] [--only-large] [--seed S]
 //                     [--fast-rung-only] [--bound-histogram] [--python PATH]
-//                     [--gradients [--kind sdpa|mha] [--length L] [--seeds N]]
+//                     [--gradients [--kind sdpa|mha [--family F]] [--length L] [--seeds N]]
 
 #include <spawn.h>
 #include <sys/resource.h>
@@ -157,20 +159,25 @@ case_spec sdpa_gradient_case(std::size_t heads, std::size_t length, std::size_t 
     return parse_suite(json, "bench").front();
 }
 
-case_spec mha_gradient_case(std::size_t heads, std::size_t length, std::size_t dk, unsigned long seed) {
+/// family: "" (standard), or bench/llm_adversarial_suite.json's input families: "large_logits" (x_q × 4),
+/// "positive_values" (x_v + 2, x_q × 10^-3).
+case_spec mha_gradient_case(std::size_t heads, std::size_t length, std::size_t dk, unsigned long seed, const std::string& family) {
+    const std::string fam = family == "large_logits"      ? R"(, "family": {"name": "large_logits", "roles": {"query": {"scale": 4.0}}})"
+                            : family == "positive_values" ? R"(, "family": {"name": "positive_values_uniform", "roles": {"value": {"scale": 1.0, "offset": 2.0}, "query": {"scale": 0.001}}})"
+                                                          : "";
     const std::string json = fmt::format(
         R"({{"schema": "attnref.suite", "schema_version": 2, "cases": [{{"name": "bench", "kind": "mha",
             "shapes": {{"batch": 1, "heads": {0}, "query_length": {1}, "key_length": {1}, "head_dim_qk": {2},
                         "model_dim": {3}, "output_dim": {3}}}, "conventions": {{"projection_bias": true}},
-            "inputs": {{"seed": {4}}}, "outputs": {{"gradients": true}}}}]}})",
-        heads, length, dk, heads * dk, seed);
+            "inputs": {{"format": "float64", "seed": {4}{5}}}, "outputs": {{"gradients": true}}}}]}})",
+        heads, length, dk, heads * dk, seed, fam);
     return parse_suite(json, "bench").front();
 }
 
 /// --gradients: certified SDPA gradients of (1, 16, L, 64), or (--kind mha) multi-head gradients of
 /// (1, L, 1024, 16), for several seeds against PyTorch float64 forward + backward in the same run.
 int gradients_bench(std::size_t threads, std::size_t length, unsigned long seed, std::size_t seeds, const std::string& python, bool mha,
-                    bool fast_rung_only) {
+                    bool fast_rung_only, const std::string& family) {
     const std::size_t heads = 16, dk = 64;
     double torch_cpu = -1;
     const std::string load0 = load_average();
@@ -183,7 +190,8 @@ int gradients_bench(std::size_t threads, std::size_t length, unsigned long seed,
     }();
     std::printf("%s\n", fmt::format("golden.bench --gradients: {} certified in float64, {} threads on both sides; "
                                     "PyTorch f64 forward+backward {:.3f} s wall / {:.3f} s CPU (load average before {}){}",
-                                    mha ? fmt::format("MHA (1, {}, {}, {}) grad_x_q/k/v, grad_w_q/k/v/o, grad_b_q/k/v/o", length, heads * dk, heads)
+                                    mha ? fmt::format("MHA (1, {}, {}, {}){} grad_x_q/k/v, grad_w_q/k/v/o, grad_b_q/k/v/o", length, heads * dk, heads,
+                                                      family.empty() ? std::string() : " inputs family " + family)
                                         : fmt::format("SDPA (1, {}, {}, {}) dQ, dK, dV", heads, length, dk),
                                     threads, torch_s, torch_cpu, load0,
                                     fast_rung_only ? "; FAST RUNG ONLY: undecided elements are counted, not certified"
@@ -196,7 +204,7 @@ int gradients_bench(std::size_t threads, std::size_t length, unsigned long seed,
     std::vector<double> ratios;
     int status = 0;
     for (unsigned long sd = seed; sd < seed + seeds; ++sd) {
-        const case_spec spec = mha ? mha_gradient_case(heads, length, dk, sd) : sdpa_gradient_case(heads, length, dk, sd);
+        const case_spec spec = mha ? mha_gradient_case(heads, length, dk, sd, family) : sdpa_gradient_case(heads, length, dk, sd);
         const case_data data = generate_inputs(spec);
         fast::fast_stats stats;
         fast::fast_options fo;
@@ -257,7 +265,7 @@ int main(int argc, char** argv) {
     std::string python = "/usr/bin/python3";
     bool gradients = false;
     std::size_t length = 2048, seeds = 5;
-    std::string kind = "sdpa";
+    std::string kind = "sdpa", family;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::stoul(argv[++i]);
         else if (!std::strcmp(argv[i], "--skip-mpfi-large")) skip_mpfi_large = true;
@@ -270,13 +278,15 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--gradients")) gradients = true;
         else if (!std::strcmp(argv[i], "--length") && i + 1 < argc) length = std::stoul(argv[++i]);
         else if (!std::strcmp(argv[i], "--seeds") && i + 1 < argc) seeds = std::stoul(argv[++i]);
+        else if (!std::strcmp(argv[i], "--family") && i + 1 < argc &&
+                 (!std::strcmp(argv[i + 1], "large_logits") || !std::strcmp(argv[i + 1], "positive_values"))) family = argv[++i];
         else if (!std::strcmp(argv[i], "--kind") && i + 1 < argc && (!std::strcmp(argv[i + 1], "sdpa") || !std::strcmp(argv[i + 1], "mha"))) kind = argv[++i];
         else {
             std::fprintf(stderr, "golden.bench: unknown argument '%s'\n", argv[i]);
             return 2;
         }
     }
-    if (gradients) return gradients_bench(threads, length, seed, seeds, python, kind == "mha", fast_rung_only);
+    if (gradients) return gradients_bench(threads, length, seed, seeds, python, kind == "mha", fast_rung_only, family);
     std::printf("%s\n", fmt::format("golden.bench: {} threads on both sides; inputs seed {}; certified: output, weights, lse in float64{}",
                                     threads, seed, fast_rung_only ? "; FAST RUNG ONLY: escalated elements are not certified" : "")
                             .c_str());
