@@ -50,7 +50,8 @@ namespace detail {
 /// (n × m, row stride ldb; low parts bl and errors be, each may be null), with the bound (5b) or
 /// (5a), whichever is smaller, plus the propagated input errors Σ_c ae_c|b̃_cj| and
 /// Σ_c (|ã_c| + ae_c)·be_cj, each Σ|·||·| bounded by min(Cauchy–Schwarz, Hölder) from the column
-/// norms bn (ben) and column maxima bmax (bemax) of B (of its errors). Writes hi, lo, err (m each).
+/// norms bn (ben) and column maxima bmax (bemax) of B (of its errors), the first also by its sum term
+/// by term. Writes hi, lo, err (m each).
 inline void dot_bounded(const double* ah, const double* al, const double* ae, std::size_t n, const double* B, const double* bl,
                         const double* be, std::size_t ldb, std::size_t m, const std::vector<double>& bn, const std::vector<double>& bmax,
                         const std::vector<double>& ben, const std::vector<double>& bemax, double* hi, double* lo, double* err) {
@@ -66,10 +67,23 @@ inline void dot_bounded(const double* ah, const double* al, const double* ae, st
         for (std::size_t c = 0; c < n; ++c) e1 += ae[c];
         e1 = dw::sum_up(e1, n);
     }
+    // Σ_c ae_c|B_cj| also term by term (rows of B in order, columns side by side): a's propagated
+    // errors dominate the bound (a's bounds are far above (5)'s rounding), and where their sizes vary
+    // the norms overestimate that sum.
+    thread_local std::vector<double> tea;
+    if (ae) {
+        tea.assign(m, 0.0);
+        double* __restrict t = tea.data();
+        for (std::size_t c = 0; c < n; ++c) {
+            const double e = ae[c];
+            const double* __restrict b = B + c * ldb;
+            for (std::size_t j = 0; j < m; ++j) t[j] += e * std::fabs(b[j]);
+        }
+    }
     const double cdot = dot_constant(n);
     for (std::size_t j = 0; j < m; ++j) {
         const double cs = std::min(an * bn[j], a1 * bmax[j]);
-        double prop = ae ? std::min(en * bn[j], e1 * bmax[j]) : 0.0;
+        double prop = ae ? std::min({en * bn[j], e1 * bmax[j], dw::sum_up(tea[j] * (1 + 0x1p-52), 2 * n + 1)}) : 0.0;  // |b̃| ≤ |b_hi|(1 + u)
         if (be) prop += std::min((an + en) * ben[j], (a1 + e1) * bemax[j]);
         err[j] = dw::up(std::min(cdot * cs, err[j] + dot_remainder_constant * cs) + prop);
     }
@@ -400,6 +414,25 @@ inline dd_matrix project_exact(const double* x, std::size_t rows, std::size_t k,
     return y;
 }
 
+/// (14f) A second look at an element of (7) y = a·b that the rounding check left undecided: the same
+/// double-word dot product of row a (hi, lo, errors) with column b (exact, stride ldb), recomputed
+/// alone, with Σ|a_hi||b| and Σe_a|b| summed term by term instead of bounded by norms
+/// (Cauchy–Schwarz overestimates them by about 1/0.64 on random data); put again.
+inline void second_look(const element_sink& s, std::size_t to, const double* ah, const double* al, const double* ae, std::size_t n,
+                        const double* b, std::size_t ldb) {
+    double hi = 0, lo = 0, err = 0;
+    dot_rows(ah, al, n, b, nullptr, ldb, 1, &hi, &lo, &err);
+    double sab = 0, seb = 0;
+    for (std::size_t c = 0; c < n; ++c) {
+        const double ab = std::fabs(b[c * ldb]);
+        sab += std::fabs(ah[c]) * ab;
+        if (ae) seb += ae[c] * ab;
+    }
+    sab = dw::sum_up(sab, 2 * n), seb = dw::sum_up(seb, 2 * n);
+    (*s.undecided)[to] = 0;
+    s.put(to, bounded{{hi, lo}, dw::up(std::min(dot_constant(n) * sab, err + dot_remainder_constant * sab) + seb), 0});
+}
+
 /// (14d) One projection's weight and bias gradients from its input x (rows × e, exact) and the
 /// gradient dY of its output (rows × f, double-words with bounds): dW = xᵀ·dY into w (e × f, C
 /// order) and db = 1ᵀ·dY into bias, as (7) on dYᵀ·[x | 1], so each dW_ef and db_f is one (5) sum over
@@ -412,11 +445,16 @@ inline void weight_gradients(const dd_matrix& dy, tensor_view<const double, 3> x
         std::copy(x.data + r * e, x.data + (r + 1) * e, x1.begin() + static_cast<std::ptrdiff_t>(r * (e + 1)));
         x1[r * (e + 1) + e] = 1.0;
     }
-    const dd_matrix y = project(transposed(dy), x1.data(), e + 1, nullptr, threads);  // f × (e + 1)
+    const dd_matrix dyt = transposed(dy);
+    const dd_matrix y = project(dyt, x1.data(), e + 1, nullptr, threads);  // f × (e + 1)
+    auto look = [&](const element_sink& s, std::size_t to, std::size_t c, std::size_t a) {
+        if ((*s.undecided)[to])
+            second_look(s, to, dyt.hi.data() + c * rows, dyt.lo.data() + c * rows, dyt.err.data() + c * rows, rows, x1.data() + a, e + 1);
+    };
     for (std::size_t c = 0; c < f; ++c) {
-        for (std::size_t a = 0; a < e; ++a) put_element(w, a * f + c, y, c * (e + 1) + a);
+        for (std::size_t a = 0; a < e; ++a) put_element(w, a * f + c, y, c * (e + 1) + a), look(w, a * f + c, c, a);
         if (bias_zero) bias.put_exact(c, 0.0);
-        else put_element(bias, c, y, c * (e + 1) + e);
+        else put_element(bias, c, y, c * (e + 1) + e), look(bias, c, c, e);
     }
 }
 
@@ -458,7 +496,8 @@ inline void exact_column_sums(const double* x, std::size_t rows, std::size_t col
 /// gradients always; a caller without biases drops them). Q, K, V by (7); d(heads) = dO·W_oᵀ by
 /// (7); every (batch, kv head) group's backward by group_backward with the projections' and
 /// d(heads)' bounds propagated; then dX = dQ·Wᵀ and (dW, db) = ([x | 1]ᵀ·dQ) by (7) again, dW_o =
-/// headsᵀ·dO and db_o = 1ᵀ·dO (exact sums, exact_column_sums). grad_b_k is exactly 0 (core/backward.hpp; the fast rung declines
+/// headsᵀ·dO and db_o = 1ᵀ·dO (exact sums, exact_column_sums); an element of these products left
+/// undecided gets a second look with term-by-term sums (second_look). grad_b_k is exactly 0 (core/backward.hpp; the fast rung declines
 /// soft-capping and, under the nan policy, rows the mask leaves empty). A forward row it cannot
 /// bound leaves every element undecided. Deterministic: each sum in a fixed order, whatever the threads.
 inline fast_gradients mha_gradients_fast(const fast_problem& p, tensor_view<const double, 3> dO, const std::vector<format_description>& targets,
@@ -550,8 +589,16 @@ inline fast_gradients mha_gradients_fast(const fast_problem& p, tensor_view<cons
     }
     // (14c) dX = dY·Wᵀ for each projection.
     auto input_gradient = [&](const dd_matrix& dy, const tensor_view<const double, 2>& w, std::size_t e, const element_sink& s) {
-        const dd_matrix x = project(dy, transposed(w.data, e, dy.cols).data(), e, nullptr, fo.threads);
-        for (std::size_t n = 0; n < x.hi.size(); ++n) put_element(s, n, x, n);
+        const std::size_t f = dy.cols;
+        const std::vector<double> wt = transposed(w.data, e, f);  // f × e
+        const dd_matrix x = project(dy, wt.data(), e, nullptr, fo.threads);
+        for (std::size_t n = 0; n < x.hi.size(); ++n) {
+            put_element(s, n, x, n);
+            if ((*s.undecided)[n]) {
+                const std::size_t r = n / e;
+                second_look(s, n, dy.hi.data() + r * f, dy.lo.data() + r * f, dy.err.data() + r * f, f, wt.data() + n % e, e);
+            }
+        }
     };
     input_gradient(dq, p.params.w_q, Eq, sinks[0]);
     input_gradient(dk, p.params.w_k, Ek, sinks[1]);
@@ -563,8 +610,15 @@ inline fast_gradients mha_gradients_fast(const fast_problem& p, tensor_view<cons
     weight_gradients(dk, p.x_k, sinks[4], sinks[8], bk_zero, fo.threads);
     weight_gradients(dv, p.x_v, sinks[5], sinks[9], false, fo.threads);
     {
-        const dd_matrix wo = project(transposed(heads), dO.data, d.dout, nullptr, fo.threads);  // (H·dv) × dout
-        for (std::size_t n = 0; n < wo.hi.size(); ++n) put_element(sinks[6], n, wo, n);
+        const dd_matrix ht = transposed(heads);
+        const dd_matrix wo = project(ht, dO.data, d.dout, nullptr, fo.threads);  // (H·dv) × dout
+        for (std::size_t n = 0; n < wo.hi.size(); ++n) {
+            put_element(sinks[6], n, wo, n);
+            if (g.undecided[6][n]) {
+                const std::size_t m = n / d.dout;
+                second_look(sinks[6], n, ht.hi.data() + m * Rq, ht.lo.data() + m * Rq, ht.err.data() + m * Rq, Rq, dO.data + n % d.dout, d.dout);
+            }
+        }
         exact_column_sums(dO.data, Rq, d.dout, sinks[10]);  // db_o = 1ᵀ·dO, of exact values: exactly
     }
     count_undecided(g);
