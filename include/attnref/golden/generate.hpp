@@ -611,9 +611,7 @@ ATTNREF_GENERATE_FN certify::result certify_gradients_fast(const case_spec& spec
         fg = fast::mha_gradients_fast(fast::fast_problem_of(problem_of(c)), g, targets, options);
         fg.values.resize(layout.size());  // without projection biases: no bias gradients
         fg.undecided.resize(layout.size());
-        fg.undecided_elements = 0;
-        for (const auto& u : fg.undecided)
-            for (std::uint8_t f : u) fg.undecided_elements += f;
+        fast::detail::count_undecided(fg);
     }
     certify::result r;
     r.precisions_bits = {106};

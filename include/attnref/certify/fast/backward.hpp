@@ -493,13 +493,14 @@ inline void exact_column_sums(const double* x, std::size_t rows, std::size_t col
 /// (B, Sq, output features), for every target: the gradients of sum(dO ∘ output) at the exact
 /// inputs and weights, in core/backward.hpp's mha_gradients order — grad_x_q, grad_x_k, grad_x_v,
 /// grad_w_q, grad_w_k, grad_w_v, grad_w_o, grad_b_q, grad_b_k, grad_b_v, grad_b_o (the bias
-/// gradients always; a caller without biases drops them). Q, K, V by (7); d(heads) = dO·W_oᵀ by
-/// (7); every (batch, kv head) group's backward by group_backward with the projections' and
-/// d(heads)' bounds propagated; then dX = dQ·Wᵀ and (dW, db) = ([x | 1]ᵀ·dQ) by (7) again, dW_o =
-/// headsᵀ·dO and db_o = 1ᵀ·dO (exact sums, exact_column_sums); an element of these products left
-/// undecided gets a second look with term-by-term sums (second_look). grad_b_k is exactly 0 (core/backward.hpp; the fast rung declines
-/// soft-capping and, under the nan policy, rows the mask leaves empty). A forward row it cannot
-/// bound leaves every element undecided. Deterministic: each sum in a fixed order, whatever the threads.
+/// gradients always; a caller without biases drops them). Q, K, V and d(heads) = dO·W_oᵀ by (14a)
+/// (project_exact); every (batch, kv head) group's backward by group_backward with their bounds
+/// propagated; then dX = dQ·Wᵀ and (dW, db) = ([x | 1]ᵀ·dQ) by (7), dW_o = headsᵀ·dO by (7) and
+/// db_o = 1ᵀ·dO exactly (exact_column_sums); an element of the (7) products left undecided gets a
+/// second look with term-by-term sums (second_look). grad_b_k is exactly 0 (core/backward.hpp; the
+/// fast rung declines soft-capping and, under the nan policy, rows the mask leaves empty). A forward
+/// row it cannot bound leaves every element undecided. Deterministic: each sum in a fixed order,
+/// whatever the threads.
 inline fast_gradients mha_gradients_fast(const fast_problem& p, tensor_view<const double, 3> dO, const std::vector<format_description>& targets,
                                          const fast_options& fo = {}) {
     using namespace detail;
