@@ -8,6 +8,7 @@
 #define BOOST_TEST_MODULE fast_certify
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -878,6 +879,47 @@ BOOST_AUTO_TEST_CASE(fast_gradients_identical_to_committed) {
     BOOST_TEST(fast_decided > 10 * escalated);  // the fast rung decides nearly everything
 }
 
+namespace {
+
+/// Every bound the fast backward states against MPFI enclosures ref[tensor][element] of the exact
+/// gradients: counts the observed elements (distinct per tensor: a second look observes one again),
+/// those outside value ± bound, and the largest |mid − value| / bound.
+template <class T>
+struct gradient_enclosure_tally {
+    const std::vector<std::vector<T>>* ref;
+    std::mutex lock;
+    std::size_t checked = 0, violations = 0;
+    double worst = 0;
+    std::vector<std::vector<std::uint8_t>> seen;
+    explicit gradient_enclosure_tally(const std::vector<std::vector<T>>& r) : ref(&r) {
+        for (const auto& t : r) seen.emplace_back(t.size(), std::uint8_t{0});
+    }
+    fast::fast_options options(double scale) {
+        fast::fast_options fo;
+        fo.threads = 2;
+        fo.bound_scale = scale;
+        fo.observe = [this](std::size_t t, std::size_t n, const fast::bounded& x) {
+            if (std::isinf(x.bound)) return;
+            const auto [below, above, ratio] = compare_enclosure(x, (*ref)[t][n]);
+            const std::lock_guard<std::mutex> guard(lock);
+            ++checked;
+            seen[t][n] = 1;
+            violations += below || above;
+            worst = std::max(worst, ratio);
+        };
+        return fo;
+    }
+    std::size_t distinct(std::size_t t) const { return static_cast<std::size_t>(std::count(seen[t].begin(), seen[t].end(), std::uint8_t{1})); }
+    /// The assertions: none outside when correct (scale 1); some caught when weakened.
+    void require(const std::string& name, double scale) const {
+        BOOST_TEST(checked > 0u);
+        if (scale == 1.0) BOOST_TEST(violations == 0u, name);
+        else BOOST_TEST(violations > 0u, name << ": a bound weakened by 2^-40 is caught");
+    }
+};
+
+}  // namespace
+
 /// Every bound the fast backward states holds: the exact gradient (a 266-bit MPFI enclosure of it,
 /// attnref's templated backward) lies within value ± bound for every element of dQ, dK, dV on four
 /// committed SDPA backward cases; the same bounds weakened by 2^-40 are caught (so the comparison
@@ -894,32 +936,17 @@ BOOST_AUTO_TEST_CASE(fast_gradient_bounds_enclose_mpfi) {
         const attention_gradients<P> a = scaled_dot_product_attention_backward<P, double, double, double, double>(c.q, c.k, c.v, g, c.o);
         const std::vector<std::vector<T>> ref{flat<T>(a.grad_query), flat<T>(a.grad_key), flat<T>(a.grad_value)};
         for (double scale : {1.0, 0x1p-40}) {
-            std::mutex lock;
-            std::size_t checked = 0, violations = 0;
-            double worst = 0;
-            fast::fast_options fo;
-            fo.threads = 2;
-            fo.bound_scale = scale;
-            fo.observe = [&](std::size_t t, std::size_t n, const fast::bounded& x) {
-                if (std::isinf(x.bound)) return;
-                const auto [below, above, ratio] = compare_enclosure(x, ref[t][n]);
-                const std::lock_guard<std::mutex> guard(lock);
-                ++checked;
-                violations += below || above;
-                worst = std::max(worst, ratio);
-            };
-            (void)fast::sdpa_gradients_fast(fast::fast_problem_of(golden::problem_of(c)), g, {certify::float64_target}, fo);
-            BOOST_TEST_MESSAGE(fmt::format("{:<32} bound × {:a}: {} elements, {} outside, worst |error|/bound {:.3g}", name, scale, checked,
-                                           violations, worst));
-            BOOST_TEST(checked > 0u);
-            if (scale == 1.0) BOOST_TEST(violations == 0u, name);
-            else BOOST_TEST(violations > 0u, name << ": a bound weakened by 2^-40 is caught");
+            gradient_enclosure_tally<T> tally(ref);
+            (void)fast::sdpa_gradients_fast(fast::fast_problem_of(golden::problem_of(c)), g, {certify::float64_target}, tally.options(scale));
+            BOOST_TEST_MESSAGE(fmt::format("{:<32} bound × {:a}: {} elements, {} outside, worst |error|/bound {:.3g}", name, scale,
+                                           tally.checked, tally.violations, tally.worst));
+            tally.require(name, scale);
         }
     }
 }
 
 /// Every bound the fast multi-head backward (mha_gradients_fast, docs/fast-certify.md (14)) states
-/// holds: the exact gradient (an 80-digit-bit MPFI enclosure from attnref's templated
+/// holds: the exact gradient (a 266-bit MPFI enclosure from attnref's templated
 /// multi_head_attention_backward) lies within value ± bound for every element of every gradient
 /// tensor of the committed multi-head backward cases (biases and GQA, cross attention, the seed
 /// example); the same bounds weakened by 2^-40 are caught.
@@ -937,31 +964,16 @@ BOOST_AUTO_TEST_CASE(mha_fast_gradient_bounds_enclose_mpfi) {
                                               flat<T>(a.grad_w_k), flat<T>(a.grad_w_v), flat<T>(a.grad_w_o), flat<T>(a.grad_b_q),
                                               flat<T>(a.grad_b_k), flat<T>(a.grad_b_v), flat<T>(a.grad_b_o)};
         for (double scale : {1.0, 0x1p-40}) {
-            std::mutex lock;
-            std::size_t checked = 0, violations = 0;
-            std::vector<std::size_t> per_tensor(ref.size(), 0);
-            double worst = 0;
-            fast::fast_options fo;
-            fo.threads = 2;
-            fo.bound_scale = scale;
-            fo.observe = [&](std::size_t t, std::size_t n, const fast::bounded& x) {
-                if (std::isinf(x.bound)) return;
-                const auto [below, above, ratio] = compare_enclosure(x, ref[t][n]);
-                const std::lock_guard<std::mutex> guard(lock);
-                ++checked;
-                ++per_tensor[t];
-                violations += below || above;
-                worst = std::max(worst, ratio);
-            };
-            const fast::fast_gradients fg = fast::mha_gradients_fast(fast::fast_problem_of(golden::problem_of(c)), g, {certify::float64_target}, fo);
+            gradient_enclosure_tally<T> tally(ref);
+            const fast::fast_gradients fg =
+                fast::mha_gradients_fast(fast::fast_problem_of(golden::problem_of(c)), g, {certify::float64_target}, tally.options(scale));
             BOOST_TEST_MESSAGE(fmt::format("{:<28} bound × {:a}: {} elements, {} outside, worst |error|/bound {:.3g}, {} undecided", name, scale,
-                                           checked, violations, worst, fg.undecided_elements));
+                                           tally.checked, tally.violations, tally.worst, fg.undecided_elements));
             BOOST_TEST(fg.whole_case_reason.empty(), name << ": " << fg.whole_case_reason);
-            // every tensor bounded (grad_b_k is structural when the case has biases: exactly 0, not observed)
+            // every element of every tensor bounded (grad_b_k is structural: exactly 0, not observed)
             for (std::size_t t = 0; t < ref.size(); ++t)
-                if (t != 8) BOOST_TEST(per_tensor[t] == ref[t].size(), name << " tensor " << t);
-            if (scale == 1.0) BOOST_TEST(violations == 0u, name);
-            else BOOST_TEST(violations > 0u, name << ": a bound weakened by 2^-40 is caught");
+                if (t != 8) BOOST_TEST(tally.distinct(t) == ref[t].size(), name << " tensor " << t);
+            tally.require(name, scale);
         }
     }
 }
