@@ -3,7 +3,12 @@
 #include <boost/mpl/list.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include <array>
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <span>
+#include <vector>
 
 #include "attnref/bounds/tolerance/data_aware.hpp"
 #include "attnref/bounds/tolerance/worst_case.hpp"
@@ -213,4 +218,55 @@ BOOST_AUTO_TEST_CASE(selected_query_rows_equal_a_full_call) {
             for (std::size_t c = 0; c < e; ++c) BOOST_TEST((out(b, i, c) == (on ? full.output(b, i, c) : -7.0)));
             for (std::size_t h = 0; h < 2; ++h) BOOST_TEST((lse(b, h, i) == (on ? full.lse(b, h, i) : -7.0)));
         }
+}
+
+BOOST_AUTO_TEST_CASE(double_projection_path_follows_the_specified_order_bitwise) {
+    // linear_into's double path (blocked rows and columns, vector lanes, an AVX2 copy) against the
+    // order the projection is specified by, written out here: acc = +0, acc = acc + x_k·W_kj for k
+    // ascending, then + b_j. Shapes not multiples of the blocks (rows, 8 lanes, 512 columns), a row
+    // filter, zeros and signed values; one thread and two; the AVX2 copy on and off.
+    for (const auto& [batch, len, m, n] : std::vector<std::array<std::size_t, 4>>{{1, 7, 5, 13}, {2, 9, 33, 515}, {1, 3, 64, 1031}}) {
+        // Full 53-bit significands (the generator's values have 24 bits: their sums would often be exact
+        // in any order, and a wrong order would go unnoticed).
+        auto x = random_tensor<double, 3>({batch, len, m}, 11 + n);
+        auto w = random_tensor<double, 2>({m, n}, 12 + n);
+        auto bias = random_tensor<double, 1>({n}, 13 + n);
+        for (double& v : x.storage()) v /= 3;
+        for (double& v : w.storage()) v /= 7;
+        for (double& v : bias.storage()) v /= 11;
+        x(0, 0, 0) = 0.0, x(0, 1, 1 % m) = -0.0;
+        std::vector<std::uint8_t> filter(batch * len, 1);
+        filter[1] = 0;
+        for (const bool with_bias : {false, true})
+            for (const bool filtered : {false, true}) {
+                tensor<double, 3> expected({batch, len, n}, 7.0);
+                for (std::size_t r = 0; r < batch * len; ++r) {
+                    if (filtered && !filter[r]) continue;
+                    for (std::size_t j = 0; j < n; ++j) {
+                        volatile double acc = +0.0;  // volatile: no reassociation, no contraction
+                        for (std::size_t k = 0; k < m; ++k) {
+                            const double t = x.data()[r * m + k] * w(k, j);
+                            acc = acc + t;
+                        }
+                        expected.data()[r * n + j] = with_bias ? acc + bias[j] : static_cast<double>(acc);
+                    }
+                }
+                for (const std::size_t threads : {1, 2})
+                    for (const bool avx2 : {true, false}) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(ATTNREF_SANITIZE_BUILD)
+                        linear_detail::avx2_allowed() = avx2;
+#endif
+                        tensor<double, 3> y({batch, len, n}, 7.0);
+                        linear_into<uniform_precision<double>>(tensor_view<const double, 3>(x.view()), tensor_view<const double, 2>(w.view()),
+                                                               with_bias ? tensor_view<const double, 1>(bias.view()) : tensor_view<const double, 1>{},
+                                                               y.view(), threads, "w", filtered ? std::span<const std::uint8_t>(filter) : std::span<const std::uint8_t>{});
+                        bool same = true;
+                        for (std::size_t e = 0; e < y.size(); ++e) same = same && std::bit_cast<std::uint64_t>(y.data()[e]) == std::bit_cast<std::uint64_t>(expected.data()[e]);
+                        BOOST_TEST(same, "n = " << n << " bias " << with_bias << " filtered " << filtered << " threads " << threads << " avx2 " << avx2);
+                    }
+            }
+    }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(ATTNREF_SANITIZE_BUILD)
+    linear_detail::avx2_allowed() = true;
+#endif
 }
