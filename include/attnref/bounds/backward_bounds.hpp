@@ -206,6 +206,32 @@ inline void perturbed_qk_rows(double* __restrict adq, double* __restrict adk, do
     }
 }
 
+/// The multi-head bound's row updates (mha_gradient_first_order_bounds), element by element as the
+/// plain loops wrote them (distinct outputs per lane, each in its own order):
+/// v += x·w, m += |x·w|, in += |x| + |w| (a projection's value, magnitude and input sum);
+inline void projection_sums_row(double x, const double* __restrict w, const double* __restrict w_abs, double* __restrict v,
+                                double* __restrict m, double* __restrict in, std::size_t n) {
+    const double xa = std::fabs(x);
+    for (std::size_t c = 0; c < n; ++c) {
+        const double t = x * w[c];
+        v[c] += t;
+        m[c] += std::fabs(t);
+        in[c] += xa + w_abs[c];
+    }
+}
+/// y += a·x + b (dX from one column's error: a = to_x, x = |W| row, b = its underflow);
+inline void scaled_abs_row(double* __restrict y, const double* __restrict x, double a, double b, std::size_t n) {
+    for (std::size_t c = 0; c < n; ++c) y[c] += a * x[c] + b;
+}
+/// y += s·t + b (dW from one row: s = |x|, t = to_w row, b = underflow row);
+inline void scale_row_add(double* __restrict y, const double* __restrict t, const double* __restrict b, double s, std::size_t n) {
+    for (std::size_t c = 0; c < n; ++c) y[c] += s * t[c] + b[c];
+}
+/// y += k·g + η·(mo + g) (dW_o from one row: k = A_o + rel·M_o, mo = M_o, g = |dOut| row).
+inline void output_weight_row(double* __restrict y, const double* __restrict g, double k, double mo, double eta, std::size_t n) {
+    for (std::size_t c = 0; c < n; ++c) y[c] += k * g[c] + eta * (mo + g[c]);
+}
+
 /// out[j] = Σ_c f(c, j) over c = 0 … n − 1 in order, for j = 0 … m − 1, four j side by side in
 /// independent accumulators (the plain loop's additions for each j, so the same values; the chains'
 /// latencies overlap and the accumulators stay in registers).
@@ -889,21 +915,30 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
     struct projected {
         tensor<double, 4> value, error;  // (B, heads, S, d)
     };
+    // Every sum below runs over its terms in ascending order from +0 (the value per element fixed by
+    // that order alone); rows (or weight rows) go to the threads in blocks and the lanes of the
+    // innermost loops are distinct elements (detail::projection_sums_row), so neither the thread count
+    // nor the blocking changes a bit.
+    const std::size_t threads = o.attention.threads;
     auto project = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> w, tensor_view<const double, 1> bias,
                        std::size_t heads) {
         const std::size_t B = x.extents[0], S = x.extents[1], E = x.extents[2], N = w.extents[1], hd = N / heads;
         projected r{tensor<double, 4>({B, heads, S, hd}, 0.0), tensor<double, 4>({B, heads, S, hd}, 0.0)};
         const double rel = (static_cast<double>(E) + 2) * u + us + 2 * u_inputs;
-        for (std::size_t b = 0; b < B; ++b)
-            for (std::size_t i = 0; i < S; ++i)
-                for (std::size_t c = 0; c < N; ++c) {
-                    double v = 0, m = 0, in = 0;
-                    for (std::size_t e = 0; e < E; ++e)
-                        v += x(b, i, e) * w(e, c), m += std::fabs(x(b, i, e) * w(e, c)), in += std::fabs(x(b, i, e)) + std::fabs(w(e, c));
-                    if (!bias.empty()) v += bias[c], m += std::fabs(bias[c]), in += 1;
-                    r.value(b, c / hd, i, c % hd) = v;
-                    r.error(b, c / hd, i, c % hd) = rel * m + eta_in * in + (static_cast<double>(E) + 1) * eta_a + eta_mat;  // (B8), (B14)
-                }
+        std::vector<double> w_abs(E * N);
+        for (std::size_t n = 0; n < E * N; ++n) w_abs[n] = std::fabs(w.data[n]);
+        ::attnref::parallel_for(B * S, threads, [&](std::size_t row) {
+            const std::size_t b = row / S, i = row % S;
+            thread_local std::vector<double> v, m, in;
+            v.assign(N, 0.0), m.assign(N, 0.0), in.assign(N, 0.0);
+            for (std::size_t e = 0; e < E; ++e)
+                detail::projection_sums_row(x(b, i, e), w.data + e * N, w_abs.data() + e * N, v.data(), m.data(), in.data(), N);
+            for (std::size_t c = 0; c < N; ++c) {
+                if (!bias.empty()) v[c] += bias[c], m[c] += std::fabs(bias[c]), in[c] += 1;
+                r.value(b, c / hd, i, c % hd) = v[c];
+                r.error(b, c / hd, i, c % hd) = rel * m[c] + eta_in * in[c] + (static_cast<double>(E) + 1) * eta_a + eta_mat;  // (B8), (B14)
+            }
+        });
         return r;
     };
     projected Q = project(x_q, p.w_q, p.b_q, md.heads), K = project(x_k, p.w_k, p.b_k, md.kv_heads),
@@ -912,17 +947,24 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
     const std::size_t Eo = md.output_dim, dv = md.head_dim_v;
     projected dO{tensor<double, 4>({md.batch, md.heads, md.query_length, dv}, 0.0),
                  tensor<double, 4>({md.batch, md.heads, md.query_length, dv}, 0.0)};
-    for (std::size_t b = 0; b < md.batch; ++b)
-        for (std::size_t i = 0; i < md.query_length; ++i)
-            for (std::size_t m = 0; m < md.heads * dv; ++m) {
-                double v = 0, mag = 0, in = 0;
-                for (std::size_t n = 0; n < Eo; ++n)
-                    v += grad_output(b, i, n) * p.w_o(m, n), mag += std::fabs(grad_output(b, i, n) * p.w_o(m, n)),
-                        in += std::fabs(grad_output(b, i, n)) + std::fabs(p.w_o(m, n));
-                dO.value(b, m / dv, i, m % dv) = v;
-                dO.error(b, m / dv, i, m % dv) = ((static_cast<double>(Eo) + 1) * u + us + 2 * u_inputs) * mag + eta_in * in +
+    {
+        const std::size_t Mo = md.heads * dv;
+        std::vector<double> wo_t(Eo * Mo), wo_t_abs(Eo * Mo);  // W_oᵀ (Eo, H·dv) and its magnitudes
+        for (std::size_t m = 0; m < Mo; ++m)
+            for (std::size_t n = 0; n < Eo; ++n) wo_t[n * Mo + m] = p.w_o(m, n), wo_t_abs[n * Mo + m] = std::fabs(p.w_o(m, n));
+        ::attnref::parallel_for(md.batch * md.query_length, threads, [&](std::size_t row) {
+            const std::size_t b = row / md.query_length, i = row % md.query_length;
+            thread_local std::vector<double> v, mag, in;
+            v.assign(Mo, 0.0), mag.assign(Mo, 0.0), in.assign(Mo, 0.0);
+            for (std::size_t n = 0; n < Eo; ++n)
+                detail::projection_sums_row(grad_output(b, i, n), wo_t.data() + n * Mo, wo_t_abs.data() + n * Mo, v.data(), mag.data(), in.data(), Mo);
+            for (std::size_t m = 0; m < Mo; ++m) {
+                dO.value(b, m / dv, i, m % dv) = v[m];
+                dO.error(b, m / dv, i, m % dv) = ((static_cast<double>(Eo) + 1) * u + us + 2 * u_inputs) * mag[m] + eta_in * in[m] +
                                                  (static_cast<double>(Eo) + 1) * eta_a + eta_mat;  // (B14)
             }
+        });
+    }
     const attention_options& ao = o.attention;
     // (B15) a declared policy that stores the projections and dO in a known format (round to nearest
     // even, as linear_into does): the stored values are predicted, not bounded; the bound is taken at
@@ -1022,16 +1064,23 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
         gx = tensor<double, 3>({B, S, E}, (static_cast<double>(N) + 1) * eta_a + eta_mat);
         gw = tensor<double, 2>({E, N}, (static_cast<double>(R) + 1) * eta_a + eta_mat);
         gb = tensor<double, 1>({N}, (static_cast<double>(R) + 1) * eta_a + eta_mat);
+        // Per (r, c): what reaches dX (to_x) and dW, db (to_w), and the rounded inputs' underflow.
+        std::vector<double> to_x(R * N), to_w(R * N), under(R * N), w_abs_t(N * E);
+        for (std::size_t n = 0; n < R * N; ++n)
+            to_x[n] = a[n] + rel_x * m[n], to_w[n] = a[n] + rel_r * m[n], under[n] = eta_in * m[n];
+        for (std::size_t e = 0; e < E; ++e)
+            for (std::size_t c = 0; c < N; ++c) w_abs_t[c * E + e] = std::fabs(w(e, c));
         for (std::size_t rr = 0; rr < R; ++rr)
-            for (std::size_t c = 0; c < N; ++c) {
-                const double to_x = a[rr * N + c] + rel_x * m[rr * N + c], to_w = a[rr * N + c] + rel_r * m[rr * N + c];
-                const double under = eta_in * m[rr * N + c];
-                gb[c] += to_w;
-                for (std::size_t e = 0; e < E; ++e) {
-                    gx[rr * E + e] += to_x * std::fabs(w(e, c)) + under;
-                    gw(e, c) += std::fabs(x[rr * E + e]) * to_w + under;
-                }
-            }
+            for (std::size_t c = 0; c < N; ++c) gb[c] += to_w[rr * N + c];
+        // dX row r: over c ascending; dW row e: over r ascending.
+        ::attnref::parallel_for(R, threads, [&](std::size_t rr) {
+            for (std::size_t c = 0; c < N; ++c)
+                detail::scaled_abs_row(&gx[rr * E], w_abs_t.data() + c * E, to_x[rr * N + c], under[rr * N + c], E);
+        });
+        ::attnref::parallel_for(E, threads, [&](std::size_t e) {
+            for (std::size_t rr = 0; rr < R; ++rr)
+                detail::scale_row_add(&gw(e, 0), to_w.data() + rr * N, under.data() + rr * N, std::fabs(x[rr * E + e]), N);
+        });
     };
     linear(x_q, p.w_q, A_dq, M_dq, r.grad_x_q, r.grad_w_q, r.grad_b_q);
     linear(x_k, p.w_k, A_dk, M_dk, r.grad_x_k, r.grad_w_k, r.grad_b_k);
@@ -1041,13 +1090,19 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
         const double rel_r = (static_cast<double>(R) + 1) * u + us_final + u_inputs;
         r.grad_w_o = tensor<double, 2>({Mo, Eo}, (static_cast<double>(R) + 1) * eta_a + eta_mat);  // (B14)
         r.grad_b_o = tensor<double, 1>({Eo}, (static_cast<double>(R) + 1) * eta_a + eta_mat);
+        std::vector<double> g_abs(R * Eo);
+        for (std::size_t n = 0; n < R * Eo; ++n) g_abs[n] = std::fabs(grad_output[n]);
         for (std::size_t rr = 0; rr < R; ++rr)
             for (std::size_t n = 0; n < Eo; ++n) {
-                const double g = std::fabs(grad_output[rr * Eo + n]);
+                const double g = g_abs[rr * Eo + n];
                 r.grad_b_o[n] += rel_r * g + (g != 0 ? eta_in : 0.0);
-                for (std::size_t m = 0; m < Mo; ++m)
-                    r.grad_w_o(m, n) += (A_o[rr * Mo + m] + rel_r * M_o[rr * Mo + m]) * g + eta_in * (M_o[rr * Mo + m] + g);
             }
+        // dW_o row m: over r ascending, (A_o + rel·M_o)·|dOut| + η_in·(M_o + |dOut|) per term.
+        ::attnref::parallel_for(Mo, threads, [&](std::size_t m) {
+            for (std::size_t rr = 0; rr < R; ++rr)
+                detail::output_weight_row(&r.grad_w_o(m, 0), g_abs.data() + rr * Eo, A_o[rr * Mo + m] + rel_r * M_o[rr * Mo + m],
+                                          M_o[rr * Mo + m], eta_in, Eo);
+        });
     }
     constexpr double inflation = 1 + 0x1p-20;  // second-order terms and the bound's own rounding
     for (tensor<double, 3>* t : {&r.grad_x_q, &r.grad_x_k, &r.grad_x_v})
