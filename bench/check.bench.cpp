@@ -18,6 +18,10 @@
 // same shape (B, S, E, H) (bench/torch_mha.py as a child process through posix_spawn, no shell,
 // torch.set_num_threads(N) and OPENBLAS/OMP threads N, N = --threads, default 2), their ratio, the
 // verdict, the peak RSS, the load average and whether the bound kernels ran their AVX2 copies.
+// --grad-<role> FILE (as `attnref check`: --grad-query, --grad-w-q, …) adds gradient tensors; the
+// comparison is then PyTorch's float64 forward + autograd backward of the same layer
+// (bench/torch_mha_backward.py for an mha case, torch_sdpa_backward.py for sdpa), and --output may
+// be left out (gradients alone).
 // attnref uses std::thread::hardware_concurrency() threads (printed). --python PATH (default
 // /usr/bin/python3), --repeat R: PyTorch's best of R.
 
@@ -75,23 +79,33 @@ int bench_case(const check_request& rq, const std::string& python, std::size_t t
     const case_spec spec = load_case(rq.golden).m.spec;
     const case_shapes& d = spec.shapes;
     double torch_wall = -1, torch_cpu = -1;
-    const bool torch_ok = spec.kind == case_kind::mha && d.query_length == d.key_length &&
-                          torch_forward(python, d, threads, repeats, torch_wall, torch_cpu);
-    std::printf("%s\n", fmt::format("check.bench: case {} (B={} S={} E={} H={}), {}{}{}; load average {:.2f} {:.2f} {:.2f} before", spec.name,
-                                    d.batch, d.query_length, d.model_dim, d.heads, "output", rq.weights.empty() ? "" : " + weights",
-                                    rq.lse.empty() ? "" : " + lse", l[0], l[1], l[2]).c_str());
+    const bool grads = !rq.gradients.empty();
+    const bool torch_ok =
+        grads ? (spec.kind == case_kind::mha ? d.query_length == d.key_length &&
+                                                   bench::torch_mha_seconds(python, d.batch, d.query_length, d.model_dim, d.heads, threads,
+                                                                            repeats, torch_wall, torch_cpu, "torch_mha_backward.py")
+                                             : bench::torch_mha_seconds(python, d.batch, d.query_length, d.key_length, d.heads, threads,
+                                                                        repeats, torch_wall, torch_cpu, "torch_sdpa_backward.py"))
+              : spec.kind == case_kind::mha && d.query_length == d.key_length && torch_forward(python, d, threads, repeats, torch_wall, torch_cpu);
+    std::string what = rq.output.empty() ? "" : "output";
+    if (!rq.weights.empty()) what += " + weights";
+    if (!rq.lse.empty()) what += " + lse";
+    if (grads) what += (what.empty() ? "" : " + ") + std::to_string(rq.gradients.size()) + " gradient tensor(s)";
+    std::printf("%s\n", fmt::format("check.bench: case {} (B={} S={} E={} H={}), {}; load average {:.2f} {:.2f} {:.2f} before", spec.name,
+                                    d.batch, d.query_length, d.model_dim, d.heads, what, l[0], l[1], l[2]).c_str());
     std::printf("%s\n", fmt::format("  attnref check   wall {:8.2f} s  CPU {:8.2f} s  ({} threads, {} bound kernels)  peak RSS {:.2f} GB  verdict {}",
                                     wall, cpu, std::max(1u, std::thread::hardware_concurrency()),
                                     tol::simd::use_avx2() ? "AVX2" : "default-target", static_cast<double>(u.ru_maxrss) / 1e6,
                                     verdict_name(r.overall)).c_str());
     if (!torch_ok) {
-        std::printf("  PyTorch float64 forward: not run (%s)\n", spec.kind == case_kind::mha && d.query_length == d.key_length
-                                                                    ? "bench/torch_mha.py failed: is torch importable by --python?"
-                                                                    : "self-attention MHA cases only");
+        std::printf("  PyTorch float64 %s: not run (%s)\n", grads ? "forward + backward" : "forward",
+                    spec.kind == case_kind::mha && d.query_length != d.key_length ? "self-attention MHA cases only"
+                    : !grads && spec.kind != case_kind::mha                       ? "MHA cases only"
+                                                                                  : "the bench/ script failed: is torch importable by --python?");
         return 0;
     }
-    std::printf("%s\n", fmt::format("  PyTorch forward wall {:8.2f} s  CPU {:8.2f} s  ({} threads, best of {})", torch_wall, torch_cpu, threads,
-                                    repeats).c_str());
+    std::printf("%s\n", fmt::format("  PyTorch {} wall {:8.2f} s  CPU {:8.2f} s  ({} threads, best of {})", grads ? "fwd+bwd" : "forward", torch_wall,
+                                    torch_cpu, threads, repeats).c_str());
     std::printf("%s\n", fmt::format("  ratio (wall)    {:8.1f}x   (CPU {:.1f}x)", wall / torch_wall, cpu / torch_cpu).c_str());
     return 0;
 }
@@ -112,14 +126,18 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--lse") && i + 1 < argc) rq.lse = argv[++i];
         else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) torch_threads = std::stoul(argv[++i]);
         else if (!std::strcmp(argv[i], "--python") && i + 1 < argc) python = argv[++i];
-        else {
+        else if (!std::strncmp(argv[i], "--grad-", 7) && i + 1 < argc) {
+            std::string role = argv[i] + 2;  // grad-w-q → grad_w_q
+            std::replace(role.begin(), role.end(), '-', '_');
+            rq.gradients.emplace_back(role, argv[++i]);  // run_check refuses a role the case does not have
+        } else {
             std::fprintf(stderr, "check.bench: unknown or incomplete argument '%s'\n", argv[i]);
             return 2;
         }
     }
     if (!rq.golden.empty()) {
-        if (rq.output.empty()) {
-            std::fprintf(stderr, "check.bench: --golden needs --output\n");
+        if (rq.output.empty() && rq.gradients.empty()) {
+            std::fprintf(stderr, "check.bench: --golden needs --output or --grad-<role>\n");
             return 2;
         }
         try {
