@@ -80,13 +80,13 @@ int bench_case(const check_request& rq, const std::string& python, std::size_t t
     const case_shapes& d = spec.shapes;
     double torch_wall = -1, torch_cpu = -1;
     const bool grads = !rq.gradients.empty();
+    // The bench scripts take (batch, length, model dim, heads): sdpa's model dim is heads·dk.
+    const bool mha = spec.kind == case_kind::mha, square = d.query_length == d.key_length;
     const bool torch_ok =
-        grads ? (spec.kind == case_kind::mha ? d.query_length == d.key_length &&
-                                                   bench::torch_mha_seconds(python, d.batch, d.query_length, d.model_dim, d.heads, threads,
-                                                                            repeats, torch_wall, torch_cpu, "torch_mha_backward.py")
-                                             : bench::torch_mha_seconds(python, d.batch, d.query_length, d.key_length, d.heads, threads,
-                                                                        repeats, torch_wall, torch_cpu, "torch_sdpa_backward.py"))
-              : spec.kind == case_kind::mha && d.query_length == d.key_length && torch_forward(python, d, threads, repeats, torch_wall, torch_cpu);
+        grads ? square && bench::torch_mha_seconds(python, d.batch, d.query_length, mha ? d.model_dim : d.heads * d.head_dim_qk, d.heads,
+                                                   threads, repeats, torch_wall, torch_cpu,
+                                                   mha ? "torch_mha_backward.py" : "torch_sdpa_backward.py")
+              : mha && square && torch_forward(python, d, threads, repeats, torch_wall, torch_cpu);
     std::string what = rq.output.empty() ? "" : "output";
     if (!rq.weights.empty()) what += " + weights";
     if (!rq.lse.empty()) what += " + lse";
@@ -99,9 +99,9 @@ int bench_case(const check_request& rq, const std::string& python, std::size_t t
                                     verdict_name(r.overall)).c_str());
     if (!torch_ok) {
         std::printf("  PyTorch float64 %s: not run (%s)\n", grads ? "forward + backward" : "forward",
-                    spec.kind == case_kind::mha && d.query_length != d.key_length ? "self-attention MHA cases only"
-                    : !grads && spec.kind != case_kind::mha                       ? "MHA cases only"
-                                                                                  : "the bench/ script failed: is torch importable by --python?");
+                    !square            ? "cases with as many keys as queries only"
+                    : !grads && !mha   ? "MHA cases only"
+                                       : "the bench/ script failed: is torch importable by --python?");
         return 0;
     }
     std::printf("%s\n", fmt::format("  PyTorch {} wall {:8.2f} s  CPU {:8.2f} s  ({} threads, best of {})", grads ? "fwd+bwd" : "forward", torch_wall,

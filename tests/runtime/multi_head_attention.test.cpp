@@ -253,7 +253,7 @@ BOOST_AUTO_TEST_CASE(double_projection_path_follows_the_specified_order_bitwise)
                 }
                 for (const std::size_t threads : {1, 2})
                     for (const bool avx2 : {true, false}) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(ATTNREF_SANITIZE_BUILD)
+#ifdef ATTNREF_LINEAR_AVX2
                         linear_detail::avx2_allowed() = avx2;
 #endif
                         tensor<double, 3> y({batch, len, n}, 7.0);
@@ -266,7 +266,7 @@ BOOST_AUTO_TEST_CASE(double_projection_path_follows_the_specified_order_bitwise)
                     }
             }
     }
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(ATTNREF_SANITIZE_BUILD)
+#ifdef ATTNREF_LINEAR_AVX2
     linear_detail::avx2_allowed() = true;
 #endif
 }

@@ -82,6 +82,11 @@ constexpr tensor<T, 3> merge_heads(tensor_view<const T, 4> x) {
     return y;
 }
 
+/// x86-64 with GCC or Clang, not the sanitizer build: linear_into's double path has an AVX2 copy.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(ATTNREF_SANITIZE_BUILD)
+#define ATTNREF_LINEAR_AVX2 1
+#endif
+
 namespace linear_detail {
 /// The double projection of linear_into outside constant evaluation: the same operations in the same
 /// order for every element (acc_j = +0, then acc_j = acc_j + x_k·W_kj for k ascending, then + b_j,
@@ -126,7 +131,7 @@ inline void rows_block(const double* x, const double* w, const double* bias, dou
     }
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(ATTNREF_SANITIZE_BUILD)
+#ifdef ATTNREF_LINEAR_AVX2
 __attribute__((target("avx2"), flatten)) inline void rows_block_avx2(const double* x, const double* w, const double* bias, double* y,
                                                                       const std::size_t* rows, std::size_t nr, std::size_t m,
                                                                       std::size_t n, double* acc) {
@@ -158,7 +163,7 @@ inline void project(const double* x, const double* w, const double* bias, double
         thread_local std::vector<double> acc;
         acc.resize(block_rows * block_cols);
         const std::size_t r0 = b * block_rows, nr = std::min(block_rows, selected.size() - r0);
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(ATTNREF_SANITIZE_BUILD)
+#ifdef ATTNREF_LINEAR_AVX2
         if (use_avx2()) return rows_block_avx2(x, w, bias, y, selected.data() + r0, nr, m, n, acc.data());
 #endif
         rows_block(x, w, bias, y, selected.data() + r0, nr, m, n, acc.data());
