@@ -18,6 +18,9 @@
 #include "attnref/multiprecision/multiprecision.hpp"
 #include "attnref/bounds/tolerance.hpp"
 #include "attnref/golden/check.hpp"
+// The internals this file tests by name (the entry points and reports come compiled: attnref::golden_compiled).
+#include "attnref/check/forward.hpp"
+#include "attnref/check/gradients.hpp"
 #include "attnref/golden/case.hpp"
 
 namespace fs = std::filesystem;

@@ -84,6 +84,16 @@
 #include "attnref/multiprecision/policies.hpp"
 #include "attnref/core/precision.hpp"
 
+// Compiled use (the build's internal target attnref_study_compiled, which defines
+// ATTNREF_STUDY_COMPILED): run_point, which instantiates the measurements for every policy, is
+// declared here and defined once in that library (verify/study_library.cpp, which defines
+// ATTNREF_STUDY_DEFINE); `attnref study` and study.test link it. Header-only use: defined inline.
+#if defined(ATTNREF_STUDY_COMPILED)
+#define ATTNREF_STUDY_FN
+#else
+#define ATTNREF_STUDY_FN inline
+#endif
+
 namespace attnref::study {
 
 /// Policies are named as in attnref's registry (policies.hpp: float64, float32, bf16, fp16,
@@ -501,7 +511,9 @@ result measure_backward(const point& pt) {
 
 /// Runs one point: SDPA (or its backward, point::backward) under the point's policy and in
 /// mpfr_real<40>, and the measurements.
-inline result run_point(const point& pt) {
+ATTNREF_STUDY_FN result run_point(const point& pt);
+#if !defined(ATTNREF_STUDY_COMPILED) || defined(ATTNREF_STUDY_DEFINE)
+ATTNREF_STUDY_FN result run_point(const point& pt) {
     result r;
     const std::optional<std::string> name = policy_from_name(pt.policy);
     if (!name || !visit_policy(*name, [&]<class P>(std::type_identity<P>) {
@@ -510,6 +522,7 @@ inline result run_point(const point& pt) {
         throw std::invalid_argument("study: unknown policy '" + pt.policy + "'");
     return r;
 }
+#endif
 
 /// Runs every point on `threads` threads (0: all hardware threads). Each point is computed on one
 /// thread in a fixed order, so the results do not depend on the thread count. `progress` (may be
