@@ -21,7 +21,7 @@ if(TARGET attnref_cli)
 endif()
 # tests/runtime/hostile.test.cpp calls golden/safe_io.hpp and the manifest parser directly.
 if(TARGET attnref_verify)
-  target_link_libraries(hostile.test PRIVATE attnref::golden)
+  target_link_libraries(hostile.test PRIVATE attnref::golden_compiled)
 else()
   set_target_properties(hostile.test PROPERTIES EXCLUDE_FROM_ALL ON)
   set_tests_properties(hostile PROPERTIES DISABLED ON)

@@ -9,9 +9,10 @@
 
 #include "attnref/golden/manifest.hpp"
 
+#if ATTNREF_CASE_BODIES  // manifest.hpp: defined once in attnref::golden_compiled, or inline
 namespace attnref::golden {
 
-inline json to_json(const case_spec& s) {
+ATTNREF_CASE_FN json to_json(const case_spec& s) {
     json j;
     j["name"] = s.name;
     j["description"] = s.description;
@@ -94,7 +95,7 @@ inline json to_json(const case_spec& s) {
     return j;
 }
 
-inline std::string manifest_text(const manifest& m) {
+ATTNREF_CASE_FN std::string manifest_text(const manifest& m) {
     json j;
     j["schema"] = manifest_schema;
     j["schema_version"] = schema_version;
@@ -125,3 +126,4 @@ inline std::string manifest_text(const manifest& m) {
 }
 
 }  // namespace attnref::golden
+#endif  // ATTNREF_CASE_BODIES
