@@ -920,11 +920,11 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
     // innermost loops are distinct elements (detail::projection_sums_row), so neither the thread count
     // nor the blocking changes a bit.
     const std::size_t threads = o.attention.threads;
+    // y = x·w (+ bias), w (E, N), split into `heads`; `rel` the relative error factor of its sums.
     auto project = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> w, tensor_view<const double, 1> bias,
-                       std::size_t heads) {
+                       std::size_t heads, double rel) {
         const std::size_t B = x.extents[0], S = x.extents[1], E = x.extents[2], N = w.extents[1], hd = N / heads;
         projected r{tensor<double, 4>({B, heads, S, hd}, 0.0), tensor<double, 4>({B, heads, S, hd}, 0.0)};
-        const double rel = (static_cast<double>(E) + 2) * u + us + 2 * u_inputs;
         std::vector<double> w_abs(E * N);
         for (std::size_t n = 0; n < E * N; ++n) w_abs[n] = std::fabs(w.data[n]);
         ::attnref::parallel_for(B * S, threads, [&](std::size_t row) {
@@ -941,30 +941,16 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
         });
         return r;
     };
-    projected Q = project(x_q, p.w_q, p.b_q, md.heads), K = project(x_k, p.w_k, p.b_k, md.kv_heads),
-              V = project(x_v, p.w_v, p.b_v, md.kv_heads);
-    // dO = dOut·W_oᵀ split into heads, and its error.
-    const std::size_t Eo = md.output_dim, dv = md.head_dim_v;
-    projected dO{tensor<double, 4>({md.batch, md.heads, md.query_length, dv}, 0.0),
-                 tensor<double, 4>({md.batch, md.heads, md.query_length, dv}, 0.0)};
-    {
-        const std::size_t Mo = md.heads * dv;
-        std::vector<double> wo_t(Eo * Mo), wo_t_abs(Eo * Mo);  // W_oᵀ (Eo, H·dv) and its magnitudes
-        for (std::size_t m = 0; m < Mo; ++m)
-            for (std::size_t n = 0; n < Eo; ++n) wo_t[n * Mo + m] = p.w_o(m, n), wo_t_abs[n * Mo + m] = std::fabs(p.w_o(m, n));
-        ::attnref::parallel_for(md.batch * md.query_length, threads, [&](std::size_t row) {
-            const std::size_t b = row / md.query_length, i = row % md.query_length;
-            thread_local std::vector<double> v, mag, in;
-            v.assign(Mo, 0.0), mag.assign(Mo, 0.0), in.assign(Mo, 0.0);
-            for (std::size_t n = 0; n < Eo; ++n)
-                detail::projection_sums_row(grad_output(b, i, n), wo_t.data() + n * Mo, wo_t_abs.data() + n * Mo, v.data(), mag.data(), in.data(), Mo);
-            for (std::size_t m = 0; m < Mo; ++m) {
-                dO.value(b, m / dv, i, m % dv) = v[m];
-                dO.error(b, m / dv, i, m % dv) = ((static_cast<double>(Eo) + 1) * u + us + 2 * u_inputs) * mag[m] + eta_in * in[m] +
-                                                 (static_cast<double>(Eo) + 1) * eta_a + eta_mat;  // (B14)
-            }
-        });
-    }
+    // (B8): each input projection's sums have E products, the bias and the rounding of the inputs.
+    auto rel_of = [&](tensor_view<const double, 3> x) { return (static_cast<double>(x.extents[2]) + 2) * u + us + 2 * u_inputs; };
+    projected Q = project(x_q, p.w_q, p.b_q, md.heads, rel_of(x_q)), K = project(x_k, p.w_k, p.b_k, md.kv_heads, rel_of(x_k)),
+              V = project(x_v, p.w_v, p.b_v, md.kv_heads, rel_of(x_v));
+    // dO = dOut·W_oᵀ split into heads, and its error (B14): Eo products, no bias.
+    const std::size_t Eo = md.output_dim, dv = md.head_dim_v, Mo = md.heads * dv;
+    tensor<double, 2> wo_t({Eo, Mo}, 0.0);
+    for (std::size_t m = 0; m < Mo; ++m)
+        for (std::size_t n = 0; n < Eo; ++n) wo_t(n, m) = p.w_o(m, n);
+    projected dO = project(grad_output, wo_t.view(), {}, md.heads, (static_cast<double>(Eo) + 1) * u + us + 2 * u_inputs);
     const attention_options& ao = o.attention;
     // (B15) a declared policy that stores the projections and dO in a known format (round to nearest
     // even, as linear_into does): the stored values are predicted, not bounded; the bound is taken at
@@ -1086,7 +1072,7 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
     linear(x_k, p.w_k, A_dk, M_dk, r.grad_x_k, r.grad_w_k, r.grad_b_k);
     linear(x_v, p.w_v, A_dv, M_dv, r.grad_x_v, r.grad_w_v, r.grad_b_v);
     {
-        const std::size_t R = md.batch * md.query_length, Mo = md.heads * dv;
+        const std::size_t R = md.batch * md.query_length;
         const double rel_r = (static_cast<double>(R) + 1) * u + us_final + u_inputs;
         r.grad_w_o = tensor<double, 2>({Mo, Eo}, (static_cast<double>(R) + 1) * eta_a + eta_mat);  // (B14)
         r.grad_b_o = tensor<double, 1>({Eo}, (static_cast<double>(R) + 1) * eta_a + eta_mat);

@@ -15,12 +15,7 @@
 #include "attnref/check/candidate.hpp"
 #include "attnref/check/verdict.hpp"
 #include "attnref/golden/case.hpp"
-
-#if defined(ATTNREF_GOLDEN_COMPILED)
-#define ATTNREF_GOLDEN_FN
-#else
-#define ATTNREF_GOLDEN_FN inline
-#endif
+#include "attnref/golden/compiled.hpp"
 
 namespace attnref::golden {
 

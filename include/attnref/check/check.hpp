@@ -24,7 +24,7 @@
 #include "attnref/golden/case.hpp"
 
 // Defined here in header-only use, and once in the compiled library (check/api.hpp).
-#if !defined(ATTNREF_GOLDEN_COMPILED) || defined(ATTNREF_GOLDEN_DEFINE)
+#if ATTNREF_GOLDEN_BODIES
 namespace attnref::golden {
 
 /// Checks a candidate in memory against a loaded case: the output against the reference under

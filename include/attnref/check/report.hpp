@@ -18,7 +18,7 @@
 #include "attnref/check/verdict.hpp"
 
 // Defined here in header-only use, and once in the compiled library (check/api.hpp).
-#if !defined(ATTNREF_GOLDEN_COMPILED) || defined(ATTNREF_GOLDEN_DEFINE)
+#if ATTNREF_GOLDEN_BODIES
 namespace attnref::golden {
 
 namespace check_detail {

@@ -298,13 +298,13 @@ inline bool read_bytes(const std::filesystem::path& p, std::vector<std::byte>& o
 }  // namespace case_detail
 
 /// Compares a generated case with the files in `dir`, byte for byte.
-ATTNREF_CASE_FN comparison compare_case(const std::filesystem::path& dir, const generated_case& g);
+ATTNREF_GOLDEN_FN comparison compare_case(const std::filesystem::path& dir, const generated_case& g);
 /// Writes the case atomically file by file (write_file_atomic: temporary file + rename), manifest
 /// last; removes the .npy files the new manifest no longer lists.
-ATTNREF_CASE_FN void write_case(const std::filesystem::path& dir, const generated_case& g);
+ATTNREF_GOLDEN_FN void write_case(const std::filesystem::path& dir, const generated_case& g);
 
-#if ATTNREF_CASE_BODIES  // manifest.hpp: defined once in attnref::golden_compiled, or inline
-ATTNREF_CASE_FN comparison compare_case(const std::filesystem::path& dir, const generated_case& g) {
+#if ATTNREF_GOLDEN_BODIES  // golden/compiled.hpp: defined once in attnref::golden_compiled, or inline
+ATTNREF_GOLDEN_FN comparison compare_case(const std::filesystem::path& dir, const generated_case& g) {
     comparison c;
     std::error_code ec;
     c.exists = std::filesystem::exists(dir, ec);
@@ -324,7 +324,7 @@ ATTNREF_CASE_FN comparison compare_case(const std::filesystem::path& dir, const 
     return c;
 }
 
-ATTNREF_CASE_FN void write_case(const std::filesystem::path& dir, const generated_case& g) {
+ATTNREF_GOLDEN_FN void write_case(const std::filesystem::path& dir, const generated_case& g) {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) throw data_error(dir.string() + ": cannot create the directory: " + ec.message());
@@ -342,7 +342,7 @@ ATTNREF_CASE_FN void write_case(const std::filesystem::path& dir, const generate
     }
     for (const std::filesystem::path& p : stale) std::filesystem::remove(p, ec);
 }
-#endif  // ATTNREF_CASE_BODIES
+#endif  // ATTNREF_GOLDEN_BODIES
 
 /// A case read back from disk: manifest (strictly parsed), every file's sha256 checked against it,
 /// every tensor's header checked against the case's shapes, and the inputs decoded. data_error
@@ -372,10 +372,10 @@ struct loaded_case {
 };
 
 /// Reads a case directory (see loaded_case); data_error naming the file and field on any problem.
-ATTNREF_CASE_FN loaded_case load_case(const std::filesystem::path& dir);
+ATTNREF_GOLDEN_FN loaded_case load_case(const std::filesystem::path& dir);
 
-#if ATTNREF_CASE_BODIES
-ATTNREF_CASE_FN loaded_case load_case(const std::filesystem::path& dir) {
+#if ATTNREF_GOLDEN_BODIES
+ATTNREF_GOLDEN_FN loaded_case load_case(const std::filesystem::path& dir) {
     loaded_case lc;
     lc.dir = dir;
     const std::string manifest_file = (dir / "manifest.json").string();
@@ -436,6 +436,6 @@ ATTNREF_CASE_FN loaded_case load_case(const std::filesystem::path& dir) {
     }
     return lc;
 }
-#endif  // ATTNREF_CASE_BODIES
+#endif  // ATTNREF_GOLDEN_BODIES
 
 }  // namespace attnref::golden

@@ -31,6 +31,7 @@
 #include "attnref/certify/report.hpp"
 #include "attnref/io/generator.hpp"
 #include "attnref/golden/case_spec.hpp"
+#include "attnref/golden/compiled.hpp"  // the reader and writer below: ATTNREF_GOLDEN_FN, ATTNREF_GOLDEN_BODIES
 #include "attnref/golden/layout.hpp"
 
 // Used by the definitions below.
@@ -44,22 +45,6 @@
 #include <sstream>
 #include <utility>
 
-// Compiled use (attnref::golden_compiled, which defines ATTNREF_GOLDEN_COMPILED): the JSON reader
-// and writer below (complete_and_validate, to_json, manifest_text, parse_manifest, parse_suite) and
-// case.hpp's load_case, write_case and compare_case are declared here and defined once in that
-// library (verify/golden_library.cpp, ATTNREF_GOLDEN_DEFINE), so a file linking it compiles none of
-// the JSON parsing. Header-only use: every definition, inline.
-#if defined(ATTNREF_GOLDEN_COMPILED)
-#define ATTNREF_CASE_FN
-#else
-#define ATTNREF_CASE_FN inline
-#endif
-#if !defined(ATTNREF_GOLDEN_COMPILED) || defined(ATTNREF_GOLDEN_DEFINE)
-#define ATTNREF_CASE_BODIES 1
-#else
-#define ATTNREF_CASE_BODIES 0
-#endif
-
 namespace attnref::golden {
 
 inline constexpr const char* manifest_schema = "attnref.golden";
@@ -72,16 +57,16 @@ inline constexpr int min_schema_version = 1;
 /// Fills the family's affine map for every real-valued role the case generates (defaults from
 /// generator::default_affine where the suite gave none) and validates the whole spec.
 /// Errors name `file` and the field.
-ATTNREF_CASE_FN void complete_and_validate(case_spec& spec, const std::string& file, const std::string& prefix = "");
+ATTNREF_GOLDEN_FN void complete_and_validate(case_spec& spec, const std::string& file, const std::string& prefix = "");
 
 /// JSON of the case description (all fields explicit, stable order).
-ATTNREF_CASE_FN nlohmann::ordered_json to_json(const case_spec& spec);
+ATTNREF_GOLDEN_FN nlohmann::ordered_json to_json(const case_spec& spec);
 /// The manifest's text: JSON with 2-space indentation and a final newline; deterministic.
-ATTNREF_CASE_FN std::string manifest_text(const manifest& m);
+ATTNREF_GOLDEN_FN std::string manifest_text(const manifest& m);
 
 /// Strict parsers. `file` names the source in error messages.
-ATTNREF_CASE_FN manifest parse_manifest(const std::string& text, const std::string& file);
-ATTNREF_CASE_FN std::vector<case_spec> parse_suite(const std::string& text, const std::string& file);
+ATTNREF_GOLDEN_FN manifest parse_manifest(const std::string& text, const std::string& file);
+ATTNREF_GOLDEN_FN std::vector<case_spec> parse_suite(const std::string& text, const std::string& file);
 /// Reads a whole JSON file (regular files only, at most max_json_bytes, see safe_io.hpp);
 /// data_error naming it if it cannot be read.
 inline std::string read_text(const std::string& file);
@@ -508,8 +493,8 @@ inline std::vector<input_tensor_layout> input_layout(const case_spec& s) {
     return out;
 }
 
-#if ATTNREF_CASE_BODIES
-ATTNREF_CASE_FN void complete_and_validate(case_spec& s, const std::string& file, const std::string& prefix) {
+#if ATTNREF_GOLDEN_BODIES
+ATTNREF_GOLDEN_FN void complete_and_validate(case_spec& s, const std::string& file, const std::string& prefix) {
     auto fail = [&](const std::string& field, const std::string& what) {
         throw data_error(file + ": field '" + prefix + field + "': " + what);
     };
@@ -571,7 +556,7 @@ ATTNREF_CASE_FN void complete_and_validate(case_spec& s, const std::string& file
         fail("conventions.key_lengths", "expected one length per batch");
 }
 
-ATTNREF_CASE_FN manifest parse_manifest(const std::string& text, const std::string& file) {
+ATTNREF_GOLDEN_FN manifest parse_manifest(const std::string& text, const std::string& file) {
     const json j = manifest_detail::parse_json(text, file);
     const manifest_detail::reader root(j, file, "", true);
     if (!j.is_object()) root.expected("an object");
@@ -665,7 +650,7 @@ ATTNREF_CASE_FN manifest parse_manifest(const std::string& text, const std::stri
     return m;
 }
 
-ATTNREF_CASE_FN std::vector<case_spec> parse_suite(const std::string& text, const std::string& file) {
+ATTNREF_GOLDEN_FN std::vector<case_spec> parse_suite(const std::string& text, const std::string& file) {
     const json j = manifest_detail::parse_json(text, file);
     const manifest_detail::reader root(j, file, "", false);
     root.object({"schema", "schema_version", "description", "cases"});
@@ -682,7 +667,7 @@ ATTNREF_CASE_FN std::vector<case_spec> parse_suite(const std::string& text, cons
     }
     return out;
 }
-#endif  // ATTNREF_CASE_BODIES
+#endif  // ATTNREF_GOLDEN_BODIES
 
 inline std::string read_text(const std::string& file) { return read_file_capped(file, max_json_bytes); }
 

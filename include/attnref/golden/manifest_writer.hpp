@@ -9,10 +9,10 @@
 
 #include "attnref/golden/manifest.hpp"
 
-#if ATTNREF_CASE_BODIES  // manifest.hpp: defined once in attnref::golden_compiled, or inline
+#if ATTNREF_GOLDEN_BODIES  // golden/compiled.hpp: defined once in attnref::golden_compiled, or inline
 namespace attnref::golden {
 
-ATTNREF_CASE_FN json to_json(const case_spec& s) {
+ATTNREF_GOLDEN_FN json to_json(const case_spec& s) {
     json j;
     j["name"] = s.name;
     j["description"] = s.description;
@@ -95,7 +95,7 @@ ATTNREF_CASE_FN json to_json(const case_spec& s) {
     return j;
 }
 
-ATTNREF_CASE_FN std::string manifest_text(const manifest& m) {
+ATTNREF_GOLDEN_FN std::string manifest_text(const manifest& m) {
     json j;
     j["schema"] = manifest_schema;
     j["schema_version"] = schema_version;
@@ -126,4 +126,4 @@ ATTNREF_CASE_FN std::string manifest_text(const manifest& m) {
 }
 
 }  // namespace attnref::golden
-#endif  // ATTNREF_CASE_BODIES
+#endif  // ATTNREF_GOLDEN_BODIES
