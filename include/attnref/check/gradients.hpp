@@ -23,6 +23,7 @@
 
 #include "attnref/core/backward.hpp"
 #include "attnref/bounds/backward_bounds.hpp"
+#include "attnref/bounds/backward_probabilistic.hpp"
 #include "attnref/core/formats.hpp"
 #include "attnref/core/invariants.hpp"
 #include "attnref/core/parallel.hpp"
@@ -133,9 +134,10 @@ inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_
                                                                                     const gradient_reference& ref, tol::candidate_format f,
                                                                                     std::optional<backward_algorithm> declared = std::nullopt,
                                                                                     const std::optional<tol::policy_roundoffs>& policy = std::nullopt,
-                                                                                    bool* predicted_weights = nullptr) {
+                                                                                    bool* predicted_weights = nullptr, bool* data_aware_used = nullptr) {
     namespace cd = check_detail;
     if (predicted_weights) *predicted_weights = false;
+    if (data_aware_used) *data_aware_used = false;
     const case_shapes& d = spec.shapes;
     // A declared policy's roundoffs, else the format's defaults (valid for any kernel of the format).
     const double u = policy ? policy->accumulate : tol::accumulate_roundoff(f),
@@ -198,7 +200,21 @@ inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_
         if (policy && us > 0 && policy->storage == us)
             for (binary_format sf : {binary_format::bfloat16, binary_format::float16, binary_format::float32})
                 if (tol::unit_roundoff(sf) == us) stored = sf;
-        const mha_gradient_bounds b = mha_gradient_first_order_bounds(c.x_q, c.x_k, c.x_v, c.w, c.mo, g, w, lse, u, us, uw, u_in, declared, ui, stored);
+        mha_gradient_bounds b = mha_gradient_first_order_bounds(c.x_q, c.x_k, c.x_v, c.w, c.mo, g, w, lse, u, us, uw, u_in, declared, ui, stored);
+        // (B18): a candidate computing and storing in one format (its inputs rounded to it or not) also has the data-aware
+        // (probabilistic) bound; each element takes the smaller of the two (docs/backward.md (B18)).
+        if (!(us > 0) && !(uw > 0) && !stored)
+            if (const std::optional<mha_gradient_bounds> pb =
+                    mha_gradient_probabilistic_bounds(c.x_q, c.x_k, c.x_v, c.w, c.mo, g, w, lse, u, u_in, tol::data_aware_lambda)) {
+                auto take_min = [](auto& x, const auto& y) {
+                    for (std::size_t n = 0; n < x.size(); ++n) x[n] = std::min(x[n], y[n]);
+                };
+                take_min(b.grad_x_q, pb->grad_x_q), take_min(b.grad_x_k, pb->grad_x_k), take_min(b.grad_x_v, pb->grad_x_v);
+                take_min(b.grad_w_q, pb->grad_w_q), take_min(b.grad_w_k, pb->grad_w_k), take_min(b.grad_w_v, pb->grad_w_v);
+                take_min(b.grad_w_o, pb->grad_w_o), take_min(b.grad_b_q, pb->grad_b_q), take_min(b.grad_b_k, pb->grad_b_k);
+                take_min(b.grad_b_v, pb->grad_b_v), take_min(b.grad_b_o, pb->grad_b_o);
+                if (data_aware_used) *data_aware_used = true;
+            }
         r = {{"grad_query", cd::flat_of(b.grad_x_q)}, {"grad_key", cd::flat_of(b.grad_x_k)}, {"grad_value", cd::flat_of(b.grad_x_v)},
              {"grad_w_q", cd::flat_of(b.grad_w_q)},   {"grad_w_k", cd::flat_of(b.grad_w_k)}, {"grad_w_v", cd::flat_of(b.grad_w_v)},
              {"grad_w_o", cd::flat_of(b.grad_w_o)},   {"grad_b_q", cd::flat_of(b.grad_b_q)}, {"grad_b_k", cd::flat_of(b.grad_b_k)},
@@ -232,10 +248,11 @@ inline void check_gradients(const case_spec& spec, const case_data& data, const 
     using role_values = std::vector<std::pair<std::string, std::vector<double>>>;
     std::map<tol::candidate_format, role_values> bounds_by_format, naive_by_format;
     std::map<tol::candidate_format, bool> predicted_weights_in;  // whether gradient_bounds_for took (B17) for that format
+    std::map<tol::candidate_format, bool> b18_in;  // whether it took the smaller of (B8)–(B13) and (B18) (multi-head)
     auto bounds_in = [&](tol::candidate_format g) -> const role_values& {
         auto it = bounds_by_format.find(g);
         if (it == bounds_by_format.end())
-            it = bounds_by_format.emplace(g, gradient_bounds_for(spec, data, ref, g, declared, declared_policy, &predicted_weights_in[g])).first;
+            it = bounds_by_format.emplace(g, gradient_bounds_for(spec, data, ref, g, declared, declared_policy, &predicted_weights_in[g], &b18_in[g])).first;
         return it->second;
     };
     std::map<std::string, tol::candidate_format> format_of;
@@ -291,6 +308,8 @@ inline void check_gradients(const case_spec& spec, const case_data& data, const 
                 tr.note = "the bound admits a trivially wrong gradient (" + p->name + "); a pass would prove nothing";
             }
         }
+        if (model == tol::tolerance_model::data_aware && b18_in[tf])
+            tr.note += std::string(tr.note.empty() ? "" : "; ") + "bound: the smaller of (B8)-(B13) and the probabilistic (B18), lambda = 8";
         if (model == tol::tolerance_model::data_aware && predicted_weights_in[tf])
             tr.note += std::string(tr.note.empty() ? "" : "; ") + "bound (B17): the declared policy's stored weights predicted";
         else if (model == tol::tolerance_model::data_aware && t.role == "grad_query" && attnref::detail::textbook_bound_applies(declared, views_of(spec, data).o))

@@ -1,0 +1,499 @@
+#pragma once
+/// \file bounds/backward_probabilistic.hpp
+/// Owns the data-aware (probabilistic) error bound of multi-head attention gradients (B18): the model of
+/// the forward's data-aware bound (docs/error-bounds.md §4; Higham & Mary, SIAM J. Sci. Comput. 41,
+/// 2019) carried through the backward pass. The first-order bound (B8)–(B13) (backward_bounds.hpp)
+/// adds every error source by its largest effect; through projections → logits → P → dS → dQ → dW
+/// that is ~10⁶ times a float32 kernel's error at S = 1024 and vacuous. Here every rounding δ_e
+/// (|δ_e| ≤ u, mean-independent with mean 0) enters the result as c_e·δ_e, and
+/// |Σ_e c_e δ_e| ≤ λ·u·√(Σ_e c_e²) except with probability 2·exp(−λ²/2) (Azuma–Hoeffding); λ = 8.
+///
+/// Bookkeeping (docs/backward.md (B18)): every head-level quantity carries
+///   var  the variance of its sources local to its own row (a query row for dQ and the head outputs O,
+///        a key row for dK and dV): independent across the rows a later sum adds (dW = xᵀ·dH);
+///   sh   a standard deviation of its sources shared by rows (K and V for a query row; the query rows'
+///        own sources for a key row), added across rows by Minkowski's inequality (‖Σ v‖ ≤ Σ ‖v‖);
+///   lin  a linear (worst-case) part: roundings that can be equal for equal operands (exp, the
+///        division, the exp argument) and the underflow terms η, added in absolute value.
+/// Within one sum, sources shared by its terms are added by Minkowski, independent ones in quadrature;
+/// a partial sum of terms t is bounded by max(Σt⁺, Σt⁻) = (Σ|t| + |Σt|)/2 in every order. The
+/// softmax's first-order perturbation is exact: ΔP_ij = P_ij(ΔS_ij − Σ_l P_il ΔS_il), so
+///   ΔdS_ij = dS_ij(ΔS_ij − S̄_i) − P_ij T_i,  S̄_i = Σ_l P_il ΔS_il,  T_i = Σ_l dS_il ΔS_il  (dS = P(dP − D)),
+///   ΔdQ_ic = Σ_l [s·dS_il(K_lc − K̄_ic) − dQ_ic·P_il]·ΔS_il + Σ_l s·P_il(K_lc − K̄_ic)·ΔdP_il + …,
+/// K̄_ic = Σ_l P_il K_lc, and the same for dK, dV and O. Roundings that a flash backward repeats
+/// with other values (the recomputed logits, dP without D) take the coefficients' absolute sums.
+/// The result is λ·√(var + sh² + the final sums' own roundings) + lin, times 1 + 2⁻²⁰ (second-order
+/// terms and the bound's own evaluation; the double centres it uses carry a relative slack ρ of
+/// their magnitudes). Applies to a candidate computing in one format (u) on inputs exact in it, no
+/// soft-capping, finite weights; the checker takes the smaller of it and (B8)–(B13) per element.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <optional>
+#include <vector>
+
+#include "attnref/bounds/backward_bounds.hpp"
+#include "attnref/bounds/error_bounds.hpp"
+#include "attnref/core/mask.hpp"
+#include "attnref/core/multi_head_attention.hpp"
+#include "attnref/core/parallel.hpp"
+#include "attnref/core/tensor.hpp"
+
+namespace attnref {
+
+namespace detail {
+/// A head-level quantity under (B18): value (double), magnitude (Σ|terms|, for partial sums and slack),
+/// var (sources local to the row), sh (std of sources shared by rows), lin (linear part).
+struct b18_quantity {
+    tensor<double, 4> value, mag, var, sh, lin;
+    explicit b18_quantity(const std::array<std::size_t, 4>& e)
+        : value(e, 0.0), mag(e, 0.0), var(e, 0.0), sh(e, 0.0), lin(e, 0.0) {}
+};
+/// The same merged into (B, S, heads·d).
+struct b18_merged {
+    tensor<double, 3> value, mag, var, sh, lin;
+};
+inline b18_merged b18_merge(const b18_quantity& q) {
+    return {merge_heads<double>(q.value.view()), merge_heads<double>(q.mag.view()), merge_heads<double>(q.var.view()),
+            merge_heads<double>(q.sh.view()), merge_heads<double>(q.lin.view())};
+}
+}  // namespace detail
+
+/// (B18) for multi-head attention gradients computed in one format with unit roundoff u (inputs x, W,
+/// b and grad_output exact in it; intermediates and results in it). weights and lse: the exact
+/// forward's (double). Returns nothing where it does not apply (soft-capping, non-finite weights).
+inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
+    tensor_view<const double, 3> x_q, tensor_view<const double, 3> x_k, tensor_view<const double, 3> x_v, const mha_parameters<double>& p,
+    const mha_options& o, tensor_view<const double, 3> grad_output, tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
+    double u, double u_in, double lambda) {
+    const attention_options& ao = o.attention;
+    if (ao.softcap) return std::nullopt;
+    for (std::size_t n = 0; n < weights.size(); ++n)
+        if (!std::isfinite(weights.data[n])) return std::nullopt;
+    const mha_dims md = mha_dims_of(x_q, x_k, x_v, p, o);
+    const std::size_t B = md.batch, H = md.heads, Hkv = md.kv_heads, G = H / Hkv, Sq = md.query_length, Sk = md.key_length,
+                      dk = md.head_dim_qk, dv = md.head_dim_v, Eo = md.output_dim, Eq = x_q.extents[2], Ek = x_k.extents[2],
+                      Ev = x_v.extents[2], threads = ao.threads;
+    const double s = detail::bound_logit_scale(ao, dk), u2 = u * u, eta = error_bounds::underflow_eta(u);
+    // Inputs rounded to the candidate's format first (u_in > 0): each x_e, W_ec, b_c, dOut_n carries
+    // u_in·|value| (+ η_in). A rounding of x_e reaches every feature of its row (fan-out: the dk or dv
+    // terms of a head's dot product, (Σ_{k≤m} a_k)² ≤ m·Σ a_k²); one of W_ec or b_c every row (shared).
+    const double ui2 = u_in * u_in, eta_in = u_in > 0 ? error_bounds::underflow_eta(u_in) : 0.0;
+    // ρ: the double centres' relative error against their magnitudes (each a chain of at most a few
+    // sums of these lengths, 2^-53 per term), with a factor 8 of room.
+    const double rho = std::max(0x1p-40, 8 * static_cast<double>(std::max({Eq, Ek, Ev}) + Eo + Sk + G * Sq + dk + dv + 16) * 0x1p-53);
+    const double grow = 1 + rho;
+
+    // Projections y = x·W + b in double: value, magnitude Σ|t|, standard deviation of the kernel's own
+    // roundings √(u²(Σt² + (n + 1)P²)), P = (Σ|t| + |Σt|)/2; split into heads.
+    //   sd: the kernel's own roundings √(u²(Σt² + (n + 1)P²)) and the rounded x's, fan-out times u_in²Σt²;
+    //   sdw: the rounded W's and b's, u_in·√(Σt² + b²) — sources shared by every row.
+    struct projected {
+        tensor<double, 4> value, mag, sd, sdw;
+        double eta = 0;  ///< the largest absolute underflow term of an element
+    };
+    auto project = [&](tensor_view<const double, 3> x, const double* w, std::size_t N, tensor_view<const double, 1> bias, std::size_t heads,
+                       double fan) {
+        const std::size_t Bx = x.extents[0], S = x.extents[1], E = x.extents[2], hd = N / heads;
+        projected r{tensor<double, 4>({Bx, heads, S, hd}, 0.0), tensor<double, 4>({Bx, heads, S, hd}, 0.0),
+                    tensor<double, 4>({Bx, heads, S, hd}, 0.0), tensor<double, 4>({Bx, heads, S, hd}, 0.0)};
+        std::vector<double> eta_row(Bx * S, 0.0);
+        ::attnref::parallel_for(Bx * S, threads, [&](std::size_t row) {
+            const std::size_t b = row / S, i = row % S;
+            thread_local std::vector<double> v, m, q, in;
+            v.assign(N, 0.0), m.assign(N, 0.0), q.assign(N, 0.0), in.assign(N, 0.0);
+            for (std::size_t e = 0; e < E; ++e) {
+                const double xe = x(b, i, e), xa = std::fabs(xe);
+                const double* wr = w + e * N;
+                for (std::size_t c = 0; c < N; ++c) {
+                    const double t = xe * wr[c];
+                    v[c] += t, m[c] += std::fabs(t), q[c] += t * t, in[c] += xa + std::fabs(wr[c]);
+                }
+            }
+            double et = 0;
+            for (std::size_t c = 0; c < N; ++c) {
+                double b2 = 0;
+                if (!bias.empty()) v[c] += bias[c], m[c] += std::fabs(bias[c]), b2 = bias[c] * bias[c], in[c] += 1;
+                const double P = (m[c] + std::fabs(v[c])) / 2 * grow;
+                r.value(b, c / hd, i, c % hd) = v[c];
+                r.mag(b, c / hd, i, c % hd) = m[c];
+                r.sd(b, c / hd, i, c % hd) = std::sqrt((u2 * (q[c] + b2) + fan * ui2 * q[c]) * grow + u2 * (static_cast<double>(E) + 1) * P * P);
+                r.sdw(b, c / hd, i, c % hd) = u_in * std::sqrt((q[c] + b2) * grow);
+                et = std::max(et, (static_cast<double>(E) + 1) * eta + eta_in * in[c]);
+            }
+            eta_row[row] = et;
+        });
+        for (double e : eta_row) r.eta = std::max(r.eta, e);
+        return r;
+    };
+    std::vector<double> wo_t(Eo * H * dv);
+    for (std::size_t m = 0; m < H * dv; ++m)
+        for (std::size_t n = 0; n < Eo; ++n) wo_t[n * H * dv + m] = p.w_o(m, n);
+    const double fk = static_cast<double>(dk), fv = static_cast<double>(dv);
+    const projected Q = project(x_q, p.w_q.data, H * dk, p.b_q, H, fk), K = project(x_k, p.w_k.data, Hkv * dk, p.b_k, Hkv, fk),
+                    V = project(x_v, p.w_v.data, Hkv * dv, p.b_v, Hkv, fv), dO = project(grad_output, wo_t.data(), H * dv, {}, H, fv);
+    // η of the projections (absolute, per element, the largest).
+    const double eta_q = Q.eta, eta_k = K.eta, eta_v = V.eta, eta_do = dO.eta;
+
+    detail::b18_quantity dQ({B, H, Sq, dk}), Oh({B, H, Sq, dv}), dK({B, Hkv, Sk, dk}), dV({B, Hkv, Sk, dv});
+    const double sig_nu = u * std::sqrt(2 * static_cast<double>(Sk) + 6);  // the softmax normalisation's std (relative)
+    const double sk_d = static_cast<double>(Sk), rows_d = static_cast<double>(G * Sq);
+
+    auto group_task = [&](std::size_t task) {
+        const std::size_t b = task / Hkv, hk = task % Hkv;
+        // Key-side accumulators of the group: dK (Sk × dk) and dV (Sk × dv).
+        std::vector<double> kval(Sk * dk, 0.0), kmag(Sk * dk, 0.0), kvar(Sk * dk, 0.0), kKs(Sk * dk, 0.0), kVs(Sk * dk, 0.0),
+            kshv(Sk * dk, 0.0), kshl(Sk * dk, 0.0), klin(Sk * dk, 0.0);
+        std::vector<double> vval(Sk * dv, 0.0), vmag(Sk * dv, 0.0), vvar(Sk * dv, 0.0), vKs(Sk * dv, 0.0), vshv(Sk * dv, 0.0),
+            vshl(Sk * dv, 0.0), vlin(Sk * dv, 0.0);
+        // Per-key row arrays.
+        std::vector<double> P(Sk), dP(Sk), dpabs(Sk), a(Sk), bb(Sk), c2(Sk), ap(Sk), bp(Sk), cp2(Sk), dS(Sk), dSa(Sk), f(Sk), eds(Sk);
+        std::vector<double> aw(Sk), bw(Sk), apw(Sk), bpw(Sk);  // the same from the rounded W, b (shared by every row)
+        std::vector<char> used(Sk);
+        // Per key: Σ_c |K_lc| and Σ_c |V_lc| (for the projections' η through the logits and dP).
+        double kabs_max = 0;
+        std::vector<double> vabs(Sk, 0.0);
+        for (std::size_t l = 0; l < Sk; ++l) {
+            double ka = 0, va = 0;
+            for (std::size_t c = 0; c < dk; ++c) ka += std::fabs(K.value(b, hk, l, c)) + rho * K.mag(b, hk, l, c);
+            for (std::size_t c = 0; c < dv; ++c) va += std::fabs(V.value(b, hk, l, c)) + rho * V.mag(b, hk, l, c);
+            kabs_max = std::max(kabs_max, ka);
+            vabs[l] = va;
+        }
+        std::vector<double> qa(dk), dOa(dv), kbar(dk), kbar_abs(dk), sdq(dk), sddo(dv), sdqw(dk), sddow(dv);
+        for (std::size_t h = hk * G; h < (hk + 1) * G; ++h)
+            for (std::size_t i = 0; i < Sq; ++i) {
+                double qabs = 0, doabs = 0;
+                for (std::size_t c = 0; c < dk; ++c) {
+                    qa[c] = std::fabs(Q.value(b, h, i, c)) + rho * Q.mag(b, h, i, c);
+                    sdq[c] = Q.sd(b, h, i, c);
+                    sdqw[c] = Q.sdw(b, h, i, c);
+                    qabs += qa[c];
+                }
+                for (std::size_t c = 0; c < dv; ++c) {
+                    dOa[c] = std::fabs(dO.value(b, h, i, c)) + rho * dO.mag(b, h, i, c);
+                    sddo[c] = dO.sd(b, h, i, c);
+                    sddow[c] = dO.sdw(b, h, i, c);
+                    doabs += dOa[c];
+                }
+                // The row's logit magnitude L_i (with ALiBi, additive and seed masks) and D̄_i, as (B1)–(B3).
+                const detail::gradient_row gr = detail::gradient_row_terms(Q.value.view(), K.value.view(), V.value.view(), dO.value.view(),
+                                                                           weights, lse, ao, attention_dims{B, H, Hkv, Sq, Sk, dk, dv}, b,
+                                                                           h, i, s, u, 0, dpabs);
+                const double L = gr.logit_magnitude, lse_abs = std::isfinite(lse(b, h, i)) ? std::fabs(lse(b, h, i)) : 0.0;
+                // Phase A: per key, the centres and the standard deviations entering the logit and dP.
+                double D = 0, dbar = 0, dpsum = 0;
+                for (std::size_t l = 0; l < Sk; ++l) {
+                    P[l] = weights(b, h, i, l);
+                    used[l] = P[l] > 0 || !structurally_masked(ao.mask, b, h, i, l, Sq, Sk);
+                    if (!used[l]) continue;
+                    double sqk = 0, aqk = 0, qq2 = 0, av = 0, bv = 0, avw = 0, bvw = 0, sdp = 0, dq2 = 0, av2 = 0, bv2 = 0, av2w = 0, bv2w = 0;
+                    for (std::size_t c = 0; c < dk; ++c) {
+                        const double kv = K.value(b, hk, l, c), ka = std::fabs(kv) + rho * K.mag(b, hk, l, c), ks = K.sd(b, hk, l, c),
+                                     ksw = K.sdw(b, hk, l, c);
+                        sqk += Q.value(b, h, i, c) * kv;
+                        aqk += qa[c] * ka;
+                        qq2 += qa[c] * ka * qa[c] * ka;
+                        av += ka * ka * sdq[c] * sdq[c];
+                        bv += qa[c] * qa[c] * ks * ks;
+                        avw += ka * ka * sdqw[c] * sdqw[c];
+                        bvw += qa[c] * qa[c] * ksw * ksw;
+                    }
+                    for (std::size_t c = 0; c < dv; ++c) {
+                        const double vv = V.value(b, hk, l, c), va = std::fabs(vv) + rho * V.mag(b, hk, l, c), vs = V.sd(b, hk, l, c),
+                                     vsw = V.sdw(b, hk, l, c);
+                        sdp += dO.value(b, h, i, c) * vv;
+                        dq2 += dOa[c] * va * dOa[c] * va;
+                        av2 += va * va * sddo[c] * sddo[c];
+                        bv2 += dOa[c] * dOa[c] * vs * vs;
+                        av2w += va * va * sddow[c] * sddow[c];
+                        bv2w += dOa[c] * dOa[c] * vsw * vsw;
+                    }
+                    aw[l] = s * std::sqrt(avw * grow);
+                    bw[l] = s * std::sqrt(bvw * grow);
+                    apw[l] = std::sqrt(av2w * grow);
+                    bpw[l] = std::sqrt(bv2w * grow);
+                    const double PS = s * (aqk + std::fabs(sqk)) / 2, PdP = (dpabs[l] * grow + std::fabs(sdp)) / 2;
+                    a[l] = s * std::sqrt(av * grow);
+                    bb[l] = s * std::sqrt(bv * grow);
+                    // The dot product's dk products (either scale placement: up to 3 per term) and dk additions, and
+                    // four roundings of logit size (scale, ALiBi, additive mask, subtraction of the maximum).
+                    c2[l] = u2 * (3 * s * s * qq2 * grow + static_cast<double>(dk) * PS * PS + 4 * L * L);
+                    ap[l] = std::sqrt(av2 * grow);
+                    bp[l] = std::sqrt(bv2 * grow);
+                    cp2[l] = u2 * (dq2 * grow + static_cast<double>(dv) * PdP * PdP);
+                    dP[l] = sdp;
+                    D += P[l] * sdp;
+                    dbar += P[l] * dpabs[l];
+                    dpsum += dpabs[l];
+                }
+                dbar = dbar * grow;
+                const double Da = std::fabs(D) + rho * dbar;
+                // D's own roundings (textbook Σ_l P dP, or flash dO·O with O's sums and storage).
+                const double sig_d = u * (std::sqrt(sk_d + 3) + std::sqrt(static_cast<double>(dv) + 3)) * dbar;
+                // τ̂_i: a weight's relative error that may repeat with equal operands (exp argument, exp,
+                // lse, the division), doubled for a backward that recomputes P; with the logits' η.
+                const double eta_s = (static_cast<double>(dk) + 6) * eta * std::max(1.0, s) + s * (eta_q * kabs_max + eta_k * qabs);
+                const double tau = u * (2 * L + 2 * lse_abs + 10) + eta_s;
+                const double eta_p = 4 * eta;
+                double abar = 0, adS = 0, bbar = 0, bdS = 0, cbar = 0, cdS = 0, apbar = 0, bpbar = 0, cpbar = 0, sumdS = 0;
+                double awbar = 0, awdS = 0, bwbar = 0, bwdS = 0, apwbar = 0, bpwbar = 0;
+                double eta_d = (sk_d + static_cast<double>(dv) + 4) * eta;
+                for (std::size_t l = 0; l < Sk; ++l)
+                    if (used[l]) eta_d += P[l] * ((static_cast<double>(dv) + 2) * eta + eta_do * vabs[l] + eta_v * doabs);
+                for (std::size_t l = 0; l < Sk; ++l) {
+                    if (!used[l]) continue;
+                    dS[l] = P[l] * (dP[l] - D);
+                    dSa[l] = std::fabs(dS[l]) + rho * P[l] * (dpabs[l] + dbar);
+                    f[l] = 4 * u2 * s * s * dSa[l] * dSa[l];  // dS's three roundings and the dQ (dK) product
+                    const double eta_dp = (static_cast<double>(dv) + 2) * eta + eta_do * vabs[l] + eta_v * doabs;
+                    eds[l] = 3 * eta + P[l] * (eta_dp + eta_d) + eta_p * (dpabs[l] + dbar + dpsum);
+                    const double c = std::sqrt(c2[l]), cp = std::sqrt(cp2[l]);
+                    abar += P[l] * a[l], adS += dSa[l] * a[l], bbar += P[l] * bb[l], bdS += dSa[l] * bb[l];
+                    cbar += P[l] * c, cdS += dSa[l] * c, apbar += P[l] * ap[l], bpbar += P[l] * bp[l], cpbar += P[l] * cp;
+                    sumdS += dSa[l];
+                    awbar += P[l] * aw[l], awdS += dSa[l] * aw[l], bwbar += P[l] * bw[l], bwdS += dSa[l] * bw[l];
+                    apwbar += P[l] * apw[l], bpwbar += P[l] * bpw[l];
+                }
+                // dQ_ic and the head output O_ic: centres first, then the errors.
+                for (std::size_t c = 0; c < dk; ++c) {
+                    double kb = 0, kba = 0, dq = 0, dqm = 0;
+                    for (std::size_t l = 0; l < Sk; ++l) {
+                        if (!used[l]) continue;
+                        const double kv = K.value(b, hk, l, c), ka = std::fabs(kv) + rho * K.mag(b, hk, l, c);
+                        kb += P[l] * kv, kba += P[l] * ka, dq += dS[l] * kv, dqm += dSa[l] * ka;
+                    }
+                    dq *= s, dqm *= s;
+                    kbar[c] = kb, kbar_abs[c] = std::fabs(kb) + rho * kba;
+                    const double dqa = std::fabs(dq) + rho * dqm;
+                    double stdQ = 0, stdO = 0, var = 0, shv = 0, shl = 0, lin = 0;
+                    for (std::size_t l = 0; l < Sk; ++l) {
+                        if (!used[l]) continue;
+                        const double kv = K.value(b, hk, l, c), ka = std::fabs(kv) + rho * K.mag(b, hk, l, c);
+                        const double dkk = std::fabs(kv - kb) + rho * (ka + kba);
+                        const double wS = s * dSa[l] * dkk + dqa * P[l], wSabs = s * dSa[l] * (ka + kbar_abs[c]) + dqa * P[l];
+                        const double wP = s * P[l] * std::max(dkk, ka), wPs = s * P[l] * dkk;
+                        stdQ += wS * a[l];
+                        stdO += wPs * ap[l];
+                        var += wSabs * wSabs * c2[l] + wP * wP * cp2[l] + ka * ka * f[l];
+                        const double kl = wS * bb[l] + s * dSa[l] * K.sd(b, hk, l, c);
+                        shv += kl * kl + wPs * wPs * bp[l] * bp[l];
+                        shl += wS * (aw[l] + bw[l]) + s * dSa[l] * K.sdw(b, hk, l, c) + wPs * (apw[l] + bpw[l]);
+                        lin += wSabs * tau + s * ka * eds[l] + s * dSa[l] * eta_k;
+                        // dK_lc: this row's share (sources of key l: K_l, V_l, the cells (i, l); shared: the row's).
+                        const std::size_t kc = l * dk + c;
+                        const double qv = Q.value(b, h, i, c), qq = qa[c];
+                        kval[kc] += s * dS[l] * qv;
+                        kmag[kc] += s * dSa[l] * qq;
+                        kKs[kc] += s * qq * dSa[l] * std::fabs(1 - 2 * P[l]) * bb[l];
+                        kVs[kc] += s * qq * P[l] * (1 - P[l]) * bp[l];
+                        const double e1 = s * qq * dSa[l] * (1 + 2 * P[l]), e2 = s * qq * P[l];
+                        kvar[kc] += e1 * e1 * c2[l] + e2 * e2 * cp2[l] + qq * qq * f[l];
+                        const double rQ = s * qq * (dSa[l] * (a[l] + abar) + P[l] * adS) + s * dSa[l] * sdq[c];
+                        const double rO = s * qq * P[l] * (ap[l] + apbar), rD = s * qq * P[l] * sig_d,
+                                     rN = s * qq * (dSa[l] + P[l] * Da) * 2 * sig_nu;
+                        kshv[kc] += rQ * rQ + rO * rO + rD * rD + rN * rN;
+                        kshl[kc] += s * qq * (dSa[l] * (bbar + cbar) + P[l] * (bdS + cdS) + P[l] * (bpbar + cpbar));
+                        kshl[kc] += s * qq * dSa[l] * std::fabs(1 - 2 * P[l]) * bw[l] + s * qq * (dSa[l] * bwbar + P[l] * bwdS) +
+                                    s * qq * P[l] * (1 - P[l]) * bpw[l] + s * qq * P[l] * bpwbar +
+                                    s * qq * (dSa[l] * (aw[l] + awbar) + P[l] * awdS) + s * dSa[l] * sdqw[c] + s * qq * P[l] * (apw[l] + apwbar);
+                        klin[kc] += s * qq * (2 * tau * dSa[l] + P[l] * tau * sumdS + eds[l]) + s * dSa[l] * eta_q;
+                    }
+                    const double kn = s * kbar_abs[c];
+                    var += kn * sig_d * kn * sig_d;
+                    const double nu = (dqa + s * Da * kbar_abs[c]) * 2 * sig_nu;
+                    var += nu * nu;
+                    const double Pq = (dqm + dqa) / 2;
+                    var += u2 * ((sk_d + 1) * Pq * Pq + dqa * dqa);
+                    dQ.value(b, h, i, c) = dq;
+                    dQ.mag(b, h, i, c) = dqm;
+                    dQ.var(b, h, i, c) = stdQ * stdQ + stdO * stdO + var;
+                    dQ.sh(b, h, i, c) = std::sqrt(shv) + shl;
+                    dQ.lin(b, h, i, c) = lin + (sk_d + 2) * eta * std::max(1.0, s);
+                }
+                for (std::size_t c = 0; c < dv; ++c) {
+                    double ov = 0, om = 0;
+                    for (std::size_t l = 0; l < Sk; ++l) {
+                        if (!used[l]) continue;
+                        const double vv = V.value(b, hk, l, c);
+                        ov += P[l] * vv, om += P[l] * (std::fabs(vv) + rho * V.mag(b, hk, l, c));
+                    }
+                    const double oa = std::fabs(ov) + rho * om;
+                    double stdQ = 0, var = 0, shv = 0, shl = 0, lin = 0;
+                    const double go = dOa[c];
+                    for (std::size_t l = 0; l < Sk; ++l) {
+                        if (!used[l]) continue;
+                        const double vv = V.value(b, hk, l, c), va = std::fabs(vv) + rho * V.mag(b, hk, l, c), vs = V.sd(b, hk, l, c);
+                        const double wO = P[l] * (std::fabs(vv - ov) + rho * (va + om));
+                        stdQ += wO * a[l];
+                        var += wO * wO * c2[l] + u2 * P[l] * va * P[l] * va;
+                        shv += wO * wO * bb[l] * bb[l] + P[l] * P[l] * vs * vs;
+                        shl += wO * (aw[l] + bw[l]) + P[l] * V.sdw(b, hk, l, c);
+                        lin += wO * 2 * tau + eta_p * va + P[l] * eta_v;
+                        // dV_lc: this row's share.
+                        const std::size_t vc = l * dv + c;
+                        vval[vc] += P[l] * dO.value(b, h, i, c);
+                        vmag[vc] += P[l] * go;
+                        vKs[vc] += go * P[l] * (1 - P[l]) * bb[l];
+                        const double e1 = go * P[l] * (1 + P[l]);
+                        vvar[vc] += e1 * e1 * c2[l] + u2 * P[l] * go * P[l] * go;
+                        const double rQ = go * P[l] * (a[l] + abar), rO = P[l] * sddo[c], rN = go * P[l] * 2 * sig_nu;
+                        vshv[vc] += rQ * rQ + rO * rO + rN * rN;
+                        vshl[vc] += go * P[l] * (bbar + cbar) + go * P[l] * (aw[l] + awbar) + P[l] * sddow[c] + go * P[l] * (1 - P[l]) * bw[l] +
+                                    go * P[l] * bwbar;
+                        vlin[vc] += go * P[l] * 2 * tau + eta_p * go + P[l] * eta_do;
+                    }
+                    const double Po = (om + oa) / 2;
+                    var += stdQ * stdQ + oa * sig_nu * oa * sig_nu + u2 * (sk_d + 1) * Po * Po;
+                    Oh.value(b, h, i, c) = ov;
+                    Oh.mag(b, h, i, c) = om;
+                    Oh.var(b, h, i, c) = var;
+                    Oh.sh(b, h, i, c) = std::sqrt(shv) + shl;
+                    Oh.lin(b, h, i, c) = lin + (sk_d + 1) * eta;
+                }
+            }
+        // The key rows: the group's sums over (head, row), their own roundings.
+        for (std::size_t l = 0; l < Sk; ++l) {
+            for (std::size_t c = 0; c < dk; ++c) {
+                const std::size_t kc = l * dk + c;
+                const double va = std::fabs(kval[kc]) + rho * kmag[kc], Pk = (kmag[kc] + va) / 2;
+                dK.value(b, hk, l, c) = kval[kc];
+                dK.mag(b, hk, l, c) = kmag[kc];
+                dK.var(b, hk, l, c) = kKs[kc] * kKs[kc] + kVs[kc] * kVs[kc] + kvar[kc] + u2 * ((rows_d + 1) * Pk * Pk + va * va);
+                dK.sh(b, hk, l, c) = std::sqrt(kshv[kc]) + kshl[kc];
+                dK.lin(b, hk, l, c) = klin[kc] + (rows_d + 2) * eta * std::max(1.0, s);
+            }
+            for (std::size_t c = 0; c < dv; ++c) {
+                const std::size_t vc = l * dv + c;
+                const double va = std::fabs(vval[vc]) + rho * vmag[vc], Pv = (vmag[vc] + va) / 2;
+                dV.value(b, hk, l, c) = vval[vc];
+                dV.mag(b, hk, l, c) = vmag[vc];
+                dV.var(b, hk, l, c) = vKs[vc] * vKs[vc] + vvar[vc] + u2 * (rows_d + 1) * Pv * Pv;
+                dV.sh(b, hk, l, c) = std::sqrt(vshv[vc]) + vshl[vc];
+                dV.lin(b, hk, l, c) = vlin[vc] + (rows_d + 1) * eta;
+            }
+        }
+    };
+    ::attnref::parallel_for(B * Hkv, threads, group_task);
+
+    // The projections' backward: dX = dH·Wᵀ (N terms), dW = xᵀ·dH and db = Σ_r dH (R terms). A source
+    // may sit in both classes of one element (self-attention: x_i's rounding in Q_i and K_i; a cell in
+    // dK's own and cross terms): (‖c₁‖ + ‖c₂‖)² ≤ 2(‖c₁‖² + ‖c₂‖²), hence the factor 2 on the variance.
+    // The products use rounded W (dX) or x (dW, dW_o's dOut): u² + u_in² per product.
+    mha_gradient_bounds r;
+    const double up2 = u2 + ui2;
+    auto finish = [&](double var, double lin) { return (lambda * std::sqrt(2 * var) + lin) * (1 + 0x1p-20); };
+    auto linear = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> w, const detail::b18_merged& g, tensor<double, 3>& gx,
+                      tensor<double, 2>& gw, tensor<double, 1>& gb) {
+        const std::size_t Bx = x.extents[0], S = x.extents[1], E = x.extents[2], N = w.extents[1], R = Bx * S;
+        gx = tensor<double, 3>({Bx, S, E}, 0.0);
+        gw = tensor<double, 2>({E, N}, 0.0);
+        gb = tensor<double, 1>({N}, 0.0);
+        std::vector<double> ga(R * N), tot(R * N), wt(N * E), wta(N * E), ga_col(N, 0.0);
+        for (std::size_t n = 0; n < R * N; ++n) {
+            ga[n] = std::fabs(g.value[n]) + rho * g.mag[n];
+            tot[n] = std::sqrt(g.var[n]) + g.sh[n];
+            ga_col[n % N] += ga[n];
+        }
+        for (std::size_t e = 0; e < E; ++e)
+            for (std::size_t c = 0; c < N; ++c) wt[c * E + e] = w(e, c), wta[c * E + e] = std::fabs(w(e, c));
+        ::attnref::parallel_for(R, threads, [&](std::size_t rr) {
+            thread_local std::vector<double> mk, sq, ab, sg, ln;
+            mk.assign(E, 0.0), sq.assign(E, 0.0), ab.assign(E, 0.0), sg.assign(E, 0.0), ln.assign(E, 0.0);
+            double ga_row = 0;
+            for (std::size_t c = 0; c < N; ++c) {
+                const double t = tot[rr * N + c], a_ = ga[rr * N + c], v = g.value[rr * N + c], li = g.lin[rr * N + c];
+                ga_row += a_;
+                const double* wr = &wt[c * E];
+                const double* war = &wta[c * E];
+                for (std::size_t e = 0; e < E; ++e) {
+                    mk[e] += war[e] * t;
+                    const double m = war[e] * a_;
+                    sq[e] += m * m;
+                    ab[e] += m;
+                    sg[e] += wr[e] * v;
+                    ln[e] += war[e] * li;
+                }
+            }
+            for (std::size_t e = 0; e < E; ++e) {
+                const double Pn = (ab[e] + std::fabs(sg[e]) + rho * ab[e]) / 2;
+                gx[rr * E + e] = finish(mk[e] * mk[e] + up2 * sq[e] + u2 * (static_cast<double>(N) + 1) * Pn * Pn,
+                                        ln[e] + (static_cast<double>(N) + 1) * eta + eta_in * ga_row);
+            }
+        });
+        auto over_rows = [&](std::size_t e, double* out) {  // e = E: the bias (x = 1, not rounded)
+            thread_local std::vector<double> vl, mk, sq, ab, sg, ln;
+            vl.assign(N, 0.0), mk.assign(N, 0.0), sq.assign(N, 0.0), ab.assign(N, 0.0), sg.assign(N, 0.0), ln.assign(N, 0.0);
+            for (std::size_t rr = 0; rr < R; ++rr) {
+                const double xv = e < E ? x[rr * E + e] : 1.0, xa = std::fabs(xv);
+                const double *gv = &g.value[rr * N], *gvar = &g.var[rr * N], *gsh = &g.sh[rr * N], *gl = &g.lin[rr * N], *gaa = &ga[rr * N];
+                for (std::size_t c = 0; c < N; ++c) {
+                    vl[c] += xa * xa * gvar[c];
+                    mk[c] += xa * gsh[c];
+                    const double m = xa * gaa[c];
+                    sq[c] += m * m;
+                    ab[c] += m;
+                    sg[c] += xv * gv[c];
+                    ln[c] += xa * gl[c];
+                }
+            }
+            const double uprod = e < E ? up2 : u2, ein = e < E ? eta_in : 0.0;
+            for (std::size_t c = 0; c < N; ++c) {
+                const double Pn = (ab[c] + std::fabs(sg[c]) + rho * ab[c]) / 2;
+                out[c] = finish(vl[c] + mk[c] * mk[c] + uprod * sq[c] + u2 * (static_cast<double>(R) + 1) * Pn * Pn,
+                                ln[c] + (static_cast<double>(R) + 1) * eta + ein * ga_col[c]);
+            }
+        };
+        ::attnref::parallel_for(E + 1, threads, [&](std::size_t e) { over_rows(e, e < E ? &gw(e, 0) : &gb[0]); });
+    };
+    linear(x_q, p.w_q, detail::b18_merge(dQ), r.grad_x_q, r.grad_w_q, r.grad_b_q);
+    linear(x_k, p.w_k, detail::b18_merge(dK), r.grad_x_k, r.grad_w_k, r.grad_b_k);
+    linear(x_v, p.w_v, detail::b18_merge(dV), r.grad_x_v, r.grad_w_v, r.grad_b_v);
+    {
+        // dW_o = mergedᵀ·dOut (the head outputs' errors as the sum's inputs; dOut rounded), db_o = Σ_r dOut.
+        const detail::b18_merged m = detail::b18_merge(Oh);
+        const std::size_t R = B * Sq, Mo = H * dv;
+        r.grad_w_o = tensor<double, 2>({Mo, Eo}, 0.0);
+        r.grad_b_o = tensor<double, 1>({Eo}, 0.0);
+        ::attnref::parallel_for(Mo, threads, [&](std::size_t mm) {
+            thread_local std::vector<double> vl, mk, sq, ab, sg, ln;
+            vl.assign(Eo, 0.0), mk.assign(Eo, 0.0), sq.assign(Eo, 0.0), ab.assign(Eo, 0.0), sg.assign(Eo, 0.0), ln.assign(Eo, 0.0);
+            double oa_sum = 0;
+            for (std::size_t rr = 0; rr < R; ++rr) {
+                const std::size_t at = rr * Mo + mm;
+                const double ov = m.value[at], oa = std::fabs(ov) + rho * m.mag[at], ovar = m.var[at], osh = m.sh[at], ol = m.lin[at];
+                oa_sum += oa;
+                const double* gr = &grad_output[rr * Eo];
+                for (std::size_t n = 0; n < Eo; ++n) {
+                    const double ga_ = std::fabs(gr[n]);
+                    vl[n] += ga_ * ga_ * ovar;
+                    mk[n] += ga_ * osh;
+                    const double t = ga_ * oa;
+                    sq[n] += t * t;
+                    ab[n] += t;
+                    sg[n] += gr[n] * ov;
+                    ln[n] += ga_ * ol;
+                }
+            }
+            for (std::size_t n = 0; n < Eo; ++n) {
+                const double Pn = (ab[n] + std::fabs(sg[n]) + rho * ab[n]) / 2;
+                r.grad_w_o(mm, n) = finish(vl[n] + mk[n] * mk[n] + up2 * sq[n] + u2 * (static_cast<double>(R) + 1) * Pn * Pn,
+                                           ln[n] + (static_cast<double>(R) + 1) * eta + eta_in * oa_sum);
+            }
+        });
+        for (std::size_t n = 0; n < Eo; ++n) {
+            double ab = 0, sg = 0, sq = 0;
+            for (std::size_t rr = 0; rr < R; ++rr) {
+                const double gv = grad_output[rr * Eo + n];
+                ab += std::fabs(gv), sg += gv, sq += gv * gv;
+            }
+            const double Pn = (ab + std::fabs(sg)) / 2 * grow;
+            r.grad_b_o[n] = finish(ui2 * sq * grow + u2 * (static_cast<double>(R) + 1) * Pn * Pn,
+                                   static_cast<double>(R + 1) * eta + static_cast<double>(R) * eta_in);
+        }
+    }
+    return r;
+}
+
+}  // namespace attnref
