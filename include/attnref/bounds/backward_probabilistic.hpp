@@ -162,6 +162,8 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
             vabs[l] = va;
         }
         std::vector<double> qa(dk), dOa(dv), kbar(dk), kbar_abs(dk), sdq(dk), sddo(dv), sdqw(dk), sddow(dv);
+        std::vector<double> kba(dk), dqv(dk), dqm(dk), dqa(dk), ov(dv), om(dv), oa(dv);
+        std::vector<double> qstd(dk), qstdo(dk), qvar(dk), qshv(dk), qshl(dk), qlin(dk), ostd(dv), ovar(dv), oshv(dv), oshl(dv), olin(dv);
         for (std::size_t h = hk * G; h < (hk + 1) * G; ++h)
             for (std::size_t i = 0; i < Sq; ++i) {
                 double qabs = 0, doabs = 0;
@@ -256,101 +258,114 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
                     awbar += P[l] * aw[l], awdS += dSa[l] * aw[l], bwbar += P[l] * bw[l], bwdS += dSa[l] * bw[l];
                     apwbar += P[l] * apw[l], bpwbar += P[l] * bpw[l];
                 }
-                // dQ_ic and the head output O_ic: centres first, then the errors.
+                // dQ_ic and the head output O_ic: centres first (K̄, dQ, O), then the errors; keys outer,
+                // features inner (contiguous rows of K, V and of the group's dK, dV accumulators).
+                std::fill(kbar.begin(), kbar.end(), 0.0), std::fill(kba.begin(), kba.end(), 0.0);
+                std::fill(dqv.begin(), dqv.end(), 0.0), std::fill(dqm.begin(), dqm.end(), 0.0);
+                std::fill(ov.begin(), ov.end(), 0.0), std::fill(om.begin(), om.end(), 0.0);
+                for (std::size_t l = 0; l < Sk; ++l) {
+                    if (!used[l]) continue;
+                    const double *kr = &K.value(b, hk, l, 0), *km = &K.mag(b, hk, l, 0), *vr = &V.value(b, hk, l, 0), *vm = &V.mag(b, hk, l, 0);
+                    const double pl = P[l], dsl = dS[l], dsa = dSa[l];
+                    for (std::size_t c = 0; c < dk; ++c) {
+                        const double ka = std::fabs(kr[c]) + rho * km[c];
+                        kbar[c] += pl * kr[c], kba[c] += pl * ka, dqv[c] += dsl * kr[c], dqm[c] += dsa * ka;
+                    }
+                    for (std::size_t c = 0; c < dv; ++c) ov[c] += pl * vr[c], om[c] += pl * (std::fabs(vr[c]) + rho * vm[c]);
+                }
                 for (std::size_t c = 0; c < dk; ++c) {
-                    double kb = 0, kba = 0, dq = 0, dqm = 0;
-                    for (std::size_t l = 0; l < Sk; ++l) {
-                        if (!used[l]) continue;
-                        const double kv = K.value(b, hk, l, c), ka = std::fabs(kv) + rho * K.mag(b, hk, l, c);
-                        kb += P[l] * kv, kba += P[l] * ka, dq += dS[l] * kv, dqm += dSa[l] * ka;
-                    }
-                    dq *= s, dqm *= s;
-                    kbar[c] = kb, kbar_abs[c] = std::fabs(kb) + rho * kba;
-                    const double dqa = std::fabs(dq) + rho * dqm;
-                    double stdQ = 0, stdO = 0, var = 0, shv = 0, shl = 0, lin = 0;
-                    for (std::size_t l = 0; l < Sk; ++l) {
-                        if (!used[l]) continue;
-                        const double kv = K.value(b, hk, l, c), ka = std::fabs(kv) + rho * K.mag(b, hk, l, c);
-                        const double dkk = std::fabs(kv - kb) + rho * (ka + kba);
-                        const double wS = s * dSa[l] * dkk + dqa * P[l], wSabs = s * dSa[l] * (ka + kbar_abs[c]) + dqa * P[l];
-                        const double wP = s * P[l] * std::max(dkk, ka), wPs = s * P[l] * dkk;
-                        stdQ += wS * a[l];
-                        stdO += wPs * ap[l];
-                        var += wSabs * wSabs * c2[l] + wP * wP * cp2[l] + ka * ka * f[l];
-                        const double kl = wS * bb[l] + s * dSa[l] * K.sd(b, hk, l, c);
-                        shv += kl * kl + wPs * wPs * bp[l] * bp[l];
-                        shl += wS * (aw[l] + bw[l]) + s * dSa[l] * K.sdw(b, hk, l, c) + wPs * (apw[l] + bpw[l]);
-                        lin += wSabs * tau + s * ka * eds[l] + s * dSa[l] * eta_k;
+                    dqv[c] *= s, dqm[c] *= s;
+                    kbar_abs[c] = std::fabs(kbar[c]) + rho * kba[c];
+                    dqa[c] = std::fabs(dqv[c]) + rho * dqm[c];
+                }
+                for (std::size_t c = 0; c < dv; ++c) oa[c] = std::fabs(ov[c]) + rho * om[c];
+                for (std::vector<double>* z : {&qstd, &qstdo, &qvar, &qshv, &qshl, &qlin, &ostd, &ovar, &oshv, &oshl, &olin})
+                    std::fill(z->begin(), z->end(), 0.0);
+                for (std::size_t l = 0; l < Sk; ++l) {
+                    if (!used[l]) continue;
+                    const double *kr = &K.value(b, hk, l, 0), *km = &K.mag(b, hk, l, 0), *ks = &K.sd(b, hk, l, 0), *ksw = &K.sdw(b, hk, l, 0);
+                    const double *vr = &V.value(b, hk, l, 0), *vm = &V.mag(b, hk, l, 0), *vs = &V.sd(b, hk, l, 0), *vsw = &V.sdw(b, hk, l, 0);
+                    const double *qr = &Q.value(b, h, i, 0), *gr = &dO.value(b, h, i, 0);
+                    const double pl = P[l], dsl = dS[l], dsa = dSa[l], al = a[l], bl = bb[l], c2l = c2[l], apl = ap[l], bpl = bp[l], cp2l = cp2[l];
+                    const double fl = f[l], edsl = eds[l], awl = aw[l], bwl = bw[l], apwl = apw[l], bpwl = bpw[l];
+                    double *kval_l = &kval[l * dk], *kmag_l = &kmag[l * dk], *kKs_l = &kKs[l * dk], *kVs_l = &kVs[l * dk], *kvar_l = &kvar[l * dk],
+                           *kshv_l = &kshv[l * dk], *kshl_l = &kshl[l * dk], *klin_l = &klin[l * dk];
+                    // The row's dK coefficients that do not depend on the feature.
+                    const double k_kks = s * dsa * std::fabs(1 - 2 * pl) * bl, k_kvs = s * pl * (1 - pl) * bpl;
+                    const double k_e1 = s * dsa * (1 + 2 * pl), k_e2 = s * pl;
+                    const double k_var = k_e1 * k_e1 * c2l + k_e2 * k_e2 * cp2l + fl;
+                    const double k_rq = s * (dsa * (al + abar) + pl * adS), k_ro = s * pl * (apl + apbar), k_rd = s * pl * sig_d,
+                                 k_rn = s * (dsa + pl * Da) * 2 * sig_nu;
+                    const double k_shl = s * (dsa * (bbar + cbar) + pl * (bdS + cdS) + pl * (bpbar + cpbar)) + s * dsa * std::fabs(1 - 2 * pl) * bwl +
+                                         s * (dsa * bwbar + pl * bwdS) + s * pl * (1 - pl) * bpwl + s * pl * bpwbar +
+                                         s * (dsa * (awl + awbar) + pl * awdS) + s * pl * (apwl + apwbar);
+                    const double k_lin = s * (2 * tau * dsa + pl * tau * sumdS + edsl);
+                    for (std::size_t c = 0; c < dk; ++c) {
+                        const double kv = kr[c], ka = std::fabs(kv) + rho * km[c];
+                        const double dkk = std::fabs(kv - kbar[c]) + rho * (ka + kba[c]);
+                        const double wS = s * dsa * dkk + dqa[c] * pl, wSabs = s * dsa * (ka + kbar_abs[c]) + dqa[c] * pl;
+                        const double wP = s * pl * std::max(dkk, ka), wPs = s * pl * dkk;
+                        qstd[c] += wS * al;
+                        qstdo[c] += wPs * apl;
+                        qvar[c] += wSabs * wSabs * c2l + wP * wP * cp2l + ka * ka * fl;
+                        const double kl = wS * bl + s * dsa * ks[c];
+                        qshv[c] += kl * kl + wPs * wPs * bpl * bpl;
+                        qshl[c] += wS * (awl + bwl) + s * dsa * ksw[c] + wPs * (apwl + bpwl);
+                        qlin[c] += wSabs * tau + s * ka * edsl + s * dsa * eta_k;
                         // dK_lc: this row's share (sources of key l: K_l, V_l, the cells (i, l); shared: the row's).
-                        const std::size_t kc = l * dk + c;
-                        const double qv = Q.value(b, h, i, c), qq = qa[c];
-                        kval[kc] += s * dS[l] * qv;
-                        kmag[kc] += s * dSa[l] * qq;
-                        kKs[kc] += s * qq * dSa[l] * std::fabs(1 - 2 * P[l]) * bb[l];
-                        kVs[kc] += s * qq * P[l] * (1 - P[l]) * bp[l];
-                        const double e1 = s * qq * dSa[l] * (1 + 2 * P[l]), e2 = s * qq * P[l];
-                        kvar[kc] += e1 * e1 * c2[l] + e2 * e2 * cp2[l] + qq * qq * f[l];
-                        const double rQ = s * qq * (dSa[l] * (a[l] + abar) + P[l] * adS) + s * dSa[l] * sdq[c];
-                        const double rO = s * qq * P[l] * (ap[l] + apbar), rD = s * qq * P[l] * sig_d,
-                                     rN = s * qq * (dSa[l] + P[l] * Da) * 2 * sig_nu;
-                        kshv[kc] += rQ * rQ + rO * rO + rD * rD + rN * rN;
-                        kshl[kc] += s * qq * (dSa[l] * (bbar + cbar) + P[l] * (bdS + cdS) + P[l] * (bpbar + cpbar));
-                        kshl[kc] += s * qq * dSa[l] * std::fabs(1 - 2 * P[l]) * bw[l] + s * qq * (dSa[l] * bwbar + P[l] * bwdS) +
-                                    s * qq * P[l] * (1 - P[l]) * bpw[l] + s * qq * P[l] * bpwbar +
-                                    s * qq * (dSa[l] * (aw[l] + awbar) + P[l] * awdS) + s * dSa[l] * sdqw[c] + s * qq * P[l] * (apw[l] + apwbar);
-                        klin[kc] += s * qq * (2 * tau * dSa[l] + P[l] * tau * sumdS + eds[l]) + s * dSa[l] * eta_q;
+                        const double qq = qa[c];
+                        kval_l[c] += s * dsl * qr[c];
+                        kmag_l[c] += s * dsa * qq;
+                        kKs_l[c] += qq * k_kks;
+                        kVs_l[c] += qq * k_kvs;
+                        kvar_l[c] += qq * qq * k_var;
+                        const double rQ = qq * k_rq + s * dsa * sdq[c], rO = qq * k_ro, rD = qq * k_rd, rN = qq * k_rn;
+                        kshv_l[c] += rQ * rQ + rO * rO + rD * rD + rN * rN;
+                        kshl_l[c] += qq * k_shl + s * dsa * sdqw[c];
+                        klin_l[c] += qq * k_lin + s * dsa * eta_q;
                     }
-                    const double kn = s * kbar_abs[c];
-                    var += kn * sig_d * kn * sig_d;
-                    const double nu = (dqa + s * Da * kbar_abs[c]) * 2 * sig_nu;
-                    var += nu * nu;
-                    const double Pq = (dqm + dqa) / 2;
-                    var += u2 * ((sk_d + 1) * Pq * Pq + dqa * dqa);
-                    dQ.value(b, h, i, c) = dq;
-                    dQ.mag(b, h, i, c) = dqm;
-                    dQ.var(b, h, i, c) = stdQ * stdQ + stdO * stdO + var;
-                    dQ.sh(b, h, i, c) = std::sqrt(shv) + shl;
-                    dQ.lin(b, h, i, c) = lin + (sk_d + 2) * eta * std::max(1.0, s);
+                    double *vval_l = &vval[l * dv], *vmag_l = &vmag[l * dv], *vKs_l = &vKs[l * dv], *vvar_l = &vvar[l * dv], *vshv_l = &vshv[l * dv],
+                           *vshl_l = &vshl[l * dv], *vlin_l = &vlin[l * dv];
+                    const double v_ks = pl * (1 - pl) * bl, v_e1 = pl * (1 + pl), v_var = v_e1 * v_e1 * c2l + u2 * pl * pl;
+                    const double v_rq = pl * (al + abar), v_rn = pl * 2 * sig_nu;
+                    const double v_shl = pl * (bbar + cbar) + pl * (awl + awbar) + pl * (1 - pl) * bwl + pl * bwbar;
+                    const double v_lin = pl * 2 * tau + eta_p;
+                    for (std::size_t c = 0; c < dv; ++c) {
+                        const double vv = vr[c], va = std::fabs(vv) + rho * vm[c];
+                        const double wO = pl * (std::fabs(vv - ov[c]) + rho * (va + om[c]));
+                        ostd[c] += wO * al;
+                        ovar[c] += wO * wO * c2l + u2 * pl * va * pl * va;
+                        oshv[c] += wO * wO * bl * bl + pl * pl * vs[c] * vs[c];
+                        oshl[c] += wO * (awl + bwl) + pl * vsw[c];
+                        olin[c] += wO * 2 * tau + eta_p * va + pl * eta_v;
+                        // dV_lc: this row's share.
+                        const double go = dOa[c];
+                        vval_l[c] += pl * gr[c];
+                        vmag_l[c] += pl * go;
+                        vKs_l[c] += go * v_ks;
+                        vvar_l[c] += go * go * v_var;
+                        const double rQ = go * v_rq, rO = pl * sddo[c], rN = go * v_rn;
+                        vshv_l[c] += rQ * rQ + rO * rO + rN * rN;
+                        vshl_l[c] += go * v_shl + pl * sddow[c];
+                        vlin_l[c] += go * v_lin + pl * eta_do;
+                    }
+                }
+                for (std::size_t c = 0; c < dk; ++c) {
+                    const double kn = s * kbar_abs[c] * sig_d, nu = (dqa[c] + s * Da * kbar_abs[c]) * 2 * sig_nu, Pq = (dqm[c] + dqa[c]) / 2;
+                    const double var = qvar[c] + kn * kn + nu * nu + u2 * ((sk_d + 1) * Pq * Pq + dqa[c] * dqa[c]);
+                    dQ.value(b, h, i, c) = dqv[c];
+                    dQ.mag(b, h, i, c) = dqm[c];
+                    dQ.var(b, h, i, c) = qstd[c] * qstd[c] + qstdo[c] * qstdo[c] + var;
+                    dQ.sh(b, h, i, c) = std::sqrt(qshv[c]) + qshl[c];
+                    dQ.lin(b, h, i, c) = qlin[c] + (sk_d + 2) * eta * std::max(1.0, s);
                 }
                 for (std::size_t c = 0; c < dv; ++c) {
-                    double ov = 0, om = 0;
-                    for (std::size_t l = 0; l < Sk; ++l) {
-                        if (!used[l]) continue;
-                        const double vv = V.value(b, hk, l, c);
-                        ov += P[l] * vv, om += P[l] * (std::fabs(vv) + rho * V.mag(b, hk, l, c));
-                    }
-                    const double oa = std::fabs(ov) + rho * om;
-                    double stdQ = 0, var = 0, shv = 0, shl = 0, lin = 0;
-                    const double go = dOa[c];
-                    for (std::size_t l = 0; l < Sk; ++l) {
-                        if (!used[l]) continue;
-                        const double vv = V.value(b, hk, l, c), va = std::fabs(vv) + rho * V.mag(b, hk, l, c), vs = V.sd(b, hk, l, c);
-                        const double wO = P[l] * (std::fabs(vv - ov) + rho * (va + om));
-                        stdQ += wO * a[l];
-                        var += wO * wO * c2[l] + u2 * P[l] * va * P[l] * va;
-                        shv += wO * wO * bb[l] * bb[l] + P[l] * P[l] * vs * vs;
-                        shl += wO * (aw[l] + bw[l]) + P[l] * V.sdw(b, hk, l, c);
-                        lin += wO * 2 * tau + eta_p * va + P[l] * eta_v;
-                        // dV_lc: this row's share.
-                        const std::size_t vc = l * dv + c;
-                        vval[vc] += P[l] * dO.value(b, h, i, c);
-                        vmag[vc] += P[l] * go;
-                        vKs[vc] += go * P[l] * (1 - P[l]) * bb[l];
-                        const double e1 = go * P[l] * (1 + P[l]);
-                        vvar[vc] += e1 * e1 * c2[l] + u2 * P[l] * go * P[l] * go;
-                        const double rQ = go * P[l] * (a[l] + abar), rO = P[l] * sddo[c], rN = go * P[l] * 2 * sig_nu;
-                        vshv[vc] += rQ * rQ + rO * rO + rN * rN;
-                        vshl[vc] += go * P[l] * (bbar + cbar) + go * P[l] * (aw[l] + awbar) + P[l] * sddow[c] + go * P[l] * (1 - P[l]) * bw[l] +
-                                    go * P[l] * bwbar;
-                        vlin[vc] += go * P[l] * 2 * tau + eta_p * go + P[l] * eta_do;
-                    }
-                    const double Po = (om + oa) / 2;
-                    var += stdQ * stdQ + oa * sig_nu * oa * sig_nu + u2 * (sk_d + 1) * Po * Po;
-                    Oh.value(b, h, i, c) = ov;
-                    Oh.mag(b, h, i, c) = om;
-                    Oh.var(b, h, i, c) = var;
-                    Oh.sh(b, h, i, c) = std::sqrt(shv) + shl;
-                    Oh.lin(b, h, i, c) = lin + (sk_d + 1) * eta;
+                    const double Po = (om[c] + oa[c]) / 2;
+                    Oh.value(b, h, i, c) = ov[c];
+                    Oh.mag(b, h, i, c) = om[c];
+                    Oh.var(b, h, i, c) = ovar[c] + ostd[c] * ostd[c] + oa[c] * sig_nu * oa[c] * sig_nu + u2 * (sk_d + 1) * Po * Po;
+                    Oh.sh(b, h, i, c) = std::sqrt(oshv[c]) + oshl[c];
+                    Oh.lin(b, h, i, c) = olin[c] + (sk_d + 1) * eta;
                 }
             }
         // The key rows: the group's sums over (head, row), their own roundings.
