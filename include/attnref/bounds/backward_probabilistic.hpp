@@ -131,8 +131,11 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
     for (std::size_t m = 0; m < H * dv; ++m)
         for (std::size_t n = 0; n < Eo; ++n) wo_t[n * H * dv + m] = p.w_o(m, n);
     const double fk = static_cast<double>(dk), fv = static_cast<double>(dv);
-    const projected Q = project(x_q, p.w_q.data, H * dk, p.b_q, H, fk), K = project(x_k, p.w_k.data, Hkv * dk, p.b_k, Hkv, fk),
-                    V = project(x_v, p.w_v.data, Hkv * dv, p.b_v, Hkv, fv), dO = project(grad_output, wo_t.data(), H * dv, {}, H, fv);
+    // Fan-out of a rounded x_e or dOut_n: the dk (dv) terms of one head's dot product, times the heads
+    // it reaches (dX sums the heads in quadrature below).
+    const double fh = static_cast<double>(H), fkv = static_cast<double>(Hkv);
+    const projected Q = project(x_q, p.w_q.data, H * dk, p.b_q, H, fk * fh), K = project(x_k, p.w_k.data, Hkv * dk, p.b_k, Hkv, fk * fkv),
+                    V = project(x_v, p.w_v.data, Hkv * dv, p.b_v, Hkv, fv * fkv), dO = project(grad_output, wo_t.data(), H * dv, {}, H, fv * fh);
     // η of the projections (absolute, per element, the largest).
     const double eta_q = Q.eta, eta_k = K.eta, eta_v = V.eta, eta_do = dO.eta;
 
@@ -392,48 +395,54 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
     };
     ::attnref::parallel_for(B * Hkv, threads, group_task);
 
-    // The projections' backward: dX = dH·Wᵀ (N terms), dW = xᵀ·dH and db = Σ_r dH (R terms). A source
+    // The projections' backward: dX = dH·Wᵀ (N terms), dW = xᵀ·dH and db = Σ_r dH (R terms). In dX the
+    // row-local parts of different heads have distinct sources (each head its own projection columns,
+    // cells, D, normalisation; a rounded x_e or dOut_n reaching every head carries the fan-out H above):
+    // Minkowski within a head, quadrature across heads; the shared parts Minkowski over all N. A source
     // may sit in both classes of one element (self-attention: x_i's rounding in Q_i and K_i; a cell in
     // dK's own and cross terms): (‖c₁‖ + ‖c₂‖)² ≤ 2(‖c₁‖² + ‖c₂‖²), hence the factor 2 on the variance.
     // The products use rounded W (dX) or x (dW, dW_o's dOut): u² + u_in² per product.
     mha_gradient_bounds r;
     const double up2 = u2 + ui2;
     auto finish = [&](double var, double lin) { return (lambda * std::sqrt(2 * var) + lin) * (1 + 0x1p-20); };
-    auto linear = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> w, const detail::b18_merged& g, tensor<double, 3>& gx,
-                      tensor<double, 2>& gw, tensor<double, 1>& gb) {
+    auto linear = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> w, const detail::b18_merged& g, std::size_t hd,
+                      tensor<double, 3>& gx, tensor<double, 2>& gw, tensor<double, 1>& gb) {
         const std::size_t Bx = x.extents[0], S = x.extents[1], E = x.extents[2], N = w.extents[1], R = Bx * S;
         gx = tensor<double, 3>({Bx, S, E}, 0.0);
         gw = tensor<double, 2>({E, N}, 0.0);
         gb = tensor<double, 1>({N}, 0.0);
-        std::vector<double> ga(R * N), tot(R * N), wt(N * E), wta(N * E), ga_col(N, 0.0);
+        std::vector<double> ga(R * N), sdv(R * N), wt(N * E), wta(N * E), ga_col(N, 0.0);
         for (std::size_t n = 0; n < R * N; ++n) {
             ga[n] = std::fabs(g.value[n]) + rho * g.mag[n];
-            tot[n] = std::sqrt(g.var[n]) + g.sh[n];
+            sdv[n] = std::sqrt(g.var[n]);
             ga_col[n % N] += ga[n];
         }
         for (std::size_t e = 0; e < E; ++e)
             for (std::size_t c = 0; c < N; ++c) wt[c * E + e] = w(e, c), wta[c * E + e] = std::fabs(w(e, c));
         ::attnref::parallel_for(R, threads, [&](std::size_t rr) {
-            thread_local std::vector<double> mk, sq, ab, sg, ln;
-            mk.assign(E, 0.0), sq.assign(E, 0.0), ab.assign(E, 0.0), sg.assign(E, 0.0), ln.assign(E, 0.0);
+            thread_local std::vector<double> mh, vh, ms, sq, ab, sg, ln;
+            mh.assign(E, 0.0), vh.assign(E, 0.0), ms.assign(E, 0.0), sq.assign(E, 0.0), ab.assign(E, 0.0), sg.assign(E, 0.0), ln.assign(E, 0.0);
             double ga_row = 0;
             for (std::size_t c = 0; c < N; ++c) {
-                const double t = tot[rr * N + c], a_ = ga[rr * N + c], v = g.value[rr * N + c], li = g.lin[rr * N + c];
+                const double t = sdv[rr * N + c], sh = g.sh[rr * N + c], a_ = ga[rr * N + c], v = g.value[rr * N + c], li = g.lin[rr * N + c];
                 ga_row += a_;
                 const double* wr = &wt[c * E];
                 const double* war = &wta[c * E];
                 for (std::size_t e = 0; e < E; ++e) {
-                    mk[e] += war[e] * t;
+                    mh[e] += war[e] * t;
+                    ms[e] += war[e] * sh;
                     const double m = war[e] * a_;
                     sq[e] += m * m;
                     ab[e] += m;
                     sg[e] += wr[e] * v;
                     ln[e] += war[e] * li;
                 }
+                if ((c + 1) % hd == 0)
+                    for (std::size_t e = 0; e < E; ++e) vh[e] += mh[e] * mh[e], mh[e] = 0;
             }
             for (std::size_t e = 0; e < E; ++e) {
                 const double Pn = (ab[e] + std::fabs(sg[e]) + rho * ab[e]) / 2;
-                gx[rr * E + e] = finish(mk[e] * mk[e] + up2 * sq[e] + u2 * (static_cast<double>(N) + 1) * Pn * Pn,
+                gx[rr * E + e] = finish(vh[e] + ms[e] * ms[e] + up2 * sq[e] + u2 * (static_cast<double>(N) + 1) * Pn * Pn,
                                         ln[e] + (static_cast<double>(N) + 1) * eta + eta_in * ga_row);
             }
         });
@@ -462,9 +471,9 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
         };
         ::attnref::parallel_for(E + 1, threads, [&](std::size_t e) { over_rows(e, e < E ? &gw(e, 0) : &gb[0]); });
     };
-    linear(x_q, p.w_q, detail::b18_merge(dQ), r.grad_x_q, r.grad_w_q, r.grad_b_q);
-    linear(x_k, p.w_k, detail::b18_merge(dK), r.grad_x_k, r.grad_w_k, r.grad_b_k);
-    linear(x_v, p.w_v, detail::b18_merge(dV), r.grad_x_v, r.grad_w_v, r.grad_b_v);
+    linear(x_q, p.w_q, detail::b18_merge(dQ), dk, r.grad_x_q, r.grad_w_q, r.grad_b_q);
+    linear(x_k, p.w_k, detail::b18_merge(dK), dk, r.grad_x_k, r.grad_w_k, r.grad_b_k);
+    linear(x_v, p.w_v, detail::b18_merge(dV), dv, r.grad_x_v, r.grad_w_v, r.grad_b_v);
     {
         // dW_o = mergedᵀ·dOut (the head outputs' errors as the sum's inputs; dOut rounded), db_o = Σ_r dOut.
         const detail::b18_merged m = detail::b18_merge(Oh);
