@@ -58,6 +58,89 @@ inline b18_merged b18_merge(const b18_quantity& q) {
     return {merge_heads<double>(q.value.view()), merge_heads<double>(q.mag.view()), merge_heads<double>(q.var.view()),
             merge_heads<double>(q.sh.view()), merge_heads<double>(q.lin.view())};
 }
+/// GCC 12's -O2 vectorises only loops that need no remainder ("very cheap" cost model); these row
+/// loops of any length are vectorised with the dynamic model (lanes are distinct elements: every
+/// element's operations and their order unchanged, the same values bit for bit).
+#if defined(__GNUC__) && !defined(__clang__)
+#define ATTNREF_B18_VECTORISE __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#else
+#define ATTNREF_B18_VECTORISE
+#endif
+/// One key's per-row scalars of (B18) (see mha_gradient_probabilistic_bounds).
+struct b18_key_terms {
+    double s, rho, pl, dsl, dsa, al, bl, c2l, apl, bpl, cp2l, fl, edsl, awl, bwl, apwl, bpwl, tau, eta_k, eta_q;
+    double k_kks, k_kvs, k_var, k_rq, k_ro, k_rd, k_rn, k_shl, k_lin;
+};
+/// dQ_i's error parts from key l, feature by feature (distinct outputs per lane: the compiler may use
+/// vector registers; each element's operations and order as written).
+ATTNREF_B18_VECTORISE inline void b18_query_side(const b18_key_terms t, const double* __restrict kr, const double* __restrict km, const double* __restrict ks,
+                           const double* __restrict ksw, const double* __restrict kbar, const double* __restrict kba,
+                           const double* __restrict kbar_abs, const double* __restrict dqa, double* __restrict qstd, double* __restrict qstdo,
+                           double* __restrict qvar, double* __restrict qshv, double* __restrict qshl, double* __restrict qlin, std::size_t n) {
+    for (std::size_t c = 0; c < n; ++c) {
+        const double kv = kr[c], ka = std::fabs(kv) + t.rho * km[c];
+        const double dkk = std::fabs(kv - kbar[c]) + t.rho * (ka + kba[c]);
+        const double wS = t.s * t.dsa * dkk + dqa[c] * t.pl, wSabs = t.s * t.dsa * (ka + kbar_abs[c]) + dqa[c] * t.pl;
+        const double wP = t.s * t.pl * std::max(dkk, ka), wPs = t.s * t.pl * dkk;
+        qstd[c] += wS * t.al;
+        qstdo[c] += wPs * t.apl;
+        qvar[c] += wSabs * wSabs * t.c2l + wP * wP * t.cp2l + ka * ka * t.fl;
+        const double kl = wS * t.bl + t.s * t.dsa * ks[c];
+        qshv[c] += kl * kl + wPs * wPs * t.bpl * t.bpl;
+        qshl[c] += wS * (t.awl + t.bwl) + t.s * t.dsa * ksw[c] + wPs * (t.apwl + t.bpwl);
+        qlin[c] += wSabs * t.tau + t.s * ka * t.edsl + t.s * t.dsa * t.eta_k;
+    }
+}
+/// dK_l's error parts from query row i, feature by feature (as b18_query_side).
+ATTNREF_B18_VECTORISE inline void b18_key_side(const b18_key_terms t, const double* __restrict qr, const double* __restrict qa, const double* __restrict sdq,
+                         const double* __restrict sdqw, double* __restrict kval, double* __restrict kmag, double* __restrict kKs,
+                         double* __restrict kVs, double* __restrict kvar, double* __restrict kshv, double* __restrict kshl,
+                         double* __restrict klin, std::size_t n) {
+    for (std::size_t c = 0; c < n; ++c) {
+        const double qq = qa[c];
+        kval[c] += t.s * t.dsl * qr[c];
+        kmag[c] += t.s * t.dsa * qq;
+        kKs[c] += qq * t.k_kks;
+        kVs[c] += qq * t.k_kvs;
+        kvar[c] += qq * qq * t.k_var;
+        const double rQ = qq * t.k_rq + t.s * t.dsa * sdq[c], rO = qq * t.k_ro, rD = qq * t.k_rd, rN = qq * t.k_rn;
+        kshv[c] += rQ * rQ + rO * rO + rD * rD + rN * rN;
+        kshl[c] += qq * t.k_shl + t.s * t.dsa * sdqw[c];
+        klin[c] += qq * t.k_lin + t.s * t.dsa * t.eta_q;
+    }
+}
+/// O_i's error parts from key l (as b18_query_side).
+ATTNREF_B18_VECTORISE inline void b18_output_side(double pl, double rho, double al, double bl, double c2l, double awl, double bwl, double tau, double eta_p,
+                            double eta_v, double u2, const double* __restrict vr, const double* __restrict vm, const double* __restrict vs,
+                            const double* __restrict vsw, const double* __restrict ov, const double* __restrict om, double* __restrict ostd,
+                            double* __restrict ovar, double* __restrict oshv, double* __restrict oshl, double* __restrict olin, std::size_t n) {
+    for (std::size_t c = 0; c < n; ++c) {
+        const double vv = vr[c], va = std::fabs(vv) + rho * vm[c];
+        const double wO = pl * (std::fabs(vv - ov[c]) + rho * (va + om[c]));
+        ostd[c] += wO * al;
+        ovar[c] += wO * wO * c2l + u2 * pl * va * pl * va;
+        oshv[c] += wO * wO * bl * bl + pl * pl * vs[c] * vs[c];
+        oshl[c] += wO * (awl + bwl) + pl * vsw[c];
+        olin[c] += wO * 2 * tau + eta_p * va + pl * eta_v;
+    }
+}
+/// dV_l's error parts from query row i (as b18_query_side).
+ATTNREF_B18_VECTORISE inline void b18_value_side(double pl, double v_ks, double v_var, double v_rq, double v_rn, double v_shl, double v_lin, double eta_do,
+                           const double* __restrict gr, const double* __restrict dOa, const double* __restrict sddo,
+                           const double* __restrict sddow, double* __restrict vval, double* __restrict vmag, double* __restrict vKs,
+                           double* __restrict vvar, double* __restrict vshv, double* __restrict vshl, double* __restrict vlin, std::size_t n) {
+    for (std::size_t c = 0; c < n; ++c) {
+        const double go = dOa[c];
+        vval[c] += pl * gr[c];
+        vmag[c] += pl * go;
+        vKs[c] += go * v_ks;
+        vvar[c] += go * go * v_var;
+        const double rQ = go * v_rq, rO = pl * sddo[c], rN = go * v_rn;
+        vshv[c] += rQ * rQ + rO * rO + rN * rN;
+        vshl[c] += go * v_shl + pl * sddow[c];
+        vlin[c] += go * v_lin + pl * eta_do;
+    }
+}
 }  // namespace detail
 
 /// (B18) for multi-head attention gradients computed in one format with unit roundoff u (inputs x, W,
@@ -303,55 +386,21 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
                                          s * (dsa * bwbar + pl * bwdS) + s * pl * (1 - pl) * bpwl + s * pl * bpwbar +
                                          s * (dsa * (awl + awbar) + pl * awdS) + s * pl * (apwl + apwbar);
                     const double k_lin = s * (2 * tau * dsa + pl * tau * sumdS + edsl);
-                    for (std::size_t c = 0; c < dk; ++c) {
-                        const double kv = kr[c], ka = std::fabs(kv) + rho * km[c];
-                        const double dkk = std::fabs(kv - kbar[c]) + rho * (ka + kba[c]);
-                        const double wS = s * dsa * dkk + dqa[c] * pl, wSabs = s * dsa * (ka + kbar_abs[c]) + dqa[c] * pl;
-                        const double wP = s * pl * std::max(dkk, ka), wPs = s * pl * dkk;
-                        qstd[c] += wS * al;
-                        qstdo[c] += wPs * apl;
-                        qvar[c] += wSabs * wSabs * c2l + wP * wP * cp2l + ka * ka * fl;
-                        const double kl = wS * bl + s * dsa * ks[c];
-                        qshv[c] += kl * kl + wPs * wPs * bpl * bpl;
-                        qshl[c] += wS * (awl + bwl) + s * dsa * ksw[c] + wPs * (apwl + bpwl);
-                        qlin[c] += wSabs * tau + s * ka * edsl + s * dsa * eta_k;
-                        // dK_lc: this row's share (sources of key l: K_l, V_l, the cells (i, l); shared: the row's).
-                        const double qq = qa[c];
-                        kval_l[c] += s * dsl * qr[c];
-                        kmag_l[c] += s * dsa * qq;
-                        kKs_l[c] += qq * k_kks;
-                        kVs_l[c] += qq * k_kvs;
-                        kvar_l[c] += qq * qq * k_var;
-                        const double rQ = qq * k_rq + s * dsa * sdq[c], rO = qq * k_ro, rD = qq * k_rd, rN = qq * k_rn;
-                        kshv_l[c] += rQ * rQ + rO * rO + rD * rD + rN * rN;
-                        kshl_l[c] += qq * k_shl + s * dsa * sdqw[c];
-                        klin_l[c] += qq * k_lin + s * dsa * eta_q;
-                    }
+                    const detail::b18_key_terms kt{s,   rho,  pl,   dsl,  dsa,  al,    bl,    c2l,   apl,   bpl,   cp2l,  fl,    edsl,  awl,  bwl,
+                                                   apwl, bpwl, tau,  eta_k, eta_q, k_kks, k_kvs, k_var, k_rq, k_ro, k_rd, k_rn, k_shl, k_lin};
+                    detail::b18_query_side(kt, kr, km, ks, ksw, kbar.data(), kba.data(), kbar_abs.data(), dqa.data(), qstd.data(), qstdo.data(),
+                                           qvar.data(), qshv.data(), qshl.data(), qlin.data(), dk);
+                    detail::b18_key_side(kt, qr, qa.data(), sdq.data(), sdqw.data(), kval_l, kmag_l, kKs_l, kVs_l, kvar_l, kshv_l, kshl_l, klin_l, dk);
                     double *vval_l = &vval[l * dv], *vmag_l = &vmag[l * dv], *vKs_l = &vKs[l * dv], *vvar_l = &vvar[l * dv], *vshv_l = &vshv[l * dv],
                            *vshl_l = &vshl[l * dv], *vlin_l = &vlin[l * dv];
                     const double v_ks = pl * (1 - pl) * bl, v_e1 = pl * (1 + pl), v_var = v_e1 * v_e1 * c2l + u2 * pl * pl;
                     const double v_rq = pl * (al + abar), v_rn = pl * 2 * sig_nu;
                     const double v_shl = pl * (bbar + cbar) + pl * (awl + awbar) + pl * (1 - pl) * bwl + pl * bwbar;
                     const double v_lin = pl * 2 * tau + eta_p;
-                    for (std::size_t c = 0; c < dv; ++c) {
-                        const double vv = vr[c], va = std::fabs(vv) + rho * vm[c];
-                        const double wO = pl * (std::fabs(vv - ov[c]) + rho * (va + om[c]));
-                        ostd[c] += wO * al;
-                        ovar[c] += wO * wO * c2l + u2 * pl * va * pl * va;
-                        oshv[c] += wO * wO * bl * bl + pl * pl * vs[c] * vs[c];
-                        oshl[c] += wO * (awl + bwl) + pl * vsw[c];
-                        olin[c] += wO * 2 * tau + eta_p * va + pl * eta_v;
-                        // dV_lc: this row's share.
-                        const double go = dOa[c];
-                        vval_l[c] += pl * gr[c];
-                        vmag_l[c] += pl * go;
-                        vKs_l[c] += go * v_ks;
-                        vvar_l[c] += go * go * v_var;
-                        const double rQ = go * v_rq, rO = pl * sddo[c], rN = go * v_rn;
-                        vshv_l[c] += rQ * rQ + rO * rO + rN * rN;
-                        vshl_l[c] += go * v_shl + pl * sddow[c];
-                        vlin_l[c] += go * v_lin + pl * eta_do;
-                    }
+                    detail::b18_output_side(pl, rho, al, bl, c2l, awl, bwl, tau, eta_p, eta_v, u2, vr, vm, vs, vsw, ov.data(), om.data(), ostd.data(),
+                                            ovar.data(), oshv.data(), oshl.data(), olin.data(), dv);
+                    detail::b18_value_side(pl, v_ks, v_var, v_rq, v_rn, v_shl, v_lin, eta_do, gr, dOa.data(), sddo.data(), sddow.data(), vval_l, vmag_l,
+                                           vKs_l, vvar_l, vshv_l, vshl_l, vlin_l, dv);
                 }
                 for (std::size_t c = 0; c < dk; ++c) {
                     const double kn = s * kbar_abs[c] * sig_d, nu = (dqa[c] + s * Da * kbar_abs[c]) * 2 * sig_nu, Pq = (dqm[c] + dqa[c]) / 2;
