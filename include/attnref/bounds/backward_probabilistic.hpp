@@ -141,6 +141,52 @@ ATTNREF_B18_VECTORISE inline void b18_value_side(double pl, double v_ks, double 
         vlin[c] += go * v_lin + pl * eta_do;
     }
 }
+/// The projections' backward, one term added to a row of sums (as b18_query_side):
+/// dX row: term dH_rc·W_mc over m (w, wa: W's row c and its magnitudes);
+ATTNREF_B18_VECTORISE inline void b18_dx_update(const double* __restrict w, const double* __restrict wa, double sd, double sh, double ga,
+                                                double v, double li, double* __restrict mh, double* __restrict ms, double* __restrict sq,
+                                                double* __restrict ab, double* __restrict sg, double* __restrict ln, std::size_t n) {
+    for (std::size_t e = 0; e < n; ++e) {
+        mh[e] += wa[e] * sd;
+        ms[e] += wa[e] * sh;
+        const double m = wa[e] * ga;
+        sq[e] += m * m;
+        ab[e] += m;
+        sg[e] += w[e] * v;
+        ln[e] += wa[e] * li;
+    }
+}
+/// dW row (or db): term x_rm·dH_rc over c;
+ATTNREF_B18_VECTORISE inline void b18_dw_update(double xv, const double* __restrict gv, const double* __restrict gvar,
+                                                const double* __restrict gsh, const double* __restrict gl, const double* __restrict gaa,
+                                                double* __restrict vl, double* __restrict mk, double* __restrict sq, double* __restrict ab,
+                                                double* __restrict sg, double* __restrict ln, std::size_t n) {
+    const double xa = std::fabs(xv);
+    for (std::size_t c = 0; c < n; ++c) {
+        vl[c] += xa * xa * gvar[c];
+        mk[c] += xa * gsh[c];
+        const double m = xa * gaa[c];
+        sq[c] += m * m;
+        ab[c] += m;
+        sg[c] += xv * gv[c];
+        ln[c] += xa * gl[c];
+    }
+}
+/// dW_o row: term O_rm·dOut_rn over n.
+ATTNREF_B18_VECTORISE inline void b18_dwo_update(const double* __restrict gr, double ov, double oa, double ovar, double osh, double ol,
+                                                 double* __restrict vl, double* __restrict mk, double* __restrict sq, double* __restrict ab,
+                                                 double* __restrict sg, double* __restrict ln, std::size_t n) {
+    for (std::size_t c = 0; c < n; ++c) {
+        const double ga = std::fabs(gr[c]);
+        vl[c] += ga * ga * ovar;
+        mk[c] += ga * osh;
+        const double t = ga * oa;
+        sq[c] += t * t;
+        ab[c] += t;
+        sg[c] += gr[c] * ov;
+        ln[c] += ga * ol;
+    }
+}
 }  // namespace detail
 
 /// (B18) for multi-head attention gradients computed in one format with unit roundoff u (inputs x, W,
@@ -475,17 +521,7 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
             for (std::size_t c = 0; c < N; ++c) {
                 const double t = sdv[rr * N + c], sh = g.sh[rr * N + c], a_ = ga[rr * N + c], v = g.value[rr * N + c], li = g.lin[rr * N + c];
                 ga_row += a_;
-                const double* wr = &wt[c * E];
-                const double* war = &wta[c * E];
-                for (std::size_t e = 0; e < E; ++e) {
-                    mh[e] += war[e] * t;
-                    ms[e] += war[e] * sh;
-                    const double m = war[e] * a_;
-                    sq[e] += m * m;
-                    ab[e] += m;
-                    sg[e] += wr[e] * v;
-                    ln[e] += war[e] * li;
-                }
+                detail::b18_dx_update(&wt[c * E], &wta[c * E], t, sh, a_, v, li, mh.data(), ms.data(), sq.data(), ab.data(), sg.data(), ln.data(), E);
                 if ((c + 1) % hd == 0)
                     for (std::size_t e = 0; e < E; ++e) vh[e] += mh[e] * mh[e], mh[e] = 0;
             }
@@ -499,17 +535,9 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
             thread_local std::vector<double> vl, mk, sq, ab, sg, ln;
             vl.assign(N, 0.0), mk.assign(N, 0.0), sq.assign(N, 0.0), ab.assign(N, 0.0), sg.assign(N, 0.0), ln.assign(N, 0.0);
             for (std::size_t rr = 0; rr < R; ++rr) {
-                const double xv = e < E ? x[rr * E + e] : 1.0, xa = std::fabs(xv);
-                const double *gv = &g.value[rr * N], *gvar = &g.var[rr * N], *gsh = &g.sh[rr * N], *gl = &g.lin[rr * N], *gaa = &ga[rr * N];
-                for (std::size_t c = 0; c < N; ++c) {
-                    vl[c] += xa * xa * gvar[c];
-                    mk[c] += xa * gsh[c];
-                    const double m = xa * gaa[c];
-                    sq[c] += m * m;
-                    ab[c] += m;
-                    sg[c] += xv * gv[c];
-                    ln[c] += xa * gl[c];
-                }
+                const double xv = e < E ? x[rr * E + e] : 1.0;
+                detail::b18_dw_update(xv, &g.value[rr * N], &g.var[rr * N], &g.sh[rr * N], &g.lin[rr * N], &ga[rr * N], vl.data(), mk.data(),
+                                      sq.data(), ab.data(), sg.data(), ln.data(), N);
             }
             const double uprod = e < E ? up2 : u2, ein = e < E ? eta_in : 0.0;
             for (std::size_t c = 0; c < N; ++c) {
@@ -537,17 +565,8 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
                 const std::size_t at = rr * Mo + mm;
                 const double ov = m.value[at], oa = std::fabs(ov) + rho * m.mag[at], ovar = m.var[at], osh = m.sh[at], ol = m.lin[at];
                 oa_sum += oa;
-                const double* gr = &grad_output[rr * Eo];
-                for (std::size_t n = 0; n < Eo; ++n) {
-                    const double ga_ = std::fabs(gr[n]);
-                    vl[n] += ga_ * ga_ * ovar;
-                    mk[n] += ga_ * osh;
-                    const double t = ga_ * oa;
-                    sq[n] += t * t;
-                    ab[n] += t;
-                    sg[n] += gr[n] * ov;
-                    ln[n] += ga_ * ol;
-                }
+                detail::b18_dwo_update(&grad_output[rr * Eo], ov, oa, ovar, osh, ol, vl.data(), mk.data(), sq.data(), ab.data(), sg.data(),
+                                       ln.data(), Eo);
             }
             for (std::size_t n = 0; n < Eo; ++n) {
                 const double Pn = (ab[n] + std::fabs(sg[n]) + rho * ab[n]) / 2;
