@@ -134,7 +134,8 @@ inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_
                                                                                     const gradient_reference& ref, tol::candidate_format f,
                                                                                     std::optional<backward_algorithm> declared = std::nullopt,
                                                                                     const std::optional<tol::policy_roundoffs>& policy = std::nullopt,
-                                                                                    bool* predicted_weights = nullptr, bool* data_aware_used = nullptr) {
+                                                                                    bool* predicted_weights = nullptr, bool* data_aware_used = nullptr,
+                                                                                    bool probabilistic = true) {
     namespace cd = check_detail;
     if (predicted_weights) *predicted_weights = false;
     if (data_aware_used) *data_aware_used = false;
@@ -203,7 +204,7 @@ inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_
         mha_gradient_bounds b = mha_gradient_first_order_bounds(c.x_q, c.x_k, c.x_v, c.w, c.mo, g, w, lse, u, us, uw, u_in, declared, ui, stored);
         // (B18): a candidate computing and storing in one format (its inputs rounded to it or not) also has the data-aware
         // (probabilistic) bound; each element takes the smaller of the two (docs/backward.md (B18)).
-        if (!(us > 0) && !(uw > 0) && !stored)
+        if (probabilistic && !(us > 0) && !(uw > 0) && !stored)
             if (const std::optional<mha_gradient_bounds> pb =
                     mha_gradient_probabilistic_bounds(c.x_q, c.x_k, c.x_v, c.w, c.mo, g, w, lse, u, u_in, tol::data_aware_lambda)) {
                 auto take_min = [](auto& x, const auto& y) {
@@ -234,9 +235,12 @@ inline void check_gradients(const case_spec& spec, const case_data& data, const 
                             std::optional<backward_algorithm> declared = std::nullopt,
                             const std::optional<tol::policy_roundoffs>& declared_policy = std::nullopt) {
     namespace cd = check_detail;
-    if (model != tol::tolerance_model::data_aware && model != tol::tolerance_model::baseline)
+    // data-aware: the smaller of the first-order bounds and, for multi-head cases, the probabilistic
+    // (B18); worst-case: the first-order bounds alone (every summation order, no rounding model);
+    // baseline: FlashAttention's rule (the invariants keep the data-aware bounds).
+    if (model != tol::tolerance_model::data_aware && model != tol::tolerance_model::worst_case && model != tol::tolerance_model::baseline)
         throw data_error(std::string("command line: --tolerance: ") + std::string(tol::model_name(model)) +
-                         " is not available for gradients (data-aware or baseline)");
+                         " is not available for gradients (data-aware, worst-case or baseline)");
     const auto roles = gradient_roles(spec);
     auto shape_of = [&](const std::string& role) -> const std::vector<std::size_t>* {
         for (const auto& [r, s] : roles)
@@ -252,7 +256,10 @@ inline void check_gradients(const case_spec& spec, const case_data& data, const 
     auto bounds_in = [&](tol::candidate_format g) -> const role_values& {
         auto it = bounds_by_format.find(g);
         if (it == bounds_by_format.end())
-            it = bounds_by_format.emplace(g, gradient_bounds_for(spec, data, ref, g, declared, declared_policy, &predicted_weights_in[g], &b18_in[g])).first;
+            it = bounds_by_format
+                     .emplace(g, gradient_bounds_for(spec, data, ref, g, declared, declared_policy, &predicted_weights_in[g], &b18_in[g],
+                                                     model != tol::tolerance_model::worst_case))
+                     .first;
         return it->second;
     };
     std::map<std::string, tol::candidate_format> format_of;
@@ -278,7 +285,7 @@ inline void check_gradients(const case_spec& spec, const case_data& data, const 
         const tol::candidate_format tf = t.format.value_or(f);
         format_of[t.role] = tf;
         std::vector<double> b;
-        if (model == tol::tolerance_model::data_aware) {
+        if (model != tol::tolerance_model::baseline) {
             b = *find(bounds_in(tf), t.role);
         } else {  // FlashAttention's rule, one number per tensor (tol::baseline_bound)
             auto it = naive_by_format.find(tf);
@@ -310,9 +317,9 @@ inline void check_gradients(const case_spec& spec, const case_data& data, const 
         }
         if (model == tol::tolerance_model::data_aware && b18_in[tf])
             tr.note += std::string(tr.note.empty() ? "" : "; ") + "bound: the smaller of (B8)-(B13) and the probabilistic (B18), lambda = 8";
-        if (model == tol::tolerance_model::data_aware && predicted_weights_in[tf])
+        if (model != tol::tolerance_model::baseline && predicted_weights_in[tf])
             tr.note += std::string(tr.note.empty() ? "" : "; ") + "bound (B17): the declared policy's stored weights predicted";
-        else if (model == tol::tolerance_model::data_aware && t.role == "grad_query" && attnref::detail::textbook_bound_applies(declared, views_of(spec, data).o))
+        else if (model != tol::tolerance_model::baseline && t.role == "grad_query" && attnref::detail::textbook_bound_applies(declared, views_of(spec, data).o))
             tr.note += std::string(tr.note.empty() ? "" : "; ") + "bound (B5t) of the declared textbook backward";
         if (spec.shapes.heads != spec.shapes.kv_heads && (t.role == "grad_key" || t.role == "grad_value"))
             tr.note += std::string(tr.note.empty() ? "" : "; ") + "GQA: the sum over the group is checked by this comparison with the certified values";
@@ -376,7 +383,7 @@ inline void check_gradients(const case_spec& spec, const case_data& data, const 
                     // carrying the certified values' rounding, whose exact sum is 0): every dK within them
                     // satisfies it, so it is implied by dK's comparison (which has its own vacuity and decoy
                     // rules), can only FAIL with it, and a vacuous bound here adds nothing to that verdict.
-                    if (!(bound < terms) && terms > 0 && model != tol::tolerance_model::data_aware) r.vacuous = true;
+                    if (!(bound < terms) && terms > 0 && model == tol::tolerance_model::baseline) r.vacuous = true;
                     r.record(std::fabs(sum) <= bound, std::fabs(sum), bound, {b, hk, x, 0});
                 }
         res.invariants.push_back(r);
