@@ -978,6 +978,25 @@ BOOST_AUTO_TEST_CASE(shape_errors_name_the_gradient) {
 // first-order bound of dX_q, dX_k, dW_q, dW_k then reaches the gradients' own scale (the checker
 // says INCONCLUSIVE there).
 namespace {
+/// The MPFR reference of multi-head attention at double inputs (biases when `bias`): the forward's
+/// weights and lse as doubles, and the gradients for the upstream gradient g.
+auto mha_mpfr_reference(const tensor<double, 3>& xq, const tensor<double, 3>& xk, const tensor<double, 3>& xv, const tensor<double, 3>& g,
+                        const tensor<double, 2>& wq, const tensor<double, 2>& wk, const tensor<double, 2>& wv, const tensor<double, 2>& wo,
+                        const tensor<double, 1>& bq, const tensor<double, 1>& bk, const tensor<double, 1>& bv, const tensor<double, 1>& bo,
+                        bool bias, const mha_options& o) {
+    const auto mxq = to<mp>(xq), mxk = to<mp>(xk), mxv = to<mp>(xv), mg = to<mp>(g);
+    const auto mwq = to<mp>(wq), mwk = to<mp>(wk), mwv = to<mp>(wv), mwo = to<mp>(wo);
+    const auto mbq = to<mp>(bq), mbk = to<mp>(bk), mbv = to<mp>(bv), mbo = to<mp>(bo);
+    mha_parameters<mp> mpar{mwq.view(), mwk.view(), mwv.view(), mwo.view()};
+    if (bias) mpar.b_q = mbq.view(), mpar.b_k = mbk.view(), mpar.b_v = mbv.view(), mpar.b_o = mbo.view();
+    const auto fwd = multi_head_attention(mxq, mxk, mxv, mpar, o);
+    struct reference {
+        tensor<double, 4> weights;
+        tensor<double, 3> lse;
+        decltype(multi_head_attention_backward(mxq, mxk, mxv, mpar, o, mg)) gradients;
+    };
+    return reference{cast<double>(fwd.weights), cast<double>(fwd.lse), multi_head_attention_backward(mxq, mxk, mxv, mpar, o, mg)};
+}
 struct mha_bound_case {
     std::string name;
     std::size_t batch, sq, sk, e, heads, kv, dk, dv, eo;
@@ -1049,15 +1068,10 @@ BOOST_AUTO_TEST_CASE(mha_gradients_within_first_order_bound) {
                 o.attention.softcap = c.softcap;
                 mha_parameters<double> p{wq.view(), wk.view(), wv.view(), wo.view()};
                 if (c.bias) p.b_q = bq.view(), p.b_k = bk.view(), p.b_v = bv.view(), p.b_o = bo.view();
-                const auto mxq = to<mp>(xq), mxk = to<mp>(xk), mxv = to<mp>(xv), mg = to<mp>(g);
-                const auto mwq = to<mp>(wq), mwk = to<mp>(wk), mwv = to<mp>(wv), mwo = to<mp>(wo);
-                const auto mbq = to<mp>(bq), mbk = to<mp>(bk), mbv = to<mp>(bv), mbo = to<mp>(bo);
-                mha_parameters<mp> mpar{mwq.view(), mwk.view(), mwv.view(), mwo.view()};
-                if (c.bias) mpar.b_q = mbq.view(), mpar.b_k = mbk.view(), mpar.b_v = mbv.view(), mpar.b_o = mbo.view();
-                const auto fwd = multi_head_attention(mxq, mxk, mxv, mpar, o);
-                const tensor<double, 4> weights = cast<double>(fwd.weights);
-                const tensor<double, 3> lse = cast<double>(fwd.lse);
-                const auto exact = multi_head_attention_backward(mxq, mxk, mxv, mpar, o, mg);
+                const auto ref = mha_mpfr_reference(xq, xk, xv, g, wq, wk, wv, wo, bq, bk, bv, bo, c.bias, o);
+                const tensor<double, 4>& weights = ref.weights;
+                const tensor<double, 3>& lse = ref.lse;
+                const auto& exact = ref.gradients;
                 // Each result against the bound valid for any algorithm and, for the textbook backward, also
                 // against the one of a declared textbook backward ((B5t) in place of (B5) for the heads' dQ).
                 auto judge = [&](int slot, const auto& got, double u, double us, double uw, backward_algorithm a) {
@@ -1207,15 +1221,10 @@ BOOST_AUTO_TEST_CASE(mha_gradients_within_probabilistic_bound) {
                 o.attention.mask.key_lengths = c.key_lengths;
                 mha_parameters<double> p{wq.view(), wk.view(), wv.view(), wo.view()};
                 if (c.bias) p.b_q = bq.view(), p.b_k = bk.view(), p.b_v = bv.view(), p.b_o = bo.view();
-                const auto mxq = to<mp>(xq), mxk = to<mp>(xk), mxv = to<mp>(xv), mg = to<mp>(g);
-                const auto mwq = to<mp>(wq), mwk = to<mp>(wk), mwv = to<mp>(wv), mwo = to<mp>(wo);
-                const auto mbq = to<mp>(bq), mbk = to<mp>(bk), mbv = to<mp>(bv), mbo = to<mp>(bo);
-                mha_parameters<mp> mpar{mwq.view(), mwk.view(), mwv.view(), mwo.view()};
-                if (c.bias) mpar.b_q = mbq.view(), mpar.b_k = mbk.view(), mpar.b_v = mbv.view(), mpar.b_o = mbo.view();
-                const auto fwd = multi_head_attention(mxq, mxk, mxv, mpar, o);
-                const tensor<double, 4> weights = cast<double>(fwd.weights);
-                const tensor<double, 3> lse = cast<double>(fwd.lse);
-                const auto exact = multi_head_attention_backward(mxq, mxk, mxv, mpar, o, mg);
+                const auto ref = mha_mpfr_reference(xq, xk, xv, g, wq, wk, wv, wo, bq, bk, bv, bo, c.bias, o);
+                const tensor<double, 4>& weights = ref.weights;
+                const tensor<double, 3>& lse = ref.lse;
+                const auto& exact = ref.gradients;
                 const double u_in = rounded ? 0x1p-24 : 0.0;
                 const std::optional<mha_gradient_bounds> b18 = mha_gradient_probabilistic_bounds(
                     xq.view(), xk.view(), xv.view(), p, o, g.view(), weights.view(), lse.view(), 0x1p-24, u_in, 8.0);
