@@ -172,6 +172,15 @@ ATTNREF_B18_VECTORISE inline void b18_dw_update(double xv, const double* __restr
         ln[c] += xa * gl[c];
     }
 }
+/// A projection's row: term x_e·W_ec over c (value, magnitude, square, and the inputs' magnitudes);
+ATTNREF_B18_VECTORISE inline void b18_projection_update(double xe, const double* __restrict wr, double* __restrict v, double* __restrict m,
+                                                        double* __restrict q, double* __restrict in, std::size_t n) {
+    const double xa = std::fabs(xe);
+    for (std::size_t c = 0; c < n; ++c) {
+        const double t = xe * wr[c];
+        v[c] += t, m[c] += std::fabs(t), q[c] += t * t, in[c] += xa + std::fabs(wr[c]);
+    }
+}
 /// dW_o row: term O_rm·dOut_rn over n.
 ATTNREF_B18_VECTORISE inline void b18_dwo_update(const double* __restrict gr, double ov, double oa, double ovar, double osh, double ol,
                                                  double* __restrict vl, double* __restrict mk, double* __restrict sq, double* __restrict ab,
@@ -189,9 +198,10 @@ ATTNREF_B18_VECTORISE inline void b18_dwo_update(const double* __restrict gr, do
 }
 }  // namespace detail
 
-/// (B18) for multi-head attention gradients computed in one format with unit roundoff u (inputs x, W,
-/// b and grad_output exact in it; intermediates and results in it). weights and lse: the exact
-/// forward's (double). Returns nothing where it does not apply (soft-capping, non-finite weights).
+/// (B18) for multi-head attention gradients computed in one format with unit roundoff u (intermediates
+/// and results in it), the inputs x, W, b and grad_output rounded to it first when u_in > 0 (0: exact
+/// in it). weights and lse: the exact forward's (double); lambda: λ of (15) (the checker's is 8).
+/// Returns nothing where it does not apply (soft-capping, non-finite weights).
 inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
     tensor_view<const double, 3> x_q, tensor_view<const double, 3> x_k, tensor_view<const double, 3> x_v, const mha_parameters<double>& p,
     const mha_options& o, tensor_view<const double, 3> grad_output, tensor_view<const double, 4> weights, tensor_view<const double, 3> lse,
@@ -232,14 +242,7 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
             const std::size_t b = row / S, i = row % S;
             thread_local std::vector<double> v, m, q, in;
             v.assign(N, 0.0), m.assign(N, 0.0), q.assign(N, 0.0), in.assign(N, 0.0);
-            for (std::size_t e = 0; e < E; ++e) {
-                const double xe = x(b, i, e), xa = std::fabs(xe);
-                const double* wr = w + e * N;
-                for (std::size_t c = 0; c < N; ++c) {
-                    const double t = xe * wr[c];
-                    v[c] += t, m[c] += std::fabs(t), q[c] += t * t, in[c] += xa + std::fabs(wr[c]);
-                }
-            }
+            for (std::size_t e = 0; e < E; ++e) detail::b18_projection_update(x(b, i, e), w + e * N, v.data(), m.data(), q.data(), in.data(), N);
             double et = 0;
             for (std::size_t c = 0; c < N; ++c) {
                 double b2 = 0;

@@ -134,11 +134,11 @@ inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_
                                                                                     const gradient_reference& ref, tol::candidate_format f,
                                                                                     std::optional<backward_algorithm> declared = std::nullopt,
                                                                                     const std::optional<tol::policy_roundoffs>& policy = std::nullopt,
-                                                                                    bool* predicted_weights = nullptr, bool* data_aware_used = nullptr,
+                                                                                    bool* predicted_weights = nullptr, bool* b18_used = nullptr,
                                                                                     bool probabilistic = true) {
     namespace cd = check_detail;
     if (predicted_weights) *predicted_weights = false;
-    if (data_aware_used) *data_aware_used = false;
+    if (b18_used) *b18_used = false;
     const case_shapes& d = spec.shapes;
     // A declared policy's roundoffs, else the format's defaults (valid for any kernel of the format).
     const double u = policy ? policy->accumulate : tol::accumulate_roundoff(f),
@@ -214,7 +214,7 @@ inline std::vector<std::pair<std::string, std::vector<double>>> gradient_bounds_
                 take_min(b.grad_w_q, pb->grad_w_q), take_min(b.grad_w_k, pb->grad_w_k), take_min(b.grad_w_v, pb->grad_w_v);
                 take_min(b.grad_w_o, pb->grad_w_o), take_min(b.grad_b_q, pb->grad_b_q), take_min(b.grad_b_k, pb->grad_b_k);
                 take_min(b.grad_b_v, pb->grad_b_v), take_min(b.grad_b_o, pb->grad_b_o);
-                if (data_aware_used) *data_aware_used = true;
+                if (b18_used) *b18_used = true;
             }
         r = {{"grad_query", cd::flat_of(b.grad_x_q)}, {"grad_key", cd::flat_of(b.grad_x_k)}, {"grad_value", cd::flat_of(b.grad_x_v)},
              {"grad_w_q", cd::flat_of(b.grad_w_q)},   {"grad_w_k", cd::flat_of(b.grad_w_k)}, {"grad_w_v", cd::flat_of(b.grad_w_v)},
