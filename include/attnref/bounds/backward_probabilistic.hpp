@@ -28,6 +28,7 @@
 /// soft-capping, finite weights; the checker takes the smaller of it and (B8)–(B13) per element.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <optional>
