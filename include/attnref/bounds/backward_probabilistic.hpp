@@ -157,7 +157,7 @@ ATTNREF_B18_VECTORISE inline void b18_dx_update(const double* __restrict w, cons
         ln[e] += wa[e] * li;
     }
 }
-/// dW row (or db): term x_rm·dH_rc over c;
+/// dW row (or db; dW_o's transpose): term x_rm·dH_rc over c;
 ATTNREF_B18_VECTORISE inline void b18_dw_update(double xv, const double* __restrict gv, const double* __restrict gvar,
                                                 const double* __restrict gsh, const double* __restrict gl, const double* __restrict gaa,
                                                 double* __restrict vl, double* __restrict mk, double* __restrict sq, double* __restrict ab,
@@ -180,21 +180,6 @@ ATTNREF_B18_VECTORISE inline void b18_projection_update(double xe, const double*
     for (std::size_t c = 0; c < n; ++c) {
         const double t = xe * wr[c];
         v[c] += t, m[c] += std::fabs(t), q[c] += t * t, in[c] += xa + std::fabs(wr[c]);
-    }
-}
-/// dW_o row: term O_rm·dOut_rn over n.
-ATTNREF_B18_VECTORISE inline void b18_dwo_update(const double* __restrict gr, double ov, double oa, double ovar, double osh, double ol,
-                                                 double* __restrict vl, double* __restrict mk, double* __restrict sq, double* __restrict ab,
-                                                 double* __restrict sg, double* __restrict ln, std::size_t n) {
-    for (std::size_t c = 0; c < n; ++c) {
-        const double ga = std::fabs(gr[c]);
-        vl[c] += ga * ga * ovar;
-        mk[c] += ga * osh;
-        const double t = ga * oa;
-        sq[c] += t * t;
-        ab[c] += t;
-        sg[c] += gr[c] * ov;
-        ln[c] += ga * ol;
     }
 }
 }  // namespace detail
@@ -286,6 +271,7 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
         // Per-key row arrays.
         std::vector<double> P(Sk), dP(Sk), dpabs(Sk), a(Sk), bb(Sk), c2(Sk), ap(Sk), bp(Sk), cp2(Sk), dS(Sk), dSa(Sk), f(Sk), eds(Sk);
         std::vector<double> aw(Sk), bw(Sk), apw(Sk), bpw(Sk);  // the same from the rounded W, b (shared by every row)
+        std::vector<double> edp(Sk);                            // dP_il's absolute underflow term
         std::vector<char> used(Sk);
         // Per key: Σ_c |K_lc| and Σ_c |V_lc| (for the projections' η through the logits and dP).
         double kabs_max = 0;
@@ -379,14 +365,16 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
                 double awbar = 0, awdS = 0, bwbar = 0, bwdS = 0, apwbar = 0, bpwbar = 0;
                 double eta_d = (sk_d + static_cast<double>(dv) + 4) * eta;
                 for (std::size_t l = 0; l < Sk; ++l)
-                    if (used[l]) eta_d += P[l] * ((static_cast<double>(dv) + 2) * eta + eta_do * vabs[l] + eta_v * doabs);
+                    if (used[l]) {
+                        edp[l] = (static_cast<double>(dv) + 2) * eta + eta_do * vabs[l] + eta_v * doabs;
+                        eta_d += P[l] * edp[l];
+                    }
                 for (std::size_t l = 0; l < Sk; ++l) {
                     if (!used[l]) continue;
                     dS[l] = P[l] * (dP[l] - D);
                     dSa[l] = std::fabs(dS[l]) + rho * P[l] * (dpabs[l] + dbar);
                     f[l] = 4 * u2 * s * s * dSa[l] * dSa[l];  // dS's three roundings and the dQ (dK) product
-                    const double eta_dp = (static_cast<double>(dv) + 2) * eta + eta_do * vabs[l] + eta_v * doabs;
-                    eds[l] = 3 * eta + P[l] * (eta_dp + eta_d) + eta_p * (dpabs[l] + dbar + dpsum);
+                    eds[l] = 3 * eta + P[l] * (edp[l] + eta_d) + eta_p * (dpabs[l] + dbar + dpsum);
                     const double c = std::sqrt(c2[l]), cp = std::sqrt(cp2[l]);
                     abar += P[l] * a[l], adS += dSa[l] * a[l], bbar += P[l] * bb[l], bdS += dSa[l] * bb[l];
                     cbar += P[l] * c, cdS += dSa[l] * c, apbar += P[l] * ap[l], bpbar += P[l] * bp[l], cpbar += P[l] * cp;
@@ -504,18 +492,37 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
     mha_gradient_bounds r;
     const double up2 = u2 + ui2;
     auto finish = [&](double var, double lin) { return (lambda * std::sqrt(2 * var) + lin) * (1 + 0x1p-20); };
+    // dW = xᵀ·dH (and, with `bias`, db = Σ_r dH): out (E, N) and bias (N); x exact (rounded when u_in > 0),
+    // g carrying the errors. Also dW_o = mergedᵀ·dOut, transposed: x = dOut, g = the head outputs.
+    auto weight_sums = [&](tensor_view<const double, 3> x, const detail::b18_merged& g, tensor<double, 2>& out, tensor<double, 1>* bias) {
+        const std::size_t E = x.extents[2], N = g.value.extents()[2], R = x.extents[0] * x.extents[1];
+        out = tensor<double, 2>({E, N}, 0.0);
+        if (bias) *bias = tensor<double, 1>({N}, 0.0);
+        std::vector<double> ga(R * N), ga_col(N, 0.0);
+        for (std::size_t n = 0; n < R * N; ++n) ga[n] = std::fabs(g.value[n]) + rho * g.mag[n], ga_col[n % N] += ga[n];
+        auto over_rows = [&](std::size_t e, double* o) {  // e = E: the bias (x = 1, not rounded)
+            thread_local std::vector<double> vl, mk, sq, ab, sg, ln;
+            vl.assign(N, 0.0), mk.assign(N, 0.0), sq.assign(N, 0.0), ab.assign(N, 0.0), sg.assign(N, 0.0), ln.assign(N, 0.0);
+            for (std::size_t rr = 0; rr < R; ++rr) {
+                const double xv = e < E ? x[rr * E + e] : 1.0;
+                detail::b18_dw_update(xv, &g.value[rr * N], &g.var[rr * N], &g.sh[rr * N], &g.lin[rr * N], &ga[rr * N], vl.data(), mk.data(),
+                                      sq.data(), ab.data(), sg.data(), ln.data(), N);
+            }
+            const double uprod = e < E ? up2 : u2, ein = e < E ? eta_in : 0.0;
+            for (std::size_t c = 0; c < N; ++c) {
+                const double Pn = (ab[c] + std::fabs(sg[c]) + rho * ab[c]) / 2;
+                o[c] = finish(vl[c] + mk[c] * mk[c] + uprod * sq[c] + u2 * (static_cast<double>(R) + 1) * Pn * Pn,
+                              ln[c] + (static_cast<double>(R) + 1) * eta + ein * ga_col[c]);
+            }
+        };
+        ::attnref::parallel_for(bias ? E + 1 : E, threads, [&](std::size_t e) { over_rows(e, e < E ? &out(e, 0) : &(*bias)[0]); });
+    };
     auto linear = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> w, const detail::b18_merged& g, std::size_t hd,
                       tensor<double, 3>& gx, tensor<double, 2>& gw, tensor<double, 1>& gb) {
         const std::size_t Bx = x.extents[0], S = x.extents[1], E = x.extents[2], N = w.extents[1], R = Bx * S;
         gx = tensor<double, 3>({Bx, S, E}, 0.0);
-        gw = tensor<double, 2>({E, N}, 0.0);
-        gb = tensor<double, 1>({N}, 0.0);
-        std::vector<double> ga(R * N), sdv(R * N), wt(N * E), wta(N * E), ga_col(N, 0.0);
-        for (std::size_t n = 0; n < R * N; ++n) {
-            ga[n] = std::fabs(g.value[n]) + rho * g.mag[n];
-            sdv[n] = std::sqrt(g.var[n]);
-            ga_col[n % N] += ga[n];
-        }
+        std::vector<double> ga(R * N), sdv(R * N), wt(N * E), wta(N * E);
+        for (std::size_t n = 0; n < R * N; ++n) ga[n] = std::fabs(g.value[n]) + rho * g.mag[n], sdv[n] = std::sqrt(g.var[n]);
         for (std::size_t e = 0; e < E; ++e)
             for (std::size_t c = 0; c < N; ++c) wt[c * E + e] = w(e, c), wta[c * E + e] = std::fabs(w(e, c));
         ::attnref::parallel_for(R, threads, [&](std::size_t rr) {
@@ -535,49 +542,20 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
                                         ln[e] + (static_cast<double>(N) + 1) * eta + eta_in * ga_row);
             }
         });
-        auto over_rows = [&](std::size_t e, double* out) {  // e = E: the bias (x = 1, not rounded)
-            thread_local std::vector<double> vl, mk, sq, ab, sg, ln;
-            vl.assign(N, 0.0), mk.assign(N, 0.0), sq.assign(N, 0.0), ab.assign(N, 0.0), sg.assign(N, 0.0), ln.assign(N, 0.0);
-            for (std::size_t rr = 0; rr < R; ++rr) {
-                const double xv = e < E ? x[rr * E + e] : 1.0;
-                detail::b18_dw_update(xv, &g.value[rr * N], &g.var[rr * N], &g.sh[rr * N], &g.lin[rr * N], &ga[rr * N], vl.data(), mk.data(),
-                                      sq.data(), ab.data(), sg.data(), ln.data(), N);
-            }
-            const double uprod = e < E ? up2 : u2, ein = e < E ? eta_in : 0.0;
-            for (std::size_t c = 0; c < N; ++c) {
-                const double Pn = (ab[c] + std::fabs(sg[c]) + rho * ab[c]) / 2;
-                out[c] = finish(vl[c] + mk[c] * mk[c] + uprod * sq[c] + u2 * (static_cast<double>(R) + 1) * Pn * Pn,
-                                ln[c] + (static_cast<double>(R) + 1) * eta + ein * ga_col[c]);
-            }
-        };
-        ::attnref::parallel_for(E + 1, threads, [&](std::size_t e) { over_rows(e, e < E ? &gw(e, 0) : &gb[0]); });
+        weight_sums(x, g, gw, &gb);
     };
     linear(x_q, p.w_q, detail::b18_merge(dQ), dk, r.grad_x_q, r.grad_w_q, r.grad_b_q);
     linear(x_k, p.w_k, detail::b18_merge(dK), dk, r.grad_x_k, r.grad_w_k, r.grad_b_k);
     linear(x_v, p.w_v, detail::b18_merge(dV), dv, r.grad_x_v, r.grad_w_v, r.grad_b_v);
     {
-        // dW_o = mergedᵀ·dOut (the head outputs' errors as the sum's inputs; dOut rounded), db_o = Σ_r dOut.
-        const detail::b18_merged m = detail::b18_merge(Oh);
+        // dW_o = mergedᵀ·dOut: weight_sums with dOut as the exact operand, transposed; db_o = Σ_r dOut (exact terms).
+        tensor<double, 2> wo_sums;
+        weight_sums(grad_output, detail::b18_merge(Oh), wo_sums, nullptr);
         const std::size_t R = B * Sq, Mo = H * dv;
         r.grad_w_o = tensor<double, 2>({Mo, Eo}, 0.0);
+        for (std::size_t n = 0; n < Eo; ++n)
+            for (std::size_t mm = 0; mm < Mo; ++mm) r.grad_w_o(mm, n) = wo_sums(n, mm);
         r.grad_b_o = tensor<double, 1>({Eo}, 0.0);
-        ::attnref::parallel_for(Mo, threads, [&](std::size_t mm) {
-            thread_local std::vector<double> vl, mk, sq, ab, sg, ln;
-            vl.assign(Eo, 0.0), mk.assign(Eo, 0.0), sq.assign(Eo, 0.0), ab.assign(Eo, 0.0), sg.assign(Eo, 0.0), ln.assign(Eo, 0.0);
-            double oa_sum = 0;
-            for (std::size_t rr = 0; rr < R; ++rr) {
-                const std::size_t at = rr * Mo + mm;
-                const double ov = m.value[at], oa = std::fabs(ov) + rho * m.mag[at], ovar = m.var[at], osh = m.sh[at], ol = m.lin[at];
-                oa_sum += oa;
-                detail::b18_dwo_update(&grad_output[rr * Eo], ov, oa, ovar, osh, ol, vl.data(), mk.data(), sq.data(), ab.data(), sg.data(),
-                                       ln.data(), Eo);
-            }
-            for (std::size_t n = 0; n < Eo; ++n) {
-                const double Pn = (ab[n] + std::fabs(sg[n]) + rho * ab[n]) / 2;
-                r.grad_w_o(mm, n) = finish(vl[n] + mk[n] * mk[n] + up2 * sq[n] + u2 * (static_cast<double>(R) + 1) * Pn * Pn,
-                                           ln[n] + (static_cast<double>(R) + 1) * eta + eta_in * oa_sum);
-            }
-        });
         for (std::size_t n = 0; n < Eo; ++n) {
             double ab = 0, sg = 0, sq = 0;
             for (std::size_t rr = 0; rr < R; ++rr) {
@@ -591,5 +569,7 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
     }
     return r;
 }
+
+#undef ATTNREF_B18_VECTORISE
 
 }  // namespace attnref
