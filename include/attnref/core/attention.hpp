@@ -357,17 +357,20 @@ constexpr tensor<logits_type_t<Policy>, 4> attention_logits(tensor_view<const Q,
     validate_masks(options.mask, d.batch, d.heads, d.query_length, d.key_length);
     const std::size_t group = d.heads / d.kv_heads, sq = d.query_length, sk = d.key_length, dk = d.head_dim_qk;
     tensor<A, 4> result({d.batch, d.heads, sq, sk}, A(0));
-    for (std::size_t b = 0; b < d.batch; ++b)
-        for (std::size_t h = 0; h < d.heads; ++h) {
-            const logit_stage::logits_context<A> ctx = logit_stage::make_logits_context<A>(options, d, h);
-            std::vector<A> qh(sq * dk, A(0)), kh(sk * dk, A(0)), logits(sk, A(0));
-            std::vector<std::uint8_t> allowed(sk, 0);
-            logit_stage::convert_head_inputs(options, ctx.scale, q, k, b, h, h / group, qh, kh);
-            for (std::size_t i = 0; i < sq; ++i) {
-                logit_stage::logits_row<A>(ctx, b, h, i, std::span<const A>(qh).subspan(i * dk, dk), kh, logits, allowed);
-                for (std::size_t j = 0; j < sk; ++j) result(b, h, i, j) = allowed[j] ? logits[j] : -infinity<A>();
-            }
+    // Heads (b, h) on options.threads, as scaled_dot_product_attention_into runs them: each head's
+    // rows computed alone and written to its own slice, so no value depends on the split.
+    auto run_head = [&](std::size_t task) {
+        const std::size_t b = task / d.heads, h = task % d.heads;
+        const logit_stage::logits_context<A> ctx = logit_stage::make_logits_context<A>(options, d, h);
+        std::vector<A> qh(sq * dk, A(0)), kh(sk * dk, A(0)), logits(sk, A(0));
+        std::vector<std::uint8_t> allowed(sk, 0);
+        logit_stage::convert_head_inputs(options, ctx.scale, q, k, b, h, h / group, qh, kh);
+        for (std::size_t i = 0; i < sq; ++i) {
+            logit_stage::logits_row<A>(ctx, b, h, i, std::span<const A>(qh).subspan(i * dk, dk), kh, logits, allowed);
+            for (std::size_t j = 0; j < sk; ++j) result(b, h, i, j) = allowed[j] ? logits[j] : -infinity<A>();
         }
+    };
+    parallel_for(d.batch * d.heads, options.threads, run_head, [] { thread_cleanup<A>::run(); });
     return result;
 }
 

@@ -28,6 +28,7 @@
 
 #include "attnref/core/attention.hpp"
 #include "attnref/core/multi_head_attention.hpp"
+#include "attnref/core/parallel.hpp"
 #include "attnref/io/npy.hpp"
 #include "attnref/core/precision.hpp"
 #include "attnref/core/problem.hpp"
@@ -364,7 +365,7 @@ struct loaded_case {
     std::vector<double> reference(const tensor_entry& t) const {
         require_regular_file(dir / t.file, "golden tensor", dir);
         try {
-            return npy::to_double(npy::read(dir / t.file, npy::expectation{{t.dtype}, t.shape}));
+            return npy::read_double(dir / t.file, npy::expectation{{t.dtype}, t.shape});
         } catch (const npy::error& e) {
             throw data_error(e.what());
         }
@@ -375,6 +376,39 @@ struct loaded_case {
 ATTNREF_GOLDEN_FN loaded_case load_case(const std::filesystem::path& dir);
 
 #if ATTNREF_GOLDEN_BODIES
+namespace detail {
+/// One manifest tensor's file (tensors[i]): a regular file inside the case, no larger than its dtype
+/// and shape allow, with the manifest's sha256 and a header of its dtype and shape; data_error otherwise.
+inline void check_tensor_file(const tensor_entry& t, std::size_t i, const std::filesystem::path& dir, const std::string& manifest_file) {
+    const std::string field = "tensors[" + std::to_string(i) + "]";
+    const std::filesystem::path p = dir / t.file;
+    // Regular file inside the case, no larger than its dtype and shape allow (plus the largest
+    // header): checked before hashing, so neither /dev/zero nor a FIFO nor a 20 GB file is read.
+    const std::uintmax_t size = require_regular_file(p, manifest_file + " field '" + field + ".file'", dir);
+    std::uint64_t limit = t.dtype == "|b1" ? 1 : t.dtype == "<f8" ? 8 : t.dtype == "<f4" ? 4 : 2;
+    for (std::size_t e : t.shape) limit = checked_mul(limit, e).value_or(UINT64_MAX);
+    limit = checked_add(limit, 12 + npy::detail::max_header_length).value_or(UINT64_MAX);
+    if (size > limit)
+        throw data_error(p.string() + ": file: " + std::to_string(size) + " bytes, more than the " + std::to_string(limit) +
+                         " that " + manifest_file + " field '" + field + ".shape' and '.dtype' allow");
+    std::string digest;
+    try {
+        digest = sha256_file(p);
+    } catch (const std::exception&) {
+        throw data_error(p.string() + ": cannot read the file listed in " + manifest_file + " field '" + field + ".file'");
+    }
+    if (digest != t.sha256)
+        throw data_error(p.string() + ": sha256 " + digest + " does not match " + manifest_file + " field '" + field + ".sha256'");
+    // Every tensor's header must be the manifest's dtype and shape (checked against the case by
+    // parse_manifest) now, not only when a later step happens to read it.
+    try {
+        (void)npy::read_header(p, npy::expectation{{t.dtype}, t.shape});
+    } catch (const npy::error& e) {
+        throw data_error(e.what());
+    }
+}
+}  // namespace detail
+
 ATTNREF_GOLDEN_FN loaded_case load_case(const std::filesystem::path& dir) {
     loaded_case lc;
     lc.dir = dir;
@@ -384,35 +418,27 @@ ATTNREF_GOLDEN_FN loaded_case load_case(const std::filesystem::path& dir) {
     lc.m = parse_manifest(read_file_capped(manifest_file, max_json_bytes, dir), manifest_file);
     const case_spec& s = lc.m.spec;
     check_case_memory(s, manifest_file);
-    for (std::size_t i = 0; i < lc.m.tensors.size(); ++i) {
-        const tensor_entry& t = lc.m.tensors[i];
-        const std::string field = "tensors[" + std::to_string(i) + "]";
-        const std::filesystem::path p = dir / t.file;
-        // Regular file inside the case, no larger than its dtype and shape allow (plus the largest
-        // header): checked before hashing, so neither /dev/zero nor a FIFO nor a 20 GB file is read.
-        const std::uintmax_t size = require_regular_file(p, manifest_file + " field '" + field + ".file'", dir);
-        std::uint64_t limit = t.dtype == "|b1" ? 1 : t.dtype == "<f8" ? 8 : t.dtype == "<f4" ? 4 : 2;
-        for (std::size_t e : t.shape) limit = checked_mul(limit, e).value_or(UINT64_MAX);
-        limit = checked_add(limit, 12 + npy::detail::max_header_length).value_or(UINT64_MAX);
-        if (size > limit)
-            throw data_error(p.string() + ": file: " + std::to_string(size) + " bytes, more than the " + std::to_string(limit) +
-                             " that " + manifest_file + " field '" + field + ".shape' and '.dtype' allow");
-        std::string digest;
-        try {
-            digest = sha256_file(p);
-        } catch (const std::exception&) {
-            throw data_error(p.string() + ": cannot read the file listed in " + manifest_file + " field '" + field + ".file'");
-        }
-        if (digest != t.sha256)
-            throw data_error(p.string() + ": sha256 " + digest + " does not match " + manifest_file + " field '" + field + ".sha256'");
-        // Every tensor's header must be the manifest's dtype and shape (checked against the case by
-        // parse_manifest) now, not only when a later step happens to read it.
-        try {
-            (void)npy::read_header(p, npy::expectation{{t.dtype}, t.shape});
-        } catch (const npy::error& e) {
-            throw data_error(e.what());
-        }
+    // Every file checked (size, sha256, header) on the threads, the largest first (hashing is most of
+    // a large case's loading); each check records its own error, and the first in the manifest's
+    // order is thrown, as a loop in that order would.
+    std::vector<std::string> errors(lc.m.tensors.size());
+    std::vector<std::size_t> order(lc.m.tensors.size());
+    std::vector<std::uint64_t> elements(lc.m.tensors.size(), 1);
+    for (std::size_t i = 0; i < order.size(); ++i) {
+        order[i] = i;
+        for (std::size_t e : lc.m.tensors[i].shape) elements[i] = checked_mul(elements[i], e).value_or(UINT64_MAX);
     }
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return elements[a] > elements[b]; });
+    parallel_for_dynamic(order.size(), 0, [&](std::size_t n) {
+        const std::size_t i = order[n];
+        try {
+            detail::check_tensor_file(lc.m.tensors[i], i, dir, manifest_file);
+        } catch (const data_error& e) {
+            errors[i] = e.what();
+        }
+    });
+    for (const std::string& e : errors)
+        if (!e.empty()) throw data_error(e);
     for (const input_tensor_layout& layout : input_layout(s)) {
         const std::string role(generator::role_name(layout.role));
         const tensor_entry* entry = nullptr;

@@ -79,6 +79,7 @@ namespace attnref::npy {
 /// - then exactly the promised data block is allocated and read, and the file must end there (a
 ///   file that grows while being read is an error, not a larger allocation).
 inline array read(const std::filesystem::path& path, const expectation& want = {});
+inline std::vector<double> to_double(const array& a);
 
 /// What read() checks before reading the data block (regular file, header, size, `want`), without
 /// reading it: the returned array has its descr and shape and no data.
@@ -109,40 +110,72 @@ inline array read_header(const std::filesystem::path& path, const expectation& w
     return a;
 }
 
-inline array read(const std::filesystem::path& path, const expectation& want) {
+namespace detail {
+/// read()'s steps — a regular file, its header against `want`, exactly the header's data bytes,
+/// nothing after them — with the data read into sink(h), which returns where h.data_bytes bytes go.
+template <class Sink>
+header_info read_file(const std::filesystem::path& path, const expectation& want, Sink&& sink) {
     namespace fs = std::filesystem;
     const std::string source = path.string();
     std::error_code ec;
     const fs::file_status status = fs::status(path, ec);
-    if (ec || !fs::exists(status)) detail::fail(source, "file", "cannot open for reading");
-    if (fs::is_directory(status)) detail::fail(source, "file", "is a directory");
-    if (!fs::is_regular_file(status))
-        detail::fail(source, "file", "not a regular file (a FIFO, socket or device is refused)");
+    if (ec || !fs::exists(status)) fail(source, "file", "cannot open for reading");
+    if (fs::is_directory(status)) fail(source, "file", "is a directory");
+    if (!fs::is_regular_file(status)) fail(source, "file", "not a regular file (a FIFO, socket or device is refused)");
     const std::uintmax_t file_size = fs::file_size(path, ec);
-    if (ec) detail::fail(source, "file", "cannot read its size: " + ec.message());
+    if (ec) fail(source, "file", "cannot read its size: " + ec.message());
     std::ifstream in(path, std::ios::binary);
-    if (!in) detail::fail(source, "file", "cannot open for reading");
-    const std::size_t prefix_size =
-        static_cast<std::size_t>(std::min<std::uintmax_t>(file_size, 12 + detail::max_header_length));
+    if (!in) fail(source, "file", "cannot open for reading");
+    const std::size_t prefix_size = static_cast<std::size_t>(std::min<std::uintmax_t>(file_size, 12 + max_header_length));
     std::vector<std::byte> prefix(prefix_size);
     in.read(reinterpret_cast<char*>(prefix.data()), static_cast<std::streamsize>(prefix_size));
-    if (static_cast<std::size_t>(in.gcount()) != prefix_size)
-        detail::fail(source, "file", "read error (the file shrank while being read)");
-    detail::header_info h = detail::parse_header(prefix, file_size, source);
-    detail::check_expectation(h, want, source);
-    h.meta.data.resize(h.data_bytes);
+    if (static_cast<std::size_t>(in.gcount()) != prefix_size) fail(source, "file", "read error (the file shrank while being read)");
+    header_info h = parse_header(prefix, file_size, source);
+    check_expectation(h, want, source);
+    std::byte* out = sink(h);
     const std::size_t in_prefix = std::min(prefix_size - std::min(prefix_size, h.data_offset), h.data_bytes);
-    if (in_prefix) std::copy_n(prefix.begin() + static_cast<std::ptrdiff_t>(h.data_offset), in_prefix, h.meta.data.begin());
+    if (in_prefix) std::copy_n(prefix.begin() + static_cast<std::ptrdiff_t>(h.data_offset), in_prefix, out);
     const std::size_t rest = h.data_bytes - in_prefix;
     if (rest) {
-        in.read(reinterpret_cast<char*>(h.meta.data.data() + in_prefix), static_cast<std::streamsize>(rest));
-        if (static_cast<std::size_t>(in.gcount()) != rest)
-            detail::fail(source, "file", "read error (the file shrank while being read)");
+        in.read(reinterpret_cast<char*>(out + in_prefix), static_cast<std::streamsize>(rest));
+        if (static_cast<std::size_t>(in.gcount()) != rest) fail(source, "file", "read error (the file shrank while being read)");
     }
-    if (in.peek() != std::char_traits<char>::eof())
-        detail::fail(source, "data", "trailing bytes after the data (the file grew while being read)");
-    if (h.meta.descr == "|b1") detail::check_bool_bytes(h.meta.data, source);
+    if (in.peek() != std::char_traits<char>::eof()) fail(source, "data", "trailing bytes after the data (the file grew while being read)");
+    return h;
+}
+}  // namespace detail
+
+inline array read(const std::filesystem::path& path, const expectation& want) {
+    detail::header_info h = detail::read_file(path, want, [](detail::header_info& hi) {
+        hi.meta.data.resize(hi.data_bytes);
+        return hi.meta.data.data();
+    });
+    if (h.meta.descr == "|b1") detail::check_bool_bytes(h.meta.data, path.string());
     return std::move(h.meta);
+}
+
+/// read() then to_double(), with the same checks; a little-endian float64 file ('<f8' on a
+/// little-endian machine) is read straight into the doubles, without the byte copy in between
+/// (a golden weights tensor at LLM size is 537 MB).
+inline std::vector<double> read_double(const std::filesystem::path& path, const expectation& want = {}) {
+    if constexpr (std::endian::native == std::endian::little) {
+        std::vector<double> out;
+        bool direct = false;
+        detail::header_info h = detail::read_file(path, want, [&](detail::header_info& hi) {
+            direct = hi.meta.descr == "<f8" && hi.data_bytes % sizeof(double) == 0;
+            if (!direct) {
+                hi.meta.data.resize(hi.data_bytes);
+                return hi.meta.data.data();
+            }
+            out.resize(hi.data_bytes / sizeof(double));
+            return reinterpret_cast<std::byte*>(out.data());
+        });
+        if (direct) return out;
+        if (h.meta.descr == "|b1") detail::check_bool_bytes(h.meta.data, path.string());
+        return to_double(h.meta);
+    } else {
+        return to_double(read(path, want));
+    }
 }
 
 
