@@ -499,7 +499,7 @@ inline sdpa_gradient_bounds sdpa_gradient_first_order_bounds(tensor_view<const d
                 }
         }
     };
-    ::attnref::parallel_for(d.batch * d.kv_heads, options.threads, group_task);
+    ::attnref::parallel_for_dynamic(d.batch * d.kv_heads, options.threads, group_task);
     // (B14): each element's sum of products (η_a per product, before or after the scale) and its storage
     {
         const double sk = static_cast<double>(d.key_length), rows = static_cast<double>(group * d.query_length);
@@ -614,7 +614,7 @@ inline perturbed_head_bounds perturbed_sdpa_bounds(tensor_view<const double, 4> 
                 }
         }
     };
-    ::attnref::parallel_for(d.batch * d.kv_heads, ao.threads, group_task);
+    ::attnref::parallel_for_dynamic(d.batch * d.kv_heads, ao.threads, group_task);
     if (textbook_bound_applies(declared, ao))  // (B5t) with the inputs' errors, in place of (B10)'s dQ
         a_dq = textbook_grad_query_bounds(Q.value, K.value, V.value, dO.value, Q.error, K.error, V.error, dO.error, weights, lse, ao, u, us,
                                           u_weights, u_intermediates, final_storage_by_value);
@@ -927,7 +927,7 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
         projected r{tensor<double, 4>({B, heads, S, hd}, 0.0), tensor<double, 4>({B, heads, S, hd}, 0.0)};
         std::vector<double> w_abs(E * N);
         for (std::size_t n = 0; n < E * N; ++n) w_abs[n] = std::fabs(w.data[n]);
-        ::attnref::parallel_for(B * S, threads, [&](std::size_t row) {
+        ::attnref::parallel_for_dynamic(B * S, threads, [&](std::size_t row) {
             const std::size_t b = row / S, i = row % S;
             thread_local std::vector<double> v, m, in;
             v.assign(N, 0.0), m.assign(N, 0.0), in.assign(N, 0.0);
@@ -1059,11 +1059,11 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
         for (std::size_t rr = 0; rr < R; ++rr)
             for (std::size_t c = 0; c < N; ++c) gb[c] += to_w[rr * N + c];
         // dX row r: over c ascending; dW row e: over r ascending.
-        ::attnref::parallel_for(R, threads, [&](std::size_t rr) {
+        ::attnref::parallel_for_dynamic(R, threads, [&](std::size_t rr) {
             for (std::size_t c = 0; c < N; ++c)
                 detail::scaled_abs_row(&gx[rr * E], w_abs_t.data() + c * E, to_x[rr * N + c], under[rr * N + c], E);
         });
-        ::attnref::parallel_for(E, threads, [&](std::size_t e) {
+        ::attnref::parallel_for_dynamic(E, threads, [&](std::size_t e) {
             for (std::size_t rr = 0; rr < R; ++rr)
                 detail::scale_row_add(&gw(e, 0), to_w.data() + rr * N, under.data() + rr * N, std::fabs(x[rr * E + e]), N);
         });
@@ -1084,7 +1084,7 @@ inline mha_gradient_bounds mha_gradient_first_order_bounds(tensor_view<const dou
                 r.grad_b_o[n] += rel_r * g + (g != 0 ? eta_in : 0.0);
             }
         // dW_o row m: over r ascending, (A_o + rel·M_o)·|dOut| + η_in·(M_o + |dOut|) per term.
-        ::attnref::parallel_for(Mo, threads, [&](std::size_t m) {
+        ::attnref::parallel_for_dynamic(Mo, threads, [&](std::size_t m) {
             for (std::size_t rr = 0; rr < R; ++rr)
                 detail::output_weight_row(&r.grad_w_o(m, 0), g_abs.data() + rr * Eo, A_o[rr * Mo + m] + rel_r * M_o[rr * Mo + m],
                                           M_o[rr * Mo + m], eta_in, Eo);

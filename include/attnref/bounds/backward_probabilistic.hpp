@@ -224,7 +224,7 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
         projected r{tensor<double, 4>({Bx, heads, S, hd}, 0.0), tensor<double, 4>({Bx, heads, S, hd}, 0.0),
                     tensor<double, 4>({Bx, heads, S, hd}, 0.0), tensor<double, 4>({Bx, heads, S, hd}, 0.0)};
         std::vector<double> eta_row(Bx * S, 0.0);
-        ::attnref::parallel_for(Bx * S, threads, [&](std::size_t row) {
+        ::attnref::parallel_for_dynamic(Bx * S, threads, [&](std::size_t row) {
             const std::size_t b = row / S, i = row % S;
             thread_local std::vector<double> v, m, q, in;
             v.assign(N, 0.0), m.assign(N, 0.0), q.assign(N, 0.0), in.assign(N, 0.0);
@@ -480,7 +480,7 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
             }
         }
     };
-    ::attnref::parallel_for(B * Hkv, threads, group_task);
+    ::attnref::parallel_for_dynamic(B * Hkv, threads, group_task);
 
     // The projections' backward: dX = dH·Wᵀ (N terms), dW = xᵀ·dH and db = Σ_r dH (R terms). In dX the
     // row-local parts of different heads have distinct sources (each head its own projection columns,
@@ -515,7 +515,7 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
                               ln[c] + (static_cast<double>(R) + 1) * eta + ein * ga_col[c]);
             }
         };
-        ::attnref::parallel_for(bias ? E + 1 : E, threads, [&](std::size_t e) { over_rows(e, e < E ? &out(e, 0) : &(*bias)[0]); });
+        ::attnref::parallel_for_dynamic(bias ? E + 1 : E, threads, [&](std::size_t e) { over_rows(e, e < E ? &out(e, 0) : &(*bias)[0]); });
     };
     auto linear = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> w, const detail::b18_merged& g, std::size_t hd,
                       tensor<double, 3>& gx, tensor<double, 2>& gw, tensor<double, 1>& gb) {
@@ -525,7 +525,7 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
         for (std::size_t n = 0; n < R * N; ++n) ga[n] = std::fabs(g.value[n]) + rho * g.mag[n], sdv[n] = std::sqrt(g.var[n]);
         for (std::size_t e = 0; e < E; ++e)
             for (std::size_t c = 0; c < N; ++c) wt[c * E + e] = w(e, c), wta[c * E + e] = std::fabs(w(e, c));
-        ::attnref::parallel_for(R, threads, [&](std::size_t rr) {
+        ::attnref::parallel_for_dynamic(R, threads, [&](std::size_t rr) {
             thread_local std::vector<double> mh, vh, ms, sq, ab, sg, ln;
             mh.assign(E, 0.0), vh.assign(E, 0.0), ms.assign(E, 0.0), sq.assign(E, 0.0), ab.assign(E, 0.0), sg.assign(E, 0.0), ln.assign(E, 0.0);
             double ga_row = 0;

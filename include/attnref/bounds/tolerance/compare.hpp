@@ -147,7 +147,7 @@ comparison compare_in(std::span<const double> a, std::span<const double> e, Boun
     const std::size_t size = a.size();
     const std::size_t chunks = (size + compare_chunk_elements - 1) / compare_chunk_elements;
     std::vector<compare_partial> parts(chunks);
-    ::attnref::parallel_for(chunks, chunks < 2 ? 1 : threads, [&](std::size_t k) {
+    ::attnref::parallel_for_dynamic(chunks, chunks < 2 ? 1 : threads, [&](std::size_t k) {
         const std::size_t begin = k * compare_chunk_elements;
         parts[k] = compare_chunk<F>(a, e, begin, std::min(size, begin + compare_chunk_elements), bound_at, ulp_limit);
     });
@@ -206,7 +206,7 @@ std::vector<double> element_bounds(const Scales& s, candidate_format f, std::siz
     const double u = unit_roundoff(f), ua = accumulate_roundoff(f);
     std::vector<double> b(s.size());
     const std::size_t chunks = (b.size() + detail::compare_chunk_elements - 1) / detail::compare_chunk_elements;
-    ::attnref::parallel_for(chunks, threads, [&](std::size_t k) {
+    ::attnref::parallel_for_dynamic(chunks, threads, [&](std::size_t k) {
         const std::size_t end = std::min(b.size(), (k + 1) * detail::compare_chunk_elements);
         for (std::size_t n = k * detail::compare_chunk_elements; n < end; ++n) b[n] = s.bound(n, u, ua);
     });

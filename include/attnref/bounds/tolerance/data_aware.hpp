@@ -232,7 +232,7 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
     // still takes its keys in order in each pass, so no value depends on the blocking or the split.
     constexpr std::size_t block = 8, key_tile = 32 * simd::lanes;
     const std::size_t rows = batch * heads * sq;
-    ::attnref::parallel_for((rows + block - 1) / block, threads, [&](std::size_t task) {
+    ::attnref::parallel_for_dynamic((rows + block - 1) / block, threads, [&](std::size_t task) {
     const std::size_t r0 = task * block, nr = std::min(block, rows - r0);
     std::vector<double> sigma_all(nr * dv, 0.0), k2_all(nr * dk, 0.0), d2_all(nr * dv, 0.0), acc_all(nr * 6 * dv, 0.0), m_all(nr);
     std::vector<two_part> eps_var_all(nr);
@@ -412,7 +412,7 @@ inline void projection_terms(tensor_view<const double, 3> x, tensor_view<const d
     // Every row is summed over e in order, whatever the split (kernels::projection_products).
     constexpr std::size_t block = 4;
     const std::size_t rows = batch * len;
-    ::attnref::parallel_for((rows + block - 1) / block, threads, [&](std::size_t task) {
+    ::attnref::parallel_for_dynamic((rows + block - 1) / block, threads, [&](std::size_t task) {
         const std::size_t r0 = task * block, nr = std::min(block, rows - r0);
         std::vector<double> acc(4 * block * out, 0.0);  // per row: sum, sq, pos, neg
         for (std::size_t e = 0; e < in; ++e) {
@@ -501,7 +501,7 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
     }
     // Output rows (b, i) on the threads, each computed alone in the same order whatever the split;
     // a row's terms are summed in row-local arrays (the two_part halves apart) and stored at its end.
-    ::attnref::parallel_for(d.batch * sq, o.attention.threads, [&](std::size_t out_index) {
+    ::attnref::parallel_for_dynamic(d.batch * sq, o.attention.threads, [&](std::size_t out_index) {
             const std::size_t b = out_index / sq, i = out_index % sq;
             std::vector<two_part> head_cpl(H);
             std::vector<double> y(eo), y2(eo), ypos(eo), yneg(eo), cpl_a(eo), cpl_s(eo), ind_a(eo), ind_s(eo), lin_a(eo), lin_s(eo), sig(eo);

@@ -130,7 +130,7 @@ inline void head_scales(tensor_view<const double, 4> q_abs, tensor_view<const do
     // value depends on the blocking or the thread count.
     constexpr std::size_t row_block = 16, key_tile = 32 * simd::lanes;
     const std::size_t rows = batch * heads * sq;
-    ::attnref::parallel_for((rows + row_block - 1) / row_block, threads, [&](std::size_t task) {
+    ::attnref::parallel_for_dynamic((rows + row_block - 1) / row_block, threads, [&](std::size_t task) {
         const std::size_t r0 = task * row_block, nr = std::min(row_block, rows - r0);
         std::vector<double> le_acc(underflow ? nr * sk : 0), le_store(underflow ? nr * sk : 0);
         kernels::worst_key_dots dots;
@@ -309,7 +309,7 @@ inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q,
     for (std::size_t n = 0; n < wo_abs.size(); ++n) wo_abs[n] = detail::abs_d(w.w_o.data[n]);
     constexpr std::size_t block = 8;
     const std::size_t rows = d.batch * sq;
-    ::attnref::parallel_for((rows + block - 1) / block, o.attention.threads, [&](std::size_t task) {
+    ::attnref::parallel_for_dynamic((rows + block - 1) / block, o.attention.threads, [&](std::size_t task) {
         const std::size_t r0 = task * block, nr = std::min(block, rows - r0);
         std::vector<double> acc(5 * nr * eo);  // per row: underflow acc, store, weights, t0, t1
         for (std::size_t k = 0; k < nr; ++k) {

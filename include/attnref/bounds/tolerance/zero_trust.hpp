@@ -98,7 +98,7 @@ inline std::optional<std::string_view> untrustworthy(std::span<const double> a, 
     const std::size_t rows_per_chunk = std::max<std::size_t>(1, detail::compare_chunk_elements / row);
     const std::size_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
     std::vector<part> parts(chunks);
-    ::attnref::parallel_for(chunks, chunks < 2 ? 1 : threads, [&](std::size_t k) {
+    ::attnref::parallel_for_dynamic(chunks, chunks < 2 ? 1 : threads, [&](std::size_t k) {
         part& p = parts[k];
         for (std::size_t r = k * rows_per_chunk; r < std::min(rows, (k + 1) * rows_per_chunk); ++r) {
             if (r < first || (r > first && structural(r))) continue;
