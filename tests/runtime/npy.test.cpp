@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <bit>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -169,6 +171,21 @@ BOOST_AUTO_TEST_CASE(every_descr_and_shape_in_memory_and_on_disk) {
                 npy::write(path, original);
                 BOOST_TEST(same(npy::read(path), original));
                 BOOST_TEST((listing(dir) == std::vector<std::string>{"a.npy"}));
+                // read_double (straight into doubles for '<f8', read + to_double otherwise): the same
+                // bits as to_double of the original, or the same refusal.
+                std::optional<std::vector<double>> want;
+                try {
+                    want = npy::to_double(original);
+                } catch (const npy::error&) {
+                }
+                if (want) {
+                    const std::vector<double> got = npy::read_double(path);
+                    BOOST_TEST_REQUIRE(got.size() == want->size());
+                    for (std::size_t n = 0; n < got.size(); ++n)
+                        BOOST_TEST(std::bit_cast<std::uint64_t>(got[n]) == std::bit_cast<std::uint64_t>((*want)[n]));
+                } else {
+                    BOOST_CHECK_THROW(npy::read_double(path), npy::error);
+                }
             }
         }
     }

@@ -36,6 +36,7 @@
 
 #include "attnref/bounds/backward_bounds.hpp"
 #include "attnref/bounds/error_bounds.hpp"
+#include "attnref/bounds/tolerance/parallel_bounds.hpp"
 #include "attnref/core/mask.hpp"
 #include "attnref/core/multi_head_attention.hpp"
 #include "attnref/core/parallel.hpp"
@@ -268,11 +269,6 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
             kshv(Sk * dk, 0.0), kshl(Sk * dk, 0.0), klin(Sk * dk, 0.0);
         std::vector<double> vval(Sk * dv, 0.0), vmag(Sk * dv, 0.0), vvar(Sk * dv, 0.0), vKs(Sk * dv, 0.0), vshv(Sk * dv, 0.0),
             vshl(Sk * dv, 0.0), vlin(Sk * dv, 0.0);
-        // Per-key row arrays.
-        std::vector<double> P(Sk), dP(Sk), dpabs(Sk), a(Sk), bb(Sk), c2(Sk), ap(Sk), bp(Sk), cp2(Sk), dS(Sk), dSa(Sk), f(Sk), eds(Sk);
-        std::vector<double> aw(Sk), bw(Sk), apw(Sk), bpw(Sk);  // the same from the rounded W, b (shared by every row)
-        std::vector<double> edp(Sk);                            // dP_il's absolute underflow term
-        std::vector<char> used(Sk);
         // Per key: Σ_c |K_lc| and Σ_c |V_lc| (for the projections' η through the logits and dP).
         double kabs_max = 0;
         std::vector<double> vabs(Sk, 0.0);
@@ -283,179 +279,287 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
             kabs_max = std::max(kabs_max, ka);
             vabs[l] = va;
         }
-        std::vector<double> qa(dk), dOa(dv), kbar(dk), kbar_abs(dk), sdq(dk), sddo(dv), sdqw(dk), sddow(dv);
-        std::vector<double> kba(dk), dqv(dk), dqm(dk), dqa(dk), ov(dv), om(dv), oa(dv);
-        std::vector<double> qstd(dk), qstdo(dk), qvar(dk), qshv(dk), qshl(dk), qlin(dk), ostd(dv), ovar(dv), oshv(dv), oshl(dv), olin(dv);
+        // K's and V's value, magnitude |value| + ρ·mag, sd and sdw transposed to (feature, key), for
+        // phase A's per-key sums a pack of keys at a time (kernels::gradient_key_block).
+        constexpr std::size_t lanes = tolerance::simd::lanes;
+        const std::size_t skT = tolerance::simd::transposed_stride(Sk);
+        std::vector<double> kvT(dk * skT, 0.0), kaT(dk * skT, 0.0), ksT(dk * skT, 0.0), kswT(dk * skT, 0.0);
+        std::vector<double> vvT(dv * skT, 0.0), vaT(dv * skT, 0.0), vsT(dv * skT, 0.0), vswT(dv * skT, 0.0);
+        for (std::size_t l = 0; l < Sk; ++l) {
+            for (std::size_t c = 0; c < dk; ++c) {
+                const double kv = K.value(b, hk, l, c);
+                kvT[c * skT + l] = kv, kaT[c * skT + l] = std::fabs(kv) + rho * K.mag(b, hk, l, c);
+                ksT[c * skT + l] = K.sd(b, hk, l, c), kswT[c * skT + l] = K.sdw(b, hk, l, c);
+            }
+            for (std::size_t c = 0; c < dv; ++c) {
+                const double vv = V.value(b, hk, l, c);
+                vvT[c * skT + l] = vv, vaT[c * skT + l] = std::fabs(vv) + rho * V.mag(b, hk, l, c);
+                vsT[c * skT + l] = V.sd(b, hk, l, c), vswT[c * skT + l] = V.sdw(b, hk, l, c);
+            }
+        }
+        // Rows (h, i) in blocks of row_block: each row's per-key terms first (phase A and the sums over
+        // keys), then the block's rows go through the keys together, so that a key's rows of K, V and of
+        // the group's dK, dV accumulators are read once per block instead of once per row (the
+        // accumulators are B·Sk·(dk + dv) doubles each, far beyond the caches at LLM size). Every sum
+        // keeps its order: a row's over keys l ascending, a key's over rows (h, i) ascending.
+        constexpr std::size_t row_block = 4;
+        struct row_state {
+            std::vector<double> P, dP, dpabs, a, bb, c2, ap, bp, cp2, dS, dSa, f, eds, aw, bw, apw, bpw, edp;
+            std::vector<char> used;
+            std::vector<double> qa, dOa, kbar, kbar_abs, sdq, sddo, sdqw, sddow, kba, dqv, dqm, dqa, ov, om, oa;
+            std::vector<double> qstd, qstdo, qvar, qshv, qshl, qlin, ostd, ovar, oshv, oshl, olin;
+            double L = 0, lse_abs = 0, qabs = 0, doabs = 0, D = 0, dbar = 0, dpsum = 0;
+            double Da = 0, sig_d = 0, tau = 0, eta_p = 0, abar = 0, adS = 0, bbar = 0, bdS = 0, cbar = 0, cdS = 0;
+            double apbar = 0, bpbar = 0, cpbar = 0, sumdS = 0, awbar = 0, awdS = 0, bwbar = 0, bwdS = 0, apwbar = 0, bpwbar = 0;
+        };
+        std::vector<row_state> rows(row_block);
+        for (row_state& st : rows) {
+            for (std::vector<double>* v : {&st.P, &st.dP, &st.dpabs, &st.a, &st.bb, &st.c2, &st.ap, &st.bp, &st.cp2, &st.dS, &st.dSa, &st.f,
+                                           &st.eds, &st.aw, &st.bw, &st.apw, &st.bpw, &st.edp})
+                v->resize(Sk);
+            st.used.resize(Sk);
+            for (std::vector<double>* v : {&st.qa, &st.kbar, &st.kbar_abs, &st.sdq, &st.sdqw, &st.kba, &st.dqv, &st.dqm, &st.dqa, &st.qstd,
+                                           &st.qstdo, &st.qvar, &st.qshv, &st.qshl, &st.qlin})
+                v->resize(dk);
+            for (std::vector<double>* v : {&st.dOa, &st.sddo, &st.sddow, &st.ov, &st.om, &st.oa, &st.ostd, &st.ovar, &st.oshv, &st.oshl, &st.olin})
+                v->resize(dv);
+        }
         for (std::size_t h = hk * G; h < (hk + 1) * G; ++h)
-            for (std::size_t i = 0; i < Sq; ++i) {
-                double qabs = 0, doabs = 0;
-                for (std::size_t c = 0; c < dk; ++c) {
-                    qa[c] = std::fabs(Q.value(b, h, i, c)) + rho * Q.mag(b, h, i, c);
-                    sdq[c] = Q.sd(b, h, i, c);
-                    sdqw[c] = Q.sdw(b, h, i, c);
-                    qabs += qa[c];
-                }
-                for (std::size_t c = 0; c < dv; ++c) {
-                    dOa[c] = std::fabs(dO.value(b, h, i, c)) + rho * dO.mag(b, h, i, c);
-                    sddo[c] = dO.sd(b, h, i, c);
-                    sddow[c] = dO.sdw(b, h, i, c);
-                    doabs += dOa[c];
-                }
-                // The row's logit magnitude L_i (with ALiBi, additive and seed masks) and D̄_i, as (B1)–(B3).
-                const detail::gradient_row gr = detail::gradient_row_terms(Q.value.view(), K.value.view(), V.value.view(), dO.value.view(),
-                                                                           weights, lse, ao, attention_dims{B, H, Hkv, Sq, Sk, dk, dv}, b,
-                                                                           h, i, s, u, 0, dpabs);
-                const double L = gr.logit_magnitude, lse_abs = std::isfinite(lse(b, h, i)) ? std::fabs(lse(b, h, i)) : 0.0;
-                // Phase A: per key, the centres and the standard deviations entering the logit and dP.
-                double D = 0, dbar = 0, dpsum = 0;
-                for (std::size_t l = 0; l < Sk; ++l) {
-                    P[l] = weights(b, h, i, l);
-                    used[l] = P[l] > 0 || !structurally_masked(ao.mask, b, h, i, l, Sq, Sk);
-                    if (!used[l]) continue;
-                    double sqk = 0, aqk = 0, qq2 = 0, av = 0, bv = 0, avw = 0, bvw = 0, sdp = 0, dq2 = 0, av2 = 0, bv2 = 0, av2w = 0, bv2w = 0;
+            for (std::size_t i0 = 0; i0 < Sq; i0 += row_block) {
+                const std::size_t nr = std::min(row_block, Sq - i0);
+                for (std::size_t r = 0; r < nr; ++r) {
+                    const std::size_t i = i0 + r;
+                    row_state& st = rows[r];
+                    auto &P = st.P, &dpabs = st.dpabs, &qa = st.qa, &dOa = st.dOa, &sdq = st.sdq, &sddo = st.sddo, &sdqw = st.sdqw;
+                    auto& sddow = st.sddow;
+                    auto& used = st.used;
+                    double qabs = 0, doabs = 0;
                     for (std::size_t c = 0; c < dk; ++c) {
-                        const double kv = K.value(b, hk, l, c), ka = std::fabs(kv) + rho * K.mag(b, hk, l, c), ks = K.sd(b, hk, l, c),
-                                     ksw = K.sdw(b, hk, l, c);
-                        sqk += Q.value(b, h, i, c) * kv;
-                        aqk += qa[c] * ka;
-                        qq2 += qa[c] * ka * qa[c] * ka;
-                        av += ka * ka * sdq[c] * sdq[c];
-                        bv += qa[c] * qa[c] * ks * ks;
-                        avw += ka * ka * sdqw[c] * sdqw[c];
-                        bvw += qa[c] * qa[c] * ksw * ksw;
+                        qa[c] = std::fabs(Q.value(b, h, i, c)) + rho * Q.mag(b, h, i, c);
+                        sdq[c] = Q.sd(b, h, i, c);
+                        sdqw[c] = Q.sdw(b, h, i, c);
+                        qabs += qa[c];
                     }
                     for (std::size_t c = 0; c < dv; ++c) {
-                        const double vv = V.value(b, hk, l, c), va = std::fabs(vv) + rho * V.mag(b, hk, l, c), vs = V.sd(b, hk, l, c),
-                                     vsw = V.sdw(b, hk, l, c);
-                        sdp += dO.value(b, h, i, c) * vv;
-                        dq2 += dOa[c] * va * dOa[c] * va;
-                        av2 += va * va * sddo[c] * sddo[c];
-                        bv2 += dOa[c] * dOa[c] * vs * vs;
-                        av2w += va * va * sddow[c] * sddow[c];
-                        bv2w += dOa[c] * dOa[c] * vsw * vsw;
+                        dOa[c] = std::fabs(dO.value(b, h, i, c)) + rho * dO.mag(b, h, i, c);
+                        sddo[c] = dO.sd(b, h, i, c);
+                        sddow[c] = dO.sdw(b, h, i, c);
+                        doabs += dOa[c];
                     }
-                    aw[l] = s * std::sqrt(avw * grow);
-                    bw[l] = s * std::sqrt(bvw * grow);
-                    apw[l] = std::sqrt(av2w * grow);
-                    bpw[l] = std::sqrt(bv2w * grow);
-                    const double PS = s * (aqk + std::fabs(sqk)) / 2, PdP = (dpabs[l] * grow + std::fabs(sdp)) / 2;
-                    a[l] = s * std::sqrt(av * grow);
-                    bb[l] = s * std::sqrt(bv * grow);
-                    // The dot product's dk products (either scale placement: up to 3 per term) and dk additions, and
-                    // four roundings of logit size (scale, ALiBi, additive mask, subtraction of the maximum).
-                    c2[l] = u2 * (3 * s * s * qq2 * grow + static_cast<double>(dk) * PS * PS + 4 * L * L);
-                    ap[l] = std::sqrt(av2 * grow);
-                    bp[l] = std::sqrt(bv2 * grow);
-                    cp2[l] = u2 * (dq2 * grow + static_cast<double>(dv) * PdP * PdP);
-                    dP[l] = sdp;
-                    D += P[l] * sdp;
-                    dbar += P[l] * dpabs[l];
-                    dpsum += dpabs[l];
+                    // The row's logit magnitude L_i (with ALiBi, additive and seed masks) and D̄_i, as (B1)–(B3).
+                    const detail::gradient_row gr = detail::gradient_row_terms(Q.value.view(), K.value.view(), V.value.view(), dO.value.view(),
+                                                                               weights, lse, ao, attention_dims{B, H, Hkv, Sq, Sk, dk, dv}, b,
+                                                                               h, i, s, u, 0, dpabs);
+                    const double L = gr.logit_magnitude, lse_abs = std::isfinite(lse(b, h, i)) ? std::fabs(lse(b, h, i)) : 0.0;
+                    st.L = L, st.lse_abs = lse_abs, st.qabs = qabs, st.doabs = doabs;
+                    for (std::size_t l = 0; l < Sk; ++l) {
+                        P[l] = weights(b, h, i, l);
+                        used[l] = P[l] > 0 || !structurally_masked(ao.mask, b, h, i, l, Sq, Sk);
+                    }
+                    st.D = 0, st.dbar = 0, st.dpsum = 0;
                 }
-                dbar = dbar * grow;
-                const double Da = std::fabs(D) + rho * dbar;
-                // D's own roundings (textbook Σ_l P dP, or flash dO·O with O's sums and storage).
-                const double sig_d = u * (std::sqrt(sk_d + 3) + std::sqrt(static_cast<double>(dv) + 3)) * dbar;
-                // τ̂_i: a weight's relative error that may repeat with equal operands (exp argument, exp,
-                // lse, the division), doubled for a backward that recomputes P; with the logits' η.
-                const double eta_s = (static_cast<double>(dk) + 6) * eta * std::max(1.0, s) + s * (eta_q * kabs_max + eta_k * qabs);
-                const double tau = u * (2 * L + 2 * lse_abs + 10) + eta_s;
-                const double eta_p = 4 * eta;
-                double abar = 0, adS = 0, bbar = 0, bdS = 0, cbar = 0, cdS = 0, apbar = 0, bpbar = 0, cpbar = 0, sumdS = 0;
-                double awbar = 0, awdS = 0, bwbar = 0, bwdS = 0, apwbar = 0, bpwbar = 0;
-                double eta_d = (sk_d + static_cast<double>(dv) + 4) * eta;
+                // Phase A: per key, the centres and the standard deviations entering the logit and dP. The sums
+                // over the features a pack of keys at a time for each row of the block (kernels::gradient_key_block,
+                // lanes past Sk on the transposed arrays' zero padding, unused); each key's sums in feature order,
+                // each row's sums over keys in key order.
+                for (std::size_t l0 = 0; l0 < Sk; l0 += lanes)
+                    for (std::size_t r = 0; r < nr; ++r) {
+                        const std::size_t i = i0 + r;
+                        row_state& st = rows[r];
+                        const std::size_t n = std::min(lanes, Sk - l0);
+                        bool any = false;
+                        for (std::size_t t = 0; t < n; ++t) any = any || st.used[l0 + t];
+                        if (!any) continue;
+                        tolerance::kernels::gradient_key_dots kd, vd;
+                        tolerance::kernels::gradient_key_block(&Q.value(b, h, i, 0), st.qa.data(), st.sdq.data(), st.sdqw.data(), &kvT[l0], &kaT[l0],
+                                                               &ksT[l0], &kswT[l0], skT, dk, kd);
+                        tolerance::kernels::gradient_key_block(&dO.value(b, h, i, 0), st.dOa.data(), st.sddo.data(), st.sddow.data(), &vvT[l0],
+                                                               &vaT[l0], &vsT[l0], &vswT[l0], skT, dv, vd);
+                        auto &P = st.P, &dP = st.dP, &dpabs = st.dpabs, &a = st.a, &bb = st.bb, &c2 = st.c2, &ap = st.ap, &bp = st.bp;
+                        auto &cp2 = st.cp2, &aw = st.aw, &bw = st.bw, &apw = st.apw, &bpw = st.bpw;
+                        double &D = st.D, &dbar = st.dbar, &dpsum = st.dpsum;
+                        const double L = st.L;
+                        for (std::size_t t = 0; t < n; ++t) {
+                            const std::size_t l = l0 + t;
+                            if (!st.used[l]) continue;
+                            const double sqk = kd.dot[t], aqk = kd.mag[t], qq2 = kd.mag2[t], av = kd.a[t], bv = kd.b[t], avw = kd.aw[t], bvw = kd.bw[t];
+                            const double sdp = vd.dot[t], dq2 = vd.mag2[t], av2 = vd.a[t], bv2 = vd.b[t], av2w = vd.aw[t], bv2w = vd.bw[t];
+                            aw[l] = s * std::sqrt(avw * grow);
+                            bw[l] = s * std::sqrt(bvw * grow);
+                            apw[l] = std::sqrt(av2w * grow);
+                            bpw[l] = std::sqrt(bv2w * grow);
+                            const double PS = s * (aqk + std::fabs(sqk)) / 2, PdP = (dpabs[l] * grow + std::fabs(sdp)) / 2;
+                            a[l] = s * std::sqrt(av * grow);
+                            bb[l] = s * std::sqrt(bv * grow);
+                            // The dot product's dk products (either scale placement: up to 3 per term) and dk additions, and
+                            // four roundings of logit size (scale, ALiBi, additive mask, subtraction of the maximum).
+                            c2[l] = u2 * (3 * s * s * qq2 * grow + static_cast<double>(dk) * PS * PS + 4 * L * L);
+                            ap[l] = std::sqrt(av2 * grow);
+                            bp[l] = std::sqrt(bv2 * grow);
+                            cp2[l] = u2 * (dq2 * grow + static_cast<double>(dv) * PdP * PdP);
+                            dP[l] = sdp;
+                            D += P[l] * sdp;
+                            dbar += P[l] * dpabs[l];
+                            dpsum += dpabs[l];
+                        }
+                    }
+                for (std::size_t r = 0; r < nr; ++r) {
+                    row_state& st = rows[r];
+                    auto &P = st.P, &dP = st.dP, &dpabs = st.dpabs, &a = st.a, &bb = st.bb, &c2 = st.c2, &ap = st.ap, &bp = st.bp;
+                    auto &cp2 = st.cp2, &dS = st.dS, &dSa = st.dSa, &f = st.f, &eds = st.eds, &aw = st.aw, &bw = st.bw, &apw = st.apw;
+                    auto &bpw = st.bpw, &edp = st.edp;
+                    auto& used = st.used;
+                    const double L = st.L, lse_abs = st.lse_abs, qabs = st.qabs, doabs = st.doabs;
+                    double D = st.D, dbar = st.dbar, dpsum = st.dpsum;
+                    dbar = dbar * grow;
+                    const double Da = std::fabs(D) + rho * dbar;
+                    // D's own roundings (textbook Σ_l P dP, or flash dO·O with O's sums and storage).
+                    const double sig_d = u * (std::sqrt(sk_d + 3) + std::sqrt(static_cast<double>(dv) + 3)) * dbar;
+                    // τ̂_i: a weight's relative error that may repeat with equal operands (exp argument, exp,
+                    // lse, the division), doubled for a backward that recomputes P; with the logits' η.
+                    const double eta_s = (static_cast<double>(dk) + 6) * eta * std::max(1.0, s) + s * (eta_q * kabs_max + eta_k * qabs);
+                    const double tau = u * (2 * L + 2 * lse_abs + 10) + eta_s;
+                    const double eta_p = 4 * eta;
+                    double abar = 0, adS = 0, bbar = 0, bdS = 0, cbar = 0, cdS = 0, apbar = 0, bpbar = 0, cpbar = 0, sumdS = 0;
+                    double awbar = 0, awdS = 0, bwbar = 0, bwdS = 0, apwbar = 0, bpwbar = 0;
+                    double eta_d = (sk_d + static_cast<double>(dv) + 4) * eta;
+                    for (std::size_t l = 0; l < Sk; ++l)
+                        if (used[l]) {
+                            edp[l] = (static_cast<double>(dv) + 2) * eta + eta_do * vabs[l] + eta_v * doabs;
+                            eta_d += P[l] * edp[l];
+                        }
+                    for (std::size_t l = 0; l < Sk; ++l) {
+                        if (!used[l]) continue;
+                        dS[l] = P[l] * (dP[l] - D);
+                        dSa[l] = std::fabs(dS[l]) + rho * P[l] * (dpabs[l] + dbar);
+                        f[l] = 4 * u2 * s * s * dSa[l] * dSa[l];  // dS's three roundings and the dQ (dK) product
+                        eds[l] = 3 * eta + P[l] * (edp[l] + eta_d) + eta_p * (dpabs[l] + dbar + dpsum);
+                        const double c = std::sqrt(c2[l]), cp = std::sqrt(cp2[l]);
+                        abar += P[l] * a[l], adS += dSa[l] * a[l], bbar += P[l] * bb[l], bdS += dSa[l] * bb[l];
+                        cbar += P[l] * c, cdS += dSa[l] * c, apbar += P[l] * ap[l], bpbar += P[l] * bp[l], cpbar += P[l] * cp;
+                        sumdS += dSa[l];
+                        awbar += P[l] * aw[l], awdS += dSa[l] * aw[l], bwbar += P[l] * bw[l], bwdS += dSa[l] * bw[l];
+                        apwbar += P[l] * apw[l], bpwbar += P[l] * bpw[l];
+                    }
+                    st.Da = Da, st.sig_d = sig_d, st.tau = tau, st.eta_p = eta_p;
+                    st.abar = abar, st.adS = adS, st.bbar = bbar, st.bdS = bdS, st.cbar = cbar, st.cdS = cdS, st.apbar = apbar;
+                    st.bpbar = bpbar, st.cpbar = cpbar, st.sumdS = sumdS, st.awbar = awbar, st.awdS = awdS, st.bwbar = bwbar;
+                    st.bwdS = bwdS, st.apwbar = apwbar, st.bpwbar = bpwbar;
+                }
+                for (std::size_t r = 0; r < nr; ++r) {
+                    row_state& st = rows[r];
+                    auto &kbar = st.kbar, &kba = st.kba, &dqv = st.dqv, &dqm = st.dqm, &ov = st.ov, &om = st.om;
+                    // dQ_ic and the head output O_ic: centres first (K̄, dQ, O), then the errors; keys outer,
+                    // features inner (contiguous rows of K, V and of the group's dK, dV accumulators).
+                    std::fill(kbar.begin(), kbar.end(), 0.0), std::fill(kba.begin(), kba.end(), 0.0);
+                    std::fill(dqv.begin(), dqv.end(), 0.0), std::fill(dqm.begin(), dqm.end(), 0.0);
+                    std::fill(ov.begin(), ov.end(), 0.0), std::fill(om.begin(), om.end(), 0.0);
+                }
                 for (std::size_t l = 0; l < Sk; ++l)
-                    if (used[l]) {
-                        edp[l] = (static_cast<double>(dv) + 2) * eta + eta_do * vabs[l] + eta_v * doabs;
-                        eta_d += P[l] * edp[l];
+                    for (std::size_t r = 0; r < nr; ++r) {
+                        row_state& st = rows[r];
+                        auto &P = st.P, &dS = st.dS, &dSa = st.dSa, &kbar = st.kbar, &kba = st.kba, &dqv = st.dqv, &dqm = st.dqm, &ov = st.ov;
+                        auto &om = st.om;
+                        const auto& used = st.used;
+                        if (!used[l]) continue;
+                        const double *kr = &K.value(b, hk, l, 0), *km = &K.mag(b, hk, l, 0), *vr = &V.value(b, hk, l, 0), *vm = &V.mag(b, hk, l, 0);
+                        const double pl = P[l], dsl = dS[l], dsa = dSa[l];
+                        for (std::size_t c = 0; c < dk; ++c) {
+                            const double ka = std::fabs(kr[c]) + rho * km[c];
+                            kbar[c] += pl * kr[c], kba[c] += pl * ka, dqv[c] += dsl * kr[c], dqm[c] += dsa * ka;
+                        }
+                        for (std::size_t c = 0; c < dv; ++c) ov[c] += pl * vr[c], om[c] += pl * (std::fabs(vr[c]) + rho * vm[c]);
                     }
-                for (std::size_t l = 0; l < Sk; ++l) {
-                    if (!used[l]) continue;
-                    dS[l] = P[l] * (dP[l] - D);
-                    dSa[l] = std::fabs(dS[l]) + rho * P[l] * (dpabs[l] + dbar);
-                    f[l] = 4 * u2 * s * s * dSa[l] * dSa[l];  // dS's three roundings and the dQ (dK) product
-                    eds[l] = 3 * eta + P[l] * (edp[l] + eta_d) + eta_p * (dpabs[l] + dbar + dpsum);
-                    const double c = std::sqrt(c2[l]), cp = std::sqrt(cp2[l]);
-                    abar += P[l] * a[l], adS += dSa[l] * a[l], bbar += P[l] * bb[l], bdS += dSa[l] * bb[l];
-                    cbar += P[l] * c, cdS += dSa[l] * c, apbar += P[l] * ap[l], bpbar += P[l] * bp[l], cpbar += P[l] * cp;
-                    sumdS += dSa[l];
-                    awbar += P[l] * aw[l], awdS += dSa[l] * aw[l], bwbar += P[l] * bw[l], bwdS += dSa[l] * bw[l];
-                    apwbar += P[l] * apw[l], bpwbar += P[l] * bpw[l];
-                }
-                // dQ_ic and the head output O_ic: centres first (K̄, dQ, O), then the errors; keys outer,
-                // features inner (contiguous rows of K, V and of the group's dK, dV accumulators).
-                std::fill(kbar.begin(), kbar.end(), 0.0), std::fill(kba.begin(), kba.end(), 0.0);
-                std::fill(dqv.begin(), dqv.end(), 0.0), std::fill(dqm.begin(), dqm.end(), 0.0);
-                std::fill(ov.begin(), ov.end(), 0.0), std::fill(om.begin(), om.end(), 0.0);
-                for (std::size_t l = 0; l < Sk; ++l) {
-                    if (!used[l]) continue;
-                    const double *kr = &K.value(b, hk, l, 0), *km = &K.mag(b, hk, l, 0), *vr = &V.value(b, hk, l, 0), *vm = &V.mag(b, hk, l, 0);
-                    const double pl = P[l], dsl = dS[l], dsa = dSa[l];
+                for (std::size_t r = 0; r < nr; ++r) {
+                    row_state& st = rows[r];
+                    auto &kbar = st.kbar, &kbar_abs = st.kbar_abs, &kba = st.kba, &dqv = st.dqv, &dqm = st.dqm, &dqa = st.dqa, &ov = st.ov, &om = st.om;
+                    auto &oa = st.oa;
                     for (std::size_t c = 0; c < dk; ++c) {
-                        const double ka = std::fabs(kr[c]) + rho * km[c];
-                        kbar[c] += pl * kr[c], kba[c] += pl * ka, dqv[c] += dsl * kr[c], dqm[c] += dsa * ka;
+                        dqv[c] *= s, dqm[c] *= s;
+                        kbar_abs[c] = std::fabs(kbar[c]) + rho * kba[c];
+                        dqa[c] = std::fabs(dqv[c]) + rho * dqm[c];
                     }
-                    for (std::size_t c = 0; c < dv; ++c) ov[c] += pl * vr[c], om[c] += pl * (std::fabs(vr[c]) + rho * vm[c]);
+                    for (std::size_t c = 0; c < dv; ++c) oa[c] = std::fabs(ov[c]) + rho * om[c];
                 }
-                for (std::size_t c = 0; c < dk; ++c) {
-                    dqv[c] *= s, dqm[c] *= s;
-                    kbar_abs[c] = std::fabs(kbar[c]) + rho * kba[c];
-                    dqa[c] = std::fabs(dqv[c]) + rho * dqm[c];
+                for (std::size_t r = 0; r < nr; ++r) {
+                    row_state& st = rows[r];
+                    auto &qstd = st.qstd, &qstdo = st.qstdo, &qvar = st.qvar, &qshv = st.qshv, &qshl = st.qshl, &qlin = st.qlin, &ostd = st.ostd, &ovar = st.ovar;
+                    auto &oshv = st.oshv, &oshl = st.oshl, &olin = st.olin;
+                    for (std::vector<double>* z : {&qstd, &qstdo, &qvar, &qshv, &qshl, &qlin, &ostd, &ovar, &oshv, &oshl, &olin})
+                        std::fill(z->begin(), z->end(), 0.0);
                 }
-                for (std::size_t c = 0; c < dv; ++c) oa[c] = std::fabs(ov[c]) + rho * om[c];
-                for (std::vector<double>* z : {&qstd, &qstdo, &qvar, &qshv, &qshl, &qlin, &ostd, &ovar, &oshv, &oshl, &olin})
-                    std::fill(z->begin(), z->end(), 0.0);
-                for (std::size_t l = 0; l < Sk; ++l) {
-                    if (!used[l]) continue;
-                    const double *kr = &K.value(b, hk, l, 0), *km = &K.mag(b, hk, l, 0), *ks = &K.sd(b, hk, l, 0), *ksw = &K.sdw(b, hk, l, 0);
-                    const double *vr = &V.value(b, hk, l, 0), *vm = &V.mag(b, hk, l, 0), *vs = &V.sd(b, hk, l, 0), *vsw = &V.sdw(b, hk, l, 0);
-                    const double *qr = &Q.value(b, h, i, 0), *gr = &dO.value(b, h, i, 0);
-                    const double pl = P[l], dsl = dS[l], dsa = dSa[l], al = a[l], bl = bb[l], c2l = c2[l], apl = ap[l], bpl = bp[l], cp2l = cp2[l];
-                    const double fl = f[l], edsl = eds[l], awl = aw[l], bwl = bw[l], apwl = apw[l], bpwl = bpw[l];
-                    double *kval_l = &kval[l * dk], *kmag_l = &kmag[l * dk], *kKs_l = &kKs[l * dk], *kVs_l = &kVs[l * dk], *kvar_l = &kvar[l * dk],
-                           *kshv_l = &kshv[l * dk], *kshl_l = &kshl[l * dk], *klin_l = &klin[l * dk];
-                    // The row's dK coefficients that do not depend on the feature.
-                    const double k_kks = s * dsa * std::fabs(1 - 2 * pl) * bl, k_kvs = s * pl * (1 - pl) * bpl;
-                    const double k_e1 = s * dsa * (1 + 2 * pl), k_e2 = s * pl;
-                    const double k_var = k_e1 * k_e1 * c2l + k_e2 * k_e2 * cp2l + fl;
-                    const double k_rq = s * (dsa * (al + abar) + pl * adS), k_ro = s * pl * (apl + apbar), k_rd = s * pl * sig_d,
-                                 k_rn = s * (dsa + pl * Da) * 2 * sig_nu;
-                    const double k_shl = s * (dsa * (bbar + cbar) + pl * (bdS + cdS) + pl * (bpbar + cpbar)) + s * dsa * std::fabs(1 - 2 * pl) * bwl +
-                                         s * (dsa * bwbar + pl * bwdS) + s * pl * (1 - pl) * bpwl + s * pl * bpwbar +
-                                         s * (dsa * (awl + awbar) + pl * awdS) + s * pl * (apwl + apwbar);
-                    const double k_lin = s * (2 * tau * dsa + pl * tau * sumdS + edsl);
-                    const detail::b18_key_terms kt{s,   rho,  pl,   dsl,  dsa,  al,    bl,    c2l,   apl,   bpl,   cp2l,  fl,    edsl,  awl,  bwl,
-                                                   apwl, bpwl, tau,  eta_k, eta_q, k_kks, k_kvs, k_var, k_rq, k_ro, k_rd, k_rn, k_shl, k_lin};
-                    detail::b18_query_side(kt, kr, km, ks, ksw, kbar.data(), kba.data(), kbar_abs.data(), dqa.data(), qstd.data(), qstdo.data(),
-                                           qvar.data(), qshv.data(), qshl.data(), qlin.data(), dk);
-                    detail::b18_key_side(kt, qr, qa.data(), sdq.data(), sdqw.data(), kval_l, kmag_l, kKs_l, kVs_l, kvar_l, kshv_l, kshl_l, klin_l, dk);
-                    double *vval_l = &vval[l * dv], *vmag_l = &vmag[l * dv], *vKs_l = &vKs[l * dv], *vvar_l = &vvar[l * dv], *vshv_l = &vshv[l * dv],
-                           *vshl_l = &vshl[l * dv], *vlin_l = &vlin[l * dv];
-                    const double v_ks = pl * (1 - pl) * bl, v_e1 = pl * (1 + pl), v_var = v_e1 * v_e1 * c2l + u2 * pl * pl;
-                    const double v_rq = pl * (al + abar), v_rn = pl * 2 * sig_nu;
-                    const double v_shl = pl * (bbar + cbar) + pl * (awl + awbar) + pl * (1 - pl) * bwl + pl * bwbar;
-                    const double v_lin = pl * 2 * tau + eta_p;
-                    detail::b18_output_side(pl, rho, al, bl, c2l, awl, bwl, tau, eta_p, eta_v, u2, vr, vm, vs, vsw, ov.data(), om.data(), ostd.data(),
-                                            ovar.data(), oshv.data(), oshl.data(), olin.data(), dv);
-                    detail::b18_value_side(pl, v_ks, v_var, v_rq, v_rn, v_shl, v_lin, eta_do, gr, dOa.data(), sddo.data(), sddow.data(), vval_l, vmag_l,
-                                           vKs_l, vvar_l, vshv_l, vshl_l, vlin_l, dv);
-                }
-                for (std::size_t c = 0; c < dk; ++c) {
-                    const double kn = s * kbar_abs[c] * sig_d, nu = (dqa[c] + s * Da * kbar_abs[c]) * 2 * sig_nu, Pq = (dqm[c] + dqa[c]) / 2;
-                    const double var = qvar[c] + kn * kn + nu * nu + u2 * ((sk_d + 1) * Pq * Pq + dqa[c] * dqa[c]);
-                    dQ.value(b, h, i, c) = dqv[c];
-                    dQ.mag(b, h, i, c) = dqm[c];
-                    dQ.var(b, h, i, c) = qstd[c] * qstd[c] + qstdo[c] * qstdo[c] + var;
-                    dQ.sh(b, h, i, c) = std::sqrt(qshv[c]) + qshl[c];
-                    dQ.lin(b, h, i, c) = qlin[c] + (sk_d + 2) * eta * std::max(1.0, s);
-                }
-                for (std::size_t c = 0; c < dv; ++c) {
-                    const double Po = (om[c] + oa[c]) / 2;
-                    Oh.value(b, h, i, c) = ov[c];
-                    Oh.mag(b, h, i, c) = om[c];
-                    Oh.var(b, h, i, c) = ovar[c] + ostd[c] * ostd[c] + oa[c] * sig_nu * oa[c] * sig_nu + u2 * (sk_d + 1) * Po * Po;
-                    Oh.sh(b, h, i, c) = std::sqrt(oshv[c]) + oshl[c];
-                    Oh.lin(b, h, i, c) = olin[c] + (sk_d + 1) * eta;
+                for (std::size_t l = 0; l < Sk; ++l)
+                    for (std::size_t r = 0; r < nr; ++r) {
+                        const std::size_t i = i0 + r;
+                        row_state& st = rows[r];
+                        auto &P = st.P, &a = st.a, &bb = st.bb, &c2 = st.c2, &ap = st.ap, &bp = st.bp, &cp2 = st.cp2, &dS = st.dS;
+                        auto &dSa = st.dSa, &f = st.f, &eds = st.eds, &aw = st.aw, &bw = st.bw, &apw = st.apw, &bpw = st.bpw, &qa = st.qa;
+                        auto &dOa = st.dOa, &kbar = st.kbar, &kbar_abs = st.kbar_abs, &sdq = st.sdq, &sddo = st.sddo, &sdqw = st.sdqw;
+                        auto &sddow = st.sddow, &kba = st.kba;
+                        auto &dqa = st.dqa, &ov = st.ov, &om = st.om, &qstd = st.qstd, &qstdo = st.qstdo, &qvar = st.qvar, &qshv = st.qshv, &qshl = st.qshl;
+                        auto &qlin = st.qlin, &ostd = st.ostd, &ovar = st.ovar, &oshv = st.oshv, &oshl = st.oshl, &olin = st.olin;
+                        const auto& used = st.used;
+                        const double Da = st.Da, sig_d = st.sig_d, tau = st.tau, eta_p = st.eta_p, abar = st.abar, adS = st.adS, bbar = st.bbar;
+                        const double bdS = st.bdS, cbar = st.cbar, cdS = st.cdS, apbar = st.apbar, bpbar = st.bpbar, cpbar = st.cpbar, sumdS = st.sumdS;
+                        const double awbar = st.awbar, awdS = st.awdS, bwbar = st.bwbar, bwdS = st.bwdS, apwbar = st.apwbar, bpwbar = st.bpwbar;
+                        if (!used[l]) continue;
+                        const double *kr = &K.value(b, hk, l, 0), *km = &K.mag(b, hk, l, 0), *ks = &K.sd(b, hk, l, 0), *ksw = &K.sdw(b, hk, l, 0);
+                        const double *vr = &V.value(b, hk, l, 0), *vm = &V.mag(b, hk, l, 0), *vs = &V.sd(b, hk, l, 0), *vsw = &V.sdw(b, hk, l, 0);
+                        const double *qr = &Q.value(b, h, i, 0), *gr = &dO.value(b, h, i, 0);
+                        const double pl = P[l], dsl = dS[l], dsa = dSa[l], al = a[l], bl = bb[l], c2l = c2[l], apl = ap[l], bpl = bp[l], cp2l = cp2[l];
+                        const double fl = f[l], edsl = eds[l], awl = aw[l], bwl = bw[l], apwl = apw[l], bpwl = bpw[l];
+                        double *kval_l = &kval[l * dk], *kmag_l = &kmag[l * dk], *kKs_l = &kKs[l * dk], *kVs_l = &kVs[l * dk], *kvar_l = &kvar[l * dk],
+                               *kshv_l = &kshv[l * dk], *kshl_l = &kshl[l * dk], *klin_l = &klin[l * dk];
+                        // The row's dK coefficients that do not depend on the feature.
+                        const double k_kks = s * dsa * std::fabs(1 - 2 * pl) * bl, k_kvs = s * pl * (1 - pl) * bpl;
+                        const double k_e1 = s * dsa * (1 + 2 * pl), k_e2 = s * pl;
+                        const double k_var = k_e1 * k_e1 * c2l + k_e2 * k_e2 * cp2l + fl;
+                        const double k_rq = s * (dsa * (al + abar) + pl * adS), k_ro = s * pl * (apl + apbar), k_rd = s * pl * sig_d,
+                                     k_rn = s * (dsa + pl * Da) * 2 * sig_nu;
+                        const double k_shl = s * (dsa * (bbar + cbar) + pl * (bdS + cdS) + pl * (bpbar + cpbar)) + s * dsa * std::fabs(1 - 2 * pl) * bwl +
+                                             s * (dsa * bwbar + pl * bwdS) + s * pl * (1 - pl) * bpwl + s * pl * bpwbar +
+                                             s * (dsa * (awl + awbar) + pl * awdS) + s * pl * (apwl + apwbar);
+                        const double k_lin = s * (2 * tau * dsa + pl * tau * sumdS + edsl);
+                        const detail::b18_key_terms kt{s,   rho,  pl,   dsl,  dsa,  al,    bl,    c2l,   apl,   bpl,   cp2l,  fl,    edsl,  awl,  bwl,
+                                                       apwl, bpwl, tau,  eta_k, eta_q, k_kks, k_kvs, k_var, k_rq, k_ro, k_rd, k_rn, k_shl, k_lin};
+                        detail::b18_query_side(kt, kr, km, ks, ksw, kbar.data(), kba.data(), kbar_abs.data(), dqa.data(), qstd.data(), qstdo.data(),
+                                               qvar.data(), qshv.data(), qshl.data(), qlin.data(), dk);
+                        detail::b18_key_side(kt, qr, qa.data(), sdq.data(), sdqw.data(), kval_l, kmag_l, kKs_l, kVs_l, kvar_l, kshv_l, kshl_l, klin_l, dk);
+                        double *vval_l = &vval[l * dv], *vmag_l = &vmag[l * dv], *vKs_l = &vKs[l * dv], *vvar_l = &vvar[l * dv], *vshv_l = &vshv[l * dv],
+                               *vshl_l = &vshl[l * dv], *vlin_l = &vlin[l * dv];
+                        const double v_ks = pl * (1 - pl) * bl, v_e1 = pl * (1 + pl), v_var = v_e1 * v_e1 * c2l + u2 * pl * pl;
+                        const double v_rq = pl * (al + abar), v_rn = pl * 2 * sig_nu;
+                        const double v_shl = pl * (bbar + cbar) + pl * (awl + awbar) + pl * (1 - pl) * bwl + pl * bwbar;
+                        const double v_lin = pl * 2 * tau + eta_p;
+                        detail::b18_output_side(pl, rho, al, bl, c2l, awl, bwl, tau, eta_p, eta_v, u2, vr, vm, vs, vsw, ov.data(), om.data(), ostd.data(),
+                                                ovar.data(), oshv.data(), oshl.data(), olin.data(), dv);
+                        detail::b18_value_side(pl, v_ks, v_var, v_rq, v_rn, v_shl, v_lin, eta_do, gr, dOa.data(), sddo.data(), sddow.data(), vval_l, vmag_l,
+                                               vKs_l, vvar_l, vshv_l, vshl_l, vlin_l, dv);
+                    }
+                for (std::size_t r = 0; r < nr; ++r) {
+                    const std::size_t i = i0 + r;
+                    row_state& st = rows[r];
+                    auto &kbar_abs = st.kbar_abs, &dqv = st.dqv, &dqm = st.dqm, &dqa = st.dqa, &ov = st.ov, &om = st.om, &oa = st.oa, &qstd = st.qstd;
+                    auto &qstdo = st.qstdo, &qvar = st.qvar, &qshv = st.qshv, &qshl = st.qshl, &qlin = st.qlin, &ostd = st.ostd, &ovar = st.ovar, &oshv = st.oshv;
+                    auto &oshl = st.oshl, &olin = st.olin;
+                    const double Da = st.Da, sig_d = st.sig_d;
+                    for (std::size_t c = 0; c < dk; ++c) {
+                        const double kn = s * kbar_abs[c] * sig_d, nu = (dqa[c] + s * Da * kbar_abs[c]) * 2 * sig_nu, Pq = (dqm[c] + dqa[c]) / 2;
+                        const double var = qvar[c] + kn * kn + nu * nu + u2 * ((sk_d + 1) * Pq * Pq + dqa[c] * dqa[c]);
+                        dQ.value(b, h, i, c) = dqv[c];
+                        dQ.mag(b, h, i, c) = dqm[c];
+                        dQ.var(b, h, i, c) = qstd[c] * qstd[c] + qstdo[c] * qstdo[c] + var;
+                        dQ.sh(b, h, i, c) = std::sqrt(qshv[c]) + qshl[c];
+                        dQ.lin(b, h, i, c) = qlin[c] + (sk_d + 2) * eta * std::max(1.0, s);
+                    }
+                    for (std::size_t c = 0; c < dv; ++c) {
+                        const double Po = (om[c] + oa[c]) / 2;
+                        Oh.value(b, h, i, c) = ov[c];
+                        Oh.mag(b, h, i, c) = om[c];
+                        Oh.var(b, h, i, c) = ovar[c] + ostd[c] * ostd[c] + oa[c] * sig_nu * oa[c] * sig_nu + u2 * (sk_d + 1) * Po * Po;
+                        Oh.sh(b, h, i, c) = std::sqrt(oshv[c]) + oshl[c];
+                        Oh.lin(b, h, i, c) = olin[c] + (sk_d + 1) * eta;
+                    }
                 }
             }
         // The key rows: the group's sums over (head, row), their own roundings.

@@ -377,8 +377,38 @@ inline void worst_output_projection(double s, double ls, double hu_a, double hu_
     for (; l < n; ++l) t0[l] += s * w[l], t1[l] += ls * w[l];
 }
 
+/// (B18)'s per-key sums of a query row (backward_probabilistic.hpp, phase A) for `lanes` consecutive
+/// keys at once (lane = key l; each lane sums over c = 0 … n − 1 in order, as a scalar loop would for
+/// its key). vT, aT, sT, swT: a head input's value, magnitude |value| + ρ·mag, sd and sdw transposed,
+/// element (c, l) at c·stride + l, offset to the block's first key; x, xa, sx, sxw: the row's value,
+/// magnitude, sd and sdw. With k = vT, ka = aT, ks = sT, ksw = swT:
+///   dot += x_c·k;  mag += xa_c·ka;  mag2 += ((xa_c·ka)·xa_c)·ka;  a += ((ka·ka)·sx_c)·sx_c;
+///   b += ((xa_c·xa_c)·ks)·ks;  aw += ((ka·ka)·sxw_c)·sxw_c;  bw += ((xa_c·xa_c)·ksw)·ksw.
+struct gradient_key_dots {
+    double dot[simd::lanes], mag[simd::lanes], mag2[simd::lanes], a[simd::lanes], b[simd::lanes], aw[simd::lanes], bw[simd::lanes];
+};
+inline void gradient_key_block(const double* x, const double* xa, const double* sx, const double* sxw, const double* vT, const double* aT,
+                               const double* sT, const double* swT, std::size_t stride, std::size_t n, gradient_key_dots& r) {
+    simd::pack dot = ATTNREF_SIMD_SPLAT(0), mag = dot, mag2 = dot, a = dot, b = dot, aw = dot, bw = dot;
+    for (std::size_t c = 0; c < n; ++c) {
+        const simd::pack k = ATTNREF_SIMD_LOAD(vT + c * stride), ka = ATTNREF_SIMD_LOAD(aT + c * stride), ks = ATTNREF_SIMD_LOAD(sT + c * stride),
+                         ksw = ATTNREF_SIMD_LOAD(swT + c * stride);
+        const simd::pack X = ATTNREF_SIMD_SPLAT(x[c]), XA = ATTNREF_SIMD_SPLAT(xa[c]), SX = ATTNREF_SIMD_SPLAT(sx[c]), SXW = ATTNREF_SIMD_SPLAT(sxw[c]);
+        dot += X * k;
+        mag += XA * ka;
+        mag2 += XA * ka * XA * ka;
+        a += ka * ka * SX * SX;
+        b += XA * XA * ks * ks;
+        aw += ka * ka * SXW * SXW;
+        bw += XA * XA * ksw * ksw;
+    }
+    ATTNREF_SIMD_STORE(r.dot, dot), ATTNREF_SIMD_STORE(r.mag, mag), ATTNREF_SIMD_STORE(r.mag2, mag2), ATTNREF_SIMD_STORE(r.a, a);
+    ATTNREF_SIMD_STORE(r.b, b), ATTNREF_SIMD_STORE(r.aw, aw), ATTNREF_SIMD_STORE(r.bw, bw);
+}
+
 }  // namespace generic
 
+using generic::gradient_key_dots;
 using generic::head_element;
 using generic::key_dots;
 using generic::key_terms;
@@ -433,6 +463,10 @@ ATTNREF_TOLERANCE_KERNEL(worst_output_projection,
                          (double s, double ls, double hu_a, double hu_s, double hu_w, const double* w, std::size_t n, double* ua,
                           double* us, double* uw, double* t0, double* t1),
                          (s, ls, hu_a, hu_s, hu_w, w, n, ua, us, uw, t0, t1))
+ATTNREF_TOLERANCE_KERNEL(gradient_key_block,
+                         (const double* x, const double* xa, const double* sx, const double* sxw, const double* vT, const double* aT,
+                          const double* sT, const double* swT, std::size_t stride, std::size_t n, gradient_key_dots& r),
+                         (x, xa, sx, sxw, vT, aT, sT, swT, stride, n, r))
 #undef ATTNREF_TOLERANCE_KERNEL
 
 }  // namespace attnref::tolerance::kernels
