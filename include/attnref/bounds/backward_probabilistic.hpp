@@ -604,22 +604,37 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
         if (bias) *bias = tensor<double, 1>({N}, 0.0);
         std::vector<double> ga(R * N), ga_col(N, 0.0);
         for (std::size_t n = 0; n < R * N; ++n) ga[n] = std::fabs(g.value[n]) + rho * g.mag[n], ga_col[n % N] += ga[n];
-        auto over_rows = [&](std::size_t e, double* o) {  // e = E: the bias (x = 1, not rounded)
-            thread_local std::vector<double> vl, mk, sq, ab, sg, ln;
-            vl.assign(N, 0.0), mk.assign(N, 0.0), sq.assign(N, 0.0), ab.assign(N, 0.0), sg.assign(N, 0.0), ln.assign(N, 0.0);
-            for (std::size_t rr = 0; rr < R; ++rr) {
-                const double xv = e < E ? x[rr * E + e] : 1.0;
-                detail::b18_dw_update(xv, &g.value[rr * N], &g.var[rr * N], &g.sh[rr * N], &g.lin[rr * N], &ga[rr * N], vl.data(), mk.data(),
-                                      sq.data(), ab.data(), sg.data(), ln.data(), N);
-            }
-            const double uprod = e < E ? up2 : u2, ein = e < E ? eta_in : 0.0;
-            for (std::size_t c = 0; c < N; ++c) {
-                const double Pn = (ab[c] + std::fabs(sg[c]) + rho * ab[c]) / 2;
-                o[c] = finish(vl[c] + mk[c] * mk[c] + uprod * sq[c] + u2 * (static_cast<double>(R) + 1) * Pn * Pn,
-                              ln[c] + (static_cast<double>(R) + 1) * eta + ein * ga_col[c]);
+        // Input features in blocks of four per task: each row of the merged gradient (five arrays of N)
+        // is read once for the block's features instead of once per feature (at LLM size those arrays
+        // are R·N = 2^21 doubles each, far beyond the caches). Every element sums its rows in order.
+        constexpr std::size_t feature_block = 4;
+        auto over_rows = [&](std::size_t e0, std::size_t ne) {  // features e0 … e0 + ne − 1; e = E: the bias (x = 1, not rounded)
+            thread_local std::vector<double> acc;  // per feature: vl, mk, sq, ab, sg, ln (N each)
+            acc.assign(6 * ne * N, 0.0);
+            for (std::size_t rr = 0; rr < R; ++rr)
+                for (std::size_t k = 0; k < ne; ++k) {
+                    const std::size_t e = e0 + k;
+                    const double xv = e < E ? x[rr * E + e] : 1.0;
+                    double* a = &acc[6 * k * N];
+                    detail::b18_dw_update(xv, &g.value[rr * N], &g.var[rr * N], &g.sh[rr * N], &g.lin[rr * N], &ga[rr * N], a, a + N, a + 2 * N,
+                                          a + 3 * N, a + 4 * N, a + 5 * N, N);
+                }
+            for (std::size_t k = 0; k < ne; ++k) {
+                const std::size_t e = e0 + k;
+                double* o = e < E ? &out(e, 0) : &(*bias)[0];
+                const double *vl = &acc[6 * k * N], *mk = vl + N, *sq = vl + 2 * N, *ab = vl + 3 * N, *sg = vl + 4 * N, *ln = vl + 5 * N;
+                const double uprod = e < E ? up2 : u2, ein = e < E ? eta_in : 0.0;
+                for (std::size_t c = 0; c < N; ++c) {
+                    const double Pn = (ab[c] + std::fabs(sg[c]) + rho * ab[c]) / 2;
+                    o[c] = finish(vl[c] + mk[c] * mk[c] + uprod * sq[c] + u2 * (static_cast<double>(R) + 1) * Pn * Pn,
+                                  ln[c] + (static_cast<double>(R) + 1) * eta + ein * ga_col[c]);
+                }
             }
         };
-        ::attnref::parallel_for_dynamic(bias ? E + 1 : E, threads, [&](std::size_t e) { over_rows(e, e < E ? &out(e, 0) : &(*bias)[0]); });
+        const std::size_t F = bias ? E + 1 : E;
+        ::attnref::parallel_for_dynamic((F + feature_block - 1) / feature_block, threads, [&](std::size_t t) {
+            over_rows(t * feature_block, std::min(feature_block, F - t * feature_block));
+        });
     };
     auto linear = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> w, const detail::b18_merged& g, std::size_t hd,
                       tensor<double, 3>& gx, tensor<double, 2>& gw, tensor<double, 1>& gb) {
@@ -629,21 +644,32 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
         for (std::size_t n = 0; n < R * N; ++n) ga[n] = std::fabs(g.value[n]) + rho * g.mag[n], sdv[n] = std::sqrt(g.var[n]);
         for (std::size_t e = 0; e < E; ++e)
             for (std::size_t c = 0; c < N; ++c) wt[c * E + e] = w(e, c), wta[c * E + e] = std::fabs(w(e, c));
-        ::attnref::parallel_for_dynamic(R, threads, [&](std::size_t rr) {
-            thread_local std::vector<double> mh, vh, ms, sq, ab, sg, ln;
-            mh.assign(E, 0.0), vh.assign(E, 0.0), ms.assign(E, 0.0), sq.assign(E, 0.0), ab.assign(E, 0.0), sg.assign(E, 0.0), ln.assign(E, 0.0);
-            double ga_row = 0;
-            for (std::size_t c = 0; c < N; ++c) {
-                const double t = sdv[rr * N + c], sh = g.sh[rr * N + c], a_ = ga[rr * N + c], v = g.value[rr * N + c], li = g.lin[rr * N + c];
-                ga_row += a_;
-                detail::b18_dx_update(&wt[c * E], &wta[c * E], t, sh, a_, v, li, mh.data(), ms.data(), sq.data(), ab.data(), sg.data(), ln.data(), E);
-                if ((c + 1) % hd == 0)
-                    for (std::size_t e = 0; e < E; ++e) vh[e] += mh[e] * mh[e], mh[e] = 0;
-            }
-            for (std::size_t e = 0; e < E; ++e) {
-                const double Pn = (ab[e] + std::fabs(sg[e]) + rho * ab[e]) / 2;
-                gx[rr * E + e] = finish(vh[e] + ms[e] * ms[e] + up2 * sq[e] + u2 * (static_cast<double>(N) + 1) * Pn * Pn,
-                                        ln[e] + (static_cast<double>(N) + 1) * eta + eta_in * ga_row);
+        // Rows in blocks of four per task: each row of Wᵀ and |W|ᵀ (E each) is read once for the block's
+        // rows instead of once per row. Every element sums its columns c in order.
+        constexpr std::size_t row_block = 4;
+        ::attnref::parallel_for_dynamic((R + row_block - 1) / row_block, threads, [&](std::size_t task) {
+            const std::size_t r0 = task * row_block, nr = std::min(row_block, R - r0);
+            thread_local std::vector<double> acc;  // per row: mh, vh, ms, sq, ab, sg, ln (E each)
+            acc.assign(7 * nr * E, 0.0);
+            double ga_row[row_block] = {};
+            for (std::size_t c = 0; c < N; ++c)
+                for (std::size_t k = 0; k < nr; ++k) {
+                    const std::size_t rr = r0 + k;
+                    double *mh = &acc[7 * k * E], *vh = mh + E, *ms = mh + 2 * E, *sq = mh + 3 * E, *ab = mh + 4 * E, *sg = mh + 5 * E, *ln = mh + 6 * E;
+                    const double t = sdv[rr * N + c], sh = g.sh[rr * N + c], a_ = ga[rr * N + c], v = g.value[rr * N + c], li = g.lin[rr * N + c];
+                    ga_row[k] += a_;
+                    detail::b18_dx_update(&wt[c * E], &wta[c * E], t, sh, a_, v, li, mh, ms, sq, ab, sg, ln, E);
+                    if ((c + 1) % hd == 0)
+                        for (std::size_t e = 0; e < E; ++e) vh[e] += mh[e] * mh[e], mh[e] = 0;
+                }
+            for (std::size_t k = 0; k < nr; ++k) {
+                const std::size_t rr = r0 + k;
+                const double *vh = &acc[7 * k * E] + E, *ms = vh + E, *sq = vh + 2 * E, *ab = vh + 3 * E, *sg = vh + 4 * E, *ln = vh + 5 * E;
+                for (std::size_t e = 0; e < E; ++e) {
+                    const double Pn = (ab[e] + std::fabs(sg[e]) + rho * ab[e]) / 2;
+                    gx[rr * E + e] = finish(vh[e] + ms[e] * ms[e] + up2 * sq[e] + u2 * (static_cast<double>(N) + 1) * Pn * Pn,
+                                            ln[e] + (static_cast<double>(N) + 1) * eta + eta_in * ga_row[k]);
+                }
             }
         });
         weight_sums(x, g, gw, &gb);
