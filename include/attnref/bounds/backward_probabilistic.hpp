@@ -299,9 +299,9 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
         }
         // Rows (h, i) in blocks of row_block: each row's per-key terms first (phase A and the sums over
         // keys), then the block's rows go through the keys together, so that a key's rows of K, V and of
-        // the group's dK, dV accumulators are read once per block instead of once per row (the
-        // accumulators are B·Sk·(dk + dv) doubles each, far beyond the caches at LLM size). Every sum
-        // keeps its order: a row's over keys l ascending, a key's over rows (h, i) ascending.
+        // the group's dK, dV accumulators are read once per block instead of once per row (fifteen
+        // accumulator arrays of Sk·dk or Sk·dv doubles, 1 MB each at LLM size, far beyond the caches).
+        // Every sum keeps its order: a row's over keys l ascending, a key's over rows (h, i) ascending.
         constexpr std::size_t row_block = 4;
         struct row_state {
             std::vector<double> P, dP, dpabs, a, bb, c2, ap, bp, cp2, dS, dSa, f, eds, aw, bw, apw, bpw, edp;
