@@ -269,33 +269,29 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
             kshv(Sk * dk, 0.0), kshl(Sk * dk, 0.0), klin(Sk * dk, 0.0);
         std::vector<double> vval(Sk * dv, 0.0), vmag(Sk * dv, 0.0), vvar(Sk * dv, 0.0), vKs(Sk * dv, 0.0), vshv(Sk * dv, 0.0),
             vshl(Sk * dv, 0.0), vlin(Sk * dv, 0.0);
-        // Per key: Σ_c |K_lc| and Σ_c |V_lc| (for the projections' η through the logits and dP).
-        double kabs_max = 0;
-        std::vector<double> vabs(Sk, 0.0);
-        for (std::size_t l = 0; l < Sk; ++l) {
-            double ka = 0, va = 0;
-            for (std::size_t c = 0; c < dk; ++c) ka += std::fabs(K.value(b, hk, l, c)) + rho * K.mag(b, hk, l, c);
-            for (std::size_t c = 0; c < dv; ++c) va += std::fabs(V.value(b, hk, l, c)) + rho * V.mag(b, hk, l, c);
-            kabs_max = std::max(kabs_max, ka);
-            vabs[l] = va;
-        }
         // K's and V's value, magnitude |value| + ρ·mag, sd and sdw transposed to (feature, key), for
-        // phase A's per-key sums a pack of keys at a time (kernels::gradient_key_block).
+        // phase A's per-key sums a pack of keys at a time (kernels::gradient_key_block); and per key
+        // Σ_c |K_lc| and Σ_c |V_lc| of those magnitudes (for the projections' η through the logits and dP).
         constexpr std::size_t lanes = tolerance::simd::lanes;
         const std::size_t skT = tolerance::simd::transposed_stride(Sk);
         std::vector<double> kvT(dk * skT, 0.0), kaT(dk * skT, 0.0), ksT(dk * skT, 0.0), kswT(dk * skT, 0.0);
         std::vector<double> vvT(dv * skT, 0.0), vaT(dv * skT, 0.0), vsT(dv * skT, 0.0), vswT(dv * skT, 0.0);
+        double kabs_max = 0;
+        std::vector<double> vabs(Sk, 0.0);
         for (std::size_t l = 0; l < Sk; ++l) {
+            double ka = 0, va = 0;
             for (std::size_t c = 0; c < dk; ++c) {
-                const double kv = K.value(b, hk, l, c);
-                kvT[c * skT + l] = kv, kaT[c * skT + l] = std::fabs(kv) + rho * K.mag(b, hk, l, c);
+                const double kv = K.value(b, hk, l, c), ka_c = std::fabs(kv) + rho * K.mag(b, hk, l, c);
+                kvT[c * skT + l] = kv, kaT[c * skT + l] = ka_c, ka += ka_c;
                 ksT[c * skT + l] = K.sd(b, hk, l, c), kswT[c * skT + l] = K.sdw(b, hk, l, c);
             }
             for (std::size_t c = 0; c < dv; ++c) {
-                const double vv = V.value(b, hk, l, c);
-                vvT[c * skT + l] = vv, vaT[c * skT + l] = std::fabs(vv) + rho * V.mag(b, hk, l, c);
+                const double vv = V.value(b, hk, l, c), va_c = std::fabs(vv) + rho * V.mag(b, hk, l, c);
+                vvT[c * skT + l] = vv, vaT[c * skT + l] = va_c, va += va_c;
                 vsT[c * skT + l] = V.sd(b, hk, l, c), vswT[c * skT + l] = V.sdw(b, hk, l, c);
             }
+            kabs_max = std::max(kabs_max, ka);
+            vabs[l] = va;
         }
         // Rows (h, i) in blocks of row_block: each row's per-key terms first (phase A and the sums over
         // keys), then the block's rows go through the keys together, so that a key's rows of K, V and of
@@ -304,6 +300,8 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
         // Every sum keeps its order: a row's over keys l ascending, a key's over rows (h, i) ascending.
         constexpr std::size_t row_block = 4;
         struct row_state {
+            // Per key: P, dP, |dP|'s terms, the logit and dP standard deviations (a, bb, c2, ap, bp, cp2; aw, bw,
+            // apw, bpw the same from the rounded W, b, shared by every row), dS, |dS|, f, eds and dP's underflow edp.
             std::vector<double> P, dP, dpabs, a, bb, c2, ap, bp, cp2, dS, dSa, f, eds, aw, bw, apw, bpw, edp;
             std::vector<char> used;
             std::vector<double> qa, dOa, kbar, kbar_abs, sdq, sddo, sdqw, sddow, kba, dqv, dqm, dqa, ov, om, oa;
@@ -621,13 +619,13 @@ inline std::optional<mha_gradient_bounds> mha_gradient_probabilistic_bounds(
                 }
             for (std::size_t k = 0; k < ne; ++k) {
                 const std::size_t e = e0 + k;
-                double* o = e < E ? &out(e, 0) : &(*bias)[0];
+                double* dst = e < E ? &out(e, 0) : &(*bias)[0];
                 const double *vl = &acc[6 * k * N], *mk = vl + N, *sq = vl + 2 * N, *ab = vl + 3 * N, *sg = vl + 4 * N, *ln = vl + 5 * N;
                 const double uprod = e < E ? up2 : u2, ein = e < E ? eta_in : 0.0;
                 for (std::size_t c = 0; c < N; ++c) {
                     const double Pn = (ab[c] + std::fabs(sg[c]) + rho * ab[c]) / 2;
-                    o[c] = finish(vl[c] + mk[c] * mk[c] + uprod * sq[c] + u2 * (static_cast<double>(R) + 1) * Pn * Pn,
-                                  ln[c] + (static_cast<double>(R) + 1) * eta + ein * ga_col[c]);
+                    dst[c] = finish(vl[c] + mk[c] * mk[c] + uprod * sq[c] + u2 * (static_cast<double>(R) + 1) * Pn * Pn,
+                                    ln[c] + (static_cast<double>(R) + 1) * eta + ein * ga_col[c]);
                 }
             }
         };

@@ -143,15 +143,20 @@ header_info read_file(const std::filesystem::path& path, const expectation& want
     if (in.peek() != std::char_traits<char>::eof()) fail(source, "data", "trailing bytes after the data (the file grew while being read)");
     return h;
 }
+/// read_file's sink for an array: the data into h.meta.data.
+inline std::byte* into_array(header_info& h) {
+    h.meta.data.resize(h.data_bytes);
+    return h.meta.data.data();
+}
+/// The array read into h.meta, its '|b1' bytes checked (0 or 1).
+inline array checked_array(header_info&& h, const std::string& source) {
+    if (h.meta.descr == "|b1") check_bool_bytes(h.meta.data, source);
+    return std::move(h.meta);
+}
 }  // namespace detail
 
 inline array read(const std::filesystem::path& path, const expectation& want) {
-    detail::header_info h = detail::read_file(path, want, [](detail::header_info& hi) {
-        hi.meta.data.resize(hi.data_bytes);
-        return hi.meta.data.data();
-    });
-    if (h.meta.descr == "|b1") detail::check_bool_bytes(h.meta.data, path.string());
-    return std::move(h.meta);
+    return detail::checked_array(detail::read_file(path, want, detail::into_array), path.string());
 }
 
 /// read() then to_double(), with the same checks; a little-endian float64 file ('<f8' on a
@@ -162,17 +167,12 @@ inline std::vector<double> read_double(const std::filesystem::path& path, const 
         std::vector<double> out;
         bool direct = false;
         detail::header_info h = detail::read_file(path, want, [&](detail::header_info& hi) {
-            direct = hi.meta.descr == "<f8" && hi.data_bytes % sizeof(double) == 0;
-            if (!direct) {
-                hi.meta.data.resize(hi.data_bytes);
-                return hi.meta.data.data();
-            }
+            if (!(direct = hi.meta.descr == "<f8")) return detail::into_array(hi);
             out.resize(hi.data_bytes / sizeof(double));
             return reinterpret_cast<std::byte*>(out.data());
         });
         if (direct) return out;
-        if (h.meta.descr == "|b1") detail::check_bool_bytes(h.meta.data, path.string());
-        return to_double(h.meta);
+        return to_double(detail::checked_array(std::move(h), path.string()));
     } else {
         return to_double(read(path, want));
     }
