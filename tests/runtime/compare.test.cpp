@@ -610,6 +610,59 @@ BOOST_AUTO_TEST_CASE(bound_drivers_give_the_same_bits_on_1_2_and_3_threads) {
     }
 }
 
+// The projection sums of the data-aware bound (tolerance::detail::projection_terms) evaluated in
+// tiles (two rows, four features, the sums in registers: kernels::projection_tile) give the bits of
+// the plain loop that defines them: per row and feature, sum, sq and the positive / negative parts
+// over the input features in order, inputs equal to 0 skipped. Shapes: odd row counts (a row paired
+// with itself), widths with and without a scalar tail, a block boundary (16 rows), exact zeros in x
+// opposite infinite weights (skipped: no NaN), on 1 and 2 threads and with the default-target kernels.
+BOOST_AUTO_TEST_CASE(projection_sums_in_tiles_give_the_bits_of_the_plain_loop) {
+    using namespace attnref;
+    struct shape { std::size_t batch, len, in, out, heads; };
+    for (const shape sh : {shape{2, 7, 13, 10, 2}, shape{1, 33, 9, 12, 3}, shape{1, 16, 5, 4, 1}, shape{3, 1, 6, 3, 1}}) {
+        std::vector<double> x = pseudo_random(sh.batch * sh.len * sh.in, 21 + sh.len, 3), W = pseudo_random(sh.in * sh.out, 22 + sh.in, 2),
+                            bias = pseudo_random(sh.out, 23, 1);
+        for (std::size_t n = 0; n < x.size(); n += 5) x[n] = 0;                       // exact zeros, every fifth input
+        W[sh.out + sh.out / 2] = std::numeric_limits<double>::infinity();             // W[1, ·] = ∞ ...
+        for (std::size_t r = 0; r < sh.batch * sh.len; ++r) x[r * sh.in + 1] = 0;    // ... opposite x[·, 1] = 0 only
+        const tensor_view<const double, 3> xv{x.data(), {sh.batch, sh.len, sh.in}};
+        const tensor_view<const double, 2> wv{W.data(), {sh.in, sh.out}};
+        const tensor_view<const double, 1> bv{bias.data(), {sh.out}};
+        const std::size_t d = sh.out / sh.heads;
+        // The definition, element by element.
+        std::vector<double> y_ref(sh.batch * sh.len * sh.out);
+        std::vector<tol::two_part> var_ref(y_ref.size());
+        for (std::size_t b = 0; b < sh.batch; ++b)
+            for (std::size_t s = 0; s < sh.len; ++s)
+                for (std::size_t f = 0; f < sh.out; ++f) {
+                    double sum = 0, sq = 0, pos = 0, neg = 0;
+                    for (std::size_t e = 0; e < sh.in; ++e) {
+                        const double xe = xv(b, s, e);
+                        if (xe == 0) continue;
+                        const double t = xe * wv(e, f);
+                        sum += t, sq += t * t;
+                        (t > 0 ? pos : neg) += std::fabs(t);
+                    }
+                    const double bf = bias[f], yf = sum + bf;
+                    const double m = std::max(pos + (bf > 0 ? bf : 0.0), neg + (bf < 0 ? -bf : 0.0)) * (1 + 0x1p-48);
+                    const std::size_t at = ((b * sh.heads + f / d) * sh.len + s) * d + f % d;
+                    y_ref[at] = yf;
+                    var_ref[at] = {sq + bf * bf + static_cast<double>(sh.in + 1) * m * m + yf * yf, (2.0 + 1.0) * sq + bf * bf + yf * yf};
+                }
+        BOOST_TEST((std::all_of(y_ref.begin(), y_ref.end(), [](double v) { return std::isfinite(v); })));  // the ∞ weights were skipped
+        for (int variant = 0; variant < 3; ++variant) {
+            std::optional<generic_kernels> only_generic;
+            if (variant == 2) only_generic.emplace();
+            tensor<double, 4> y;
+            std::vector<tol::two_part> var;
+            tol::detail::projection_terms(xv, wv, bv, sh.heads, 2.0, 1.0, y, var, false, variant == 0 ? 1 : 2);
+            const std::vector<double> yv(y.data(), y.data() + y.size());
+            BOOST_TEST(same_bits(yv, y_ref), "y, shape " << sh.len << "x" << sh.in << "x" << sh.out << ", variant " << variant);
+            BOOST_TEST(same_bits(var, var_ref), "var, shape " << sh.len << "x" << sh.in << "x" << sh.out << ", variant " << variant);
+        }
+    }
+}
+
 // The thread pool (core/parallel.hpp) the bound drivers run on: every task of parallel_for_dynamic
 // runs even when one throws, parallel_for's other threads finish their tasks, the first exception
 // reaches the caller after all workers joined, and at_thread_exit runs once per worker.

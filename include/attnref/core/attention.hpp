@@ -146,12 +146,42 @@ constexpr void logits_row(const logits_context<A>& ctx, std::size_t b, std::size
     const std::size_t sq = ctx.dims.query_length, sk = ctx.dims.key_length;
     const A seed_factor = A(seed_mask_value);
     const A* q = q_row.data();
-    for (std::size_t j = 0; j < sk; ++j) {
-        allowed[j] = !structurally_masked(opt.mask, b, h, i, j, sq, sk);
+    for (std::size_t j = 0; j < sk; ++j) allowed[j] = !structurally_masked(opt.mask, b, h, i, j, sq, sk);
+    // The dot products q·k_j, each summed from +0 over c in order. For a built-in floating type at
+    // run time, eight keys at a time: eight independent sums (the same operations, in the same order,
+    // for every key), so the adds' latency overlaps instead of adding up key after key.
+    std::size_t j0 = 0;
+    if constexpr (std::is_floating_point_v<A>) {
+        if (!std::is_constant_evaluated()) {
+            constexpr std::size_t group = 8;
+            for (; j0 + group <= sk; j0 += group) {
+                bool any = false;
+                for (std::size_t g = 0; g < group; ++g) any = any || allowed[j0 + g];
+                if (!any) continue;
+                // Eight named sums (not an array: kept in registers, not stored and reloaded per c).
+                A s0 = A(0), s1 = A(0), s2 = A(0), s3 = A(0), s4 = A(0), s5 = A(0), s6 = A(0), s7 = A(0);
+                const A* k0 = k_head.data() + j0 * dk;
+                for (std::size_t c = 0; c < dk; ++c) {
+                    const A qc = q[c];
+                    s0 = s0 + qc * k0[c], s1 = s1 + qc * k0[dk + c], s2 = s2 + qc * k0[2 * dk + c], s3 = s3 + qc * k0[3 * dk + c];
+                    s4 = s4 + qc * k0[4 * dk + c], s5 = s5 + qc * k0[5 * dk + c], s6 = s6 + qc * k0[6 * dk + c], s7 = s7 + qc * k0[7 * dk + c];
+                }
+                const A sum[group] = {s0, s1, s2, s3, s4, s5, s6, s7};
+                for (std::size_t g = 0; g < group; ++g)
+                    if (allowed[j0 + g]) logits[j0 + g] = sum[g];
+            }
+        }
+    }
+    for (std::size_t j = j0; j < sk; ++j) {
         if (!allowed[j]) continue;
         A s = A(0);
         const A* kj = k_head.data() + j * dk;
         for (std::size_t c = 0; c < dk; ++c) s = s + q[c] * kj[c];
+        logits[j] = s;
+    }
+    for (std::size_t j = 0; j < sk; ++j) {
+        if (!allowed[j]) continue;
+        A s = logits[j];
         if (opt.placement == scale_placement::on_product) s = s * ctx.scale;
         if (opt.softcap) {
             const A ratio = s / ctx.softcap;

@@ -408,21 +408,38 @@ inline void projection_terms(tensor_view<const double, 3> x, tensor_view<const d
     const std::size_t batch = x.extents[0], len = x.extents[1], in = x.extents[2], out = W.extents[1], d = out / heads;
     y = tensor<double, 4>({batch, heads, len, d});
     var.assign(y.size(), {});
-    // Blocks of `block` rows (b, s) on the threads; a block reads each row of W once for all its rows.
-    // Every row is summed over e in order, whatever the split (kernels::projection_products).
-    constexpr std::size_t block = 4;
-    const std::size_t rows = batch * len;
+    // Blocks of `block` rows (b, s) on the threads. Within a block, four features at a time for two
+    // rows at a time over all the input features (kernels::projection_tile: the sums in registers,
+    // the block's rows taking the same strip of W in turn while it is in cache), the features past
+    // the last whole four one by one, the same operations. Every element is summed over e in order,
+    // whatever the blocking or the split.
+    constexpr std::size_t block = 16;
+    const std::size_t rows = batch * len, whole = out - out % simd::lanes;
     ::attnref::parallel_for_dynamic((rows + block - 1) / block, threads, [&](std::size_t task) {
         const std::size_t r0 = task * block, nr = std::min(block, rows - r0);
         std::vector<double> acc(4 * block * out, 0.0);  // per row: sum, sq, pos, neg
-        for (std::size_t e = 0; e < in; ++e) {
-            const double* w_row = &W(e, 0);
-            for (std::size_t r = 0; r < nr; ++r) {
-                const std::size_t b = (r0 + r) / len, s = (r0 + r) % len;
-                const double xe = x(b, s, e);
+        double tile[8 * simd::lanes];
+        for (std::size_t f = 0; f < whole; f += simd::lanes)
+            for (std::size_t r = 0; r < nr; r += 2) {
+                const std::size_t r1 = r + 1 < nr ? r + 1 : r;  // an odd last row is paired with itself
+                kernels::projection_tile(x.data + (r0 + r) * in, x.data + (r0 + r1) * in, W.data + f, out, in, tile);
+                for (std::size_t half = 0; half < 2; ++half) {
+                    double* a = &acc[4 * (half ? r1 : r) * out];
+                    for (std::size_t k = 0; k < 4; ++k)
+                        for (std::size_t l = 0; l < simd::lanes; ++l) a[k * out + f + l] = tile[(4 * half + k) * simd::lanes + l];
+                }
+            }
+        for (std::size_t r = 0; r < nr && whole < out; ++r) {
+            const double* xr = x.data + (r0 + r) * in;
+            double* a = &acc[4 * r * out];
+            for (std::size_t e = 0; e < in; ++e) {
+                const double xe = xr[e];
                 if (xe == 0) continue;
-                double* a = &acc[4 * r * out];
-                kernels::projection_products(xe, w_row, out, a, a + out, a + 2 * out, a + 3 * out);
+                for (std::size_t f = whole; f < out; ++f) {
+                    const double t = xe * W(e, f);
+                    a[f] += t, a[out + f] += t * t;
+                    (t > 0 ? a[2 * out + f] : a[3 * out + f]) += abs_d(t);
+                }
             }
         }
         for (std::size_t r = 0; r < nr; ++r) {
@@ -499,35 +516,52 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
                 }
         r.sigma_weights.assign(total, 0.0);
     }
-    // Output rows (b, i) on the threads, each computed alone in the same order whatever the split;
-    // a row's terms are summed in row-local arrays (the two_part halves apart) and stored at its end.
-    ::attnref::parallel_for_dynamic(d.batch * sq, o.attention.threads, [&](std::size_t out_index) {
-            const std::size_t b = out_index / sq, i = out_index % sq;
-            std::vector<two_part> head_cpl(H);
-            std::vector<double> y(eo), y2(eo), ypos(eo), yneg(eo), cpl_a(eo), cpl_s(eo), ind_a(eo), ind_s(eo), lin_a(eo), lin_s(eo), sig(eo);
-            const std::size_t out_row = (b * sq + i) * eo;
-            two_part eps_var;
-            double eps_lin = 0;
-            for (std::size_t h = 0; h < H; ++h) {
-                const std::size_t row = (b * H + h) * sq + i;
-                eps_var = two_part::max(eps_var, t.logit_var[row]);
-                eps_lin = std::max(eps_lin, t.logit_linear[row]);
-                head_cpl[h] = {};
-                for (std::size_t c = 0; c < dv; ++c) head_cpl[h] += t.coupled[row * dv + c];
+    // Output rows (b, i) in blocks on the threads: a block reads each row of W_o and |W_o| once for
+    // all its rows (row by row, W_o's 8 MB at LLM size were read once per output row). Every row is
+    // computed alone, over (h, c) in order, in row-local arrays (the two_part halves apart), whatever
+    // the blocking or the split, and stored at its end.
+    constexpr std::size_t block = 8;
+    const std::size_t out_rows = d.batch * sq;
+    ::attnref::parallel_for_dynamic((out_rows + block - 1) / block, o.attention.threads, [&](std::size_t task) {
+        const std::size_t r0 = task * block, nr = std::min(block, out_rows - r0);
+        // Per row of the block: y, y2, ypos, yneg, cpl_a, cpl_s, ind_a, ind_s, lin_a, lin_s, sig.
+        constexpr std::size_t arrays = 11;
+        std::vector<double> acc(nr * arrays * eo, 0.0);
+        std::vector<two_part> eps_var(nr);
+        std::vector<double> eps_lin(nr, 0.0);
+        auto row_array = [&](std::size_t k, std::size_t a) { return &acc[(k * arrays + a) * eo]; };
+        for (std::size_t h = 0; h < H; ++h) {
+            for (std::size_t k = 0; k < nr; ++k) {
+                const std::size_t b = (r0 + k) / sq, i = (r0 + k) % sq, row = (b * H + h) * sq + i;
+                eps_var[k] = two_part::max(eps_var[k], t.logit_var[row]);
+                eps_lin[k] = std::max(eps_lin[k], t.logit_linear[row]);
+                two_part head_cpl{};
+                for (std::size_t c = 0; c < dv; ++c) head_cpl += t.coupled[row * dv + c];
+                double *cpl_a = row_array(k, 4), *cpl_s = row_array(k, 5);
                 for (std::size_t l = 0; l < eo; ++l) {
                     const double a = G * wn2[h * eo + l];
-                    cpl_a[l] += a * head_cpl[h].acc, cpl_s[l] += a * head_cpl[h].store;
+                    cpl_a[l] += a * head_cpl.acc, cpl_s[l] += a * head_cpl.store;
                 }
-                for (std::size_t c = 0; c < dv; ++c) {
-                    const std::size_t at = row * dv + c;
+            }
+            for (std::size_t c = 0; c < dv; ++c) {
+                const double* w_row = &w.w_o(h * dv + c, 0);
+                const double* wa_row = &wo_abs[(h * dv + c) * eo];
+                for (std::size_t k = 0; k < nr; ++k) {
+                    const std::size_t b = (r0 + k) / sq, i = (r0 + k) % sq, at = ((b * H + h) * sq + i) * dv + c;
                     // Per l, with w = W_o[h·dv + c, l] and x = o_c·w: independent += G·w²·t.independent,
                     // linear += |w|·t.linear, y += x, y2 += x², |x| into ypos or yneg.
                     kernels::output_projection({t.out[at], G, t.independent[at].acc, t.independent[at].store, t.linear[at].acc, t.linear[at].store},
-                                               &w.w_o(h * dv + c, 0), eo, ind_a.data(), ind_s.data(), lin_a.data(), lin_s.data(), y.data(),
-                                               y2.data(), ypos.data(), yneg.data());
-                    kernels::scaled_add2(t.sigma[at], 0, &wo_abs[(h * dv + c) * eo], eo, sig.data(), nullptr);  // Σ |W_o|·σ
+                                               w_row, eo, row_array(k, 6), row_array(k, 7), row_array(k, 8), row_array(k, 9), row_array(k, 0),
+                                               row_array(k, 1), row_array(k, 2), row_array(k, 3));
+                    kernels::scaled_add2(t.sigma[at], 0, wa_row, eo, row_array(k, 10), nullptr);  // Σ |W_o|·σ
                 }
             }
+        }
+        for (std::size_t k = 0; k < nr; ++k) {
+            const std::size_t b = (r0 + k) / sq, i = (r0 + k) % sq, out_row = (b * sq + i) * eo;
+            const double *y = row_array(k, 0), *y2 = row_array(k, 1), *ypos = row_array(k, 2), *yneg = row_array(k, 3), *cpl_a = row_array(k, 4),
+                         *cpl_s = row_array(k, 5), *ind_a = row_array(k, 6), *ind_s = row_array(k, 7), *lin_a = row_array(k, 8), *lin_s = row_array(k, 9),
+                         *sig = row_array(k, 10);
             for (std::size_t l = 0; l < eo; ++l) {
                 r.coupled[out_row + l] = {cpl_a[l], cpl_s[l]};
                 r.independent[out_row + l] = {ind_a[l], ind_s[l]};
@@ -538,8 +572,8 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
                 const double m = detail::partial_sum_bound(ypos[l] + (bl > 0 ? bl : 0.0), yneg[l] + (bl < 0 ? -bl : 0.0));
                 // W_o's products and H·dv additions (+ bias) in u_acc; rounding W_o, b_o and y to storage.
                 r.independent[out_row + l] += two_part{y2[l] + (hd + 1) * m * m, (inputs_exact ? 0.0 : y2[l] + bl * bl) + yl * yl};
-                r.logit_var[out_row + l] = eps_var;
-                r.logit_linear[out_row + l] = eps_lin;
+                r.logit_var[out_row + l] = eps_var[k];
+                r.logit_linear[out_row + l] = eps_lin[k];
             }
             if (weights_by_value) {
                 std::vector<double> sp(eo, 0.0);
@@ -554,6 +588,7 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
                 const double slack = static_cast<double>(H * sk + dv + 2) * 0x1p-53;
                 for (std::size_t l = 0; l < eo; ++l) r.sigma_weights[out_row + l] = std::min(sig[l], sp[l] + slack * sig[l]);
             }
+        }
     });
     r.row_logit_var = std::move(t.logit_var);
     r.row_logit_linear = std::move(t.logit_linear);

@@ -82,6 +82,9 @@ static_assert(lanes == 4, "ATTNREF_SIMD_SPLAT writes four lanes");
 /// t > 0 ? 0 : |t| per lane (NaN lanes give NaN, as abs_d does).
 #define ATTNREF_SIMD_NONPOSITIVE_ABS(t) \
     ((::attnref::tolerance::simd::pack)(ATTNREF_SIMD_MASK(ATTNREF_SIMD_ABS(t)) & ~ATTNREF_SIMD_MASK((t) > ATTNREF_SIMD_SPLAT(0))))
+/// t where x ≠ 0 (NaN included), +0 where x is ±0, per lane.
+#define ATTNREF_SIMD_WHERE_NONZERO(t, x) \
+    ((::attnref::tolerance::simd::pack)(ATTNREF_SIMD_MASK(t) & ATTNREF_SIMD_MASK((x) != ATTNREF_SIMD_SPLAT(0))))
 #else
 struct pack {
     double v[lanes];
@@ -122,12 +125,17 @@ inline pack nonpositive_abs(pack t) {
     for (double& x : t.v) x = x > 0 ? 0.0 : std::fabs(x);
     return t;
 }
+inline pack where_nonzero(pack t, const pack& x) {
+    for (std::size_t k = 0; k < lanes; ++k) t.v[k] = x.v[k] != 0 ? t.v[k] : 0.0;
+    return t;
+}
 #define ATTNREF_SIMD_LOAD(p) ::attnref::tolerance::simd::load(p)
 #define ATTNREF_SIMD_STORE(p, v) ::attnref::tolerance::simd::store(p, v)
 #define ATTNREF_SIMD_SPLAT(x) ::attnref::tolerance::simd::splat(x)
 #define ATTNREF_SIMD_ABS(t) ::attnref::tolerance::simd::abs(t)
 #define ATTNREF_SIMD_POSITIVE_PART(t) ::attnref::tolerance::simd::positive_part(t)
 #define ATTNREF_SIMD_NONPOSITIVE_ABS(t) ::attnref::tolerance::simd::nonpositive_abs(t)
+#define ATTNREF_SIMD_WHERE_NONZERO(t, x) ::attnref::tolerance::simd::where_nonzero(t, x)
 #endif
 
 }  // namespace attnref::tolerance::simd
@@ -142,23 +150,24 @@ namespace generic {
 
 using detail::abs_d;
 
-/// One input feature's contribution to a row of the projection y = x·W (projection_terms):
-/// t = x_e·W[e, f]; sum += t, sq += t², and |t| added to pos (t > 0) or to neg (otherwise).
-inline void projection_products(double xe, const double* w, std::size_t n, double* sum, double* sq, double* pos, double* neg) {
-    std::size_t f = 0;
-    const simd::pack x = ATTNREF_SIMD_SPLAT(xe);
-    for (; f + simd::lanes <= n; f += simd::lanes) {
-        const simd::pack t = x * ATTNREF_SIMD_LOAD(w + f);
-        ATTNREF_SIMD_STORE(sum + f, ATTNREF_SIMD_LOAD(sum + f) + t);
-        ATTNREF_SIMD_STORE(sq + f, ATTNREF_SIMD_LOAD(sq + f) + t * t);
-        ATTNREF_SIMD_STORE(pos + f, ATTNREF_SIMD_LOAD(pos + f) + ATTNREF_SIMD_POSITIVE_PART(t));
-        ATTNREF_SIMD_STORE(neg + f, ATTNREF_SIMD_LOAD(neg + f) + ATTNREF_SIMD_NONPOSITIVE_ABS(t));
+/// The sums of the projection y = x·W (projection_terms) for two rows x0, x1 and four consecutive
+/// features f, over the input features e = 0 … n − 1 in order: with t = x_e·W[e, f], sum += t,
+/// sq += t², and |t| added to pos (t > 0) or to neg (otherwise). A product with x_e = 0 is taken
+/// as +0, which changes no sum (each starts at +0 and is never −0): the same values as skipping
+/// it, and no NaN from 0·∞. The eight sums stay in registers for the whole pass (the rows' terms
+/// were once summed e by e into arrays in memory: one load and one store per sum and product).
+/// w: W[0, f], rows `stride` apart; out: per row the four sums' four lanes, row 0 then row 1.
+inline void projection_tile(const double* x0, const double* x1, const double* w, std::size_t stride, std::size_t n, double* out) {
+    const simd::pack zero = ATTNREF_SIMD_SPLAT(0);
+    simd::pack s0 = zero, q0 = zero, p0 = zero, m0 = zero, s1 = zero, q1 = zero, p1 = zero, m1 = zero;
+    for (std::size_t e = 0; e < n; ++e) {
+        const simd::pack W = ATTNREF_SIMD_LOAD(w + e * stride), X0 = ATTNREF_SIMD_SPLAT(x0[e]), X1 = ATTNREF_SIMD_SPLAT(x1[e]);
+        const simd::pack t0 = ATTNREF_SIMD_WHERE_NONZERO(X0 * W, X0), t1 = ATTNREF_SIMD_WHERE_NONZERO(X1 * W, X1);
+        s0 += t0, q0 += t0 * t0, p0 += ATTNREF_SIMD_POSITIVE_PART(t0), m0 += ATTNREF_SIMD_NONPOSITIVE_ABS(t0);
+        s1 += t1, q1 += t1 * t1, p1 += ATTNREF_SIMD_POSITIVE_PART(t1), m1 += ATTNREF_SIMD_NONPOSITIVE_ABS(t1);
     }
-    for (; f < n; ++f) {
-        const double t = xe * w[f];
-        sum[f] += t, sq[f] += t * t;
-        (t > 0 ? pos[f] : neg[f]) += abs_d(t);
-    }
+    ATTNREF_SIMD_STORE(out, s0), ATTNREF_SIMD_STORE(out + 4, q0), ATTNREF_SIMD_STORE(out + 8, p0), ATTNREF_SIMD_STORE(out + 12, m0);
+    ATTNREF_SIMD_STORE(out + 16, s1), ATTNREF_SIMD_STORE(out + 20, q1), ATTNREF_SIMD_STORE(out + 24, p1), ATTNREF_SIMD_STORE(out + 28, m1);
 }
 
 /// o += p·v, sigma += p·|v| over a value row (attention_terms, first pass).
@@ -430,9 +439,9 @@ using generic::worst_key_dots;
     inline void name params { generic::name args; }
 #endif
 
-ATTNREF_TOLERANCE_KERNEL(projection_products,
-                         (double xe, const double* w, std::size_t n, double* sum, double* sq, double* pos, double* neg),
-                         (xe, w, n, sum, sq, pos, neg))
+ATTNREF_TOLERANCE_KERNEL(projection_tile,
+                         (const double* x0, const double* x1, const double* w, std::size_t stride, std::size_t n, double* out),
+                         (x0, x1, w, stride, n, out))
 ATTNREF_TOLERANCE_KERNEL(weighted_value, (double p, const double* v, std::size_t n, double* o, double* sigma), (p, v, n, o, sigma))
 ATTNREF_TOLERANCE_KERNEL(weighted_square, (double p, const double* k, std::size_t n, double* acc), (p, k, n, acc))
 ATTNREF_TOLERANCE_KERNEL(weighted_deviation_square, (double p, const double* v, const double* o, std::size_t n, double* acc),
@@ -478,3 +487,4 @@ ATTNREF_TOLERANCE_KERNEL(gradient_key_block,
 #undef ATTNREF_SIMD_ABS
 #undef ATTNREF_SIMD_POSITIVE_PART
 #undef ATTNREF_SIMD_NONPOSITIVE_ABS
+#undef ATTNREF_SIMD_WHERE_NONZERO
