@@ -415,6 +415,12 @@ inline void projection_terms(tensor_view<const double, 3> x, tensor_view<const d
     // whatever the blocking or the split.
     constexpr std::size_t block = 16;
     const std::size_t rows = batch * len, whole = out - out % simd::lanes;
+    // W's whole packs of four columns as panels, (f/4, e, f%4): a tile reads its strip of W in order
+    // (strided, 8 KB apart at LLM size, the loads missed the cache at every e).
+    std::vector<double> panels(whole * in);
+    for (std::size_t f = 0; f < whole; f += simd::lanes)
+        for (std::size_t e = 0; e < in; ++e)
+            for (std::size_t l = 0; l < simd::lanes; ++l) panels[(f * in) + e * simd::lanes + l] = W(e, f + l);
     ::attnref::parallel_for_dynamic((rows + block - 1) / block, threads, [&](std::size_t task) {
         const std::size_t r0 = task * block, nr = std::min(block, rows - r0);
         std::vector<double> acc(4 * block * out, 0.0);  // per row: sum, sq, pos, neg
@@ -422,7 +428,7 @@ inline void projection_terms(tensor_view<const double, 3> x, tensor_view<const d
         for (std::size_t f = 0; f < whole; f += simd::lanes)
             for (std::size_t r = 0; r < nr; r += 2) {
                 const std::size_t r1 = r + 1 < nr ? r + 1 : r;  // an odd last row is paired with itself
-                kernels::projection_tile(x.data + (r0 + r) * in, x.data + (r0 + r1) * in, W.data + f, out, in, tile);
+                kernels::projection_tile(x.data + (r0 + r) * in, x.data + (r0 + r1) * in, &panels[f * in], simd::lanes, in, tile);
                 for (std::size_t half = 0; half < 2; ++half) {
                     double* a = &acc[4 * (half ? r1 : r) * out];
                     for (std::size_t k = 0; k < 4; ++k)
@@ -495,9 +501,12 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
     r.logit_var.assign(total, {}), r.logit_linear.assign(total, 0.0);
     r.sigma_linear.assign(total, 0.0);
     r.output_value.assign(total, 0.0);
-    std::vector<double> wo_abs(H * dv * eo);  // |W_o|, for σ through |W_o| (sigma_linear)
-    for (std::size_t m = 0; m < H * dv; ++m)
-        for (std::size_t l = 0; l < eo; ++l) wo_abs[m * eo + l] = detail::abs_d(w.w_o(m, l));
+    // W_o's whole packs of four columns as panels, (l/4, m, l%4), for kernels::output_tile.
+    const std::size_t M = H * dv, whole = eo - eo % simd::lanes;
+    std::vector<double> wo_panels(whole * M);
+    for (std::size_t l = 0; l < whole; l += simd::lanes)
+        for (std::size_t m = 0; m < M; ++m)
+            for (std::size_t k = 0; k < simd::lanes; ++k) wo_panels[l * M + m * simd::lanes + k] = w.w_o(m, l + k);
     // σ_P (sigma_weights): V_hj·W_o^h per (b, h, j) in double, where the work stays within a few times
     // the bound's own (B·H·Sk·Eo ≤ 2^22 values, B·Sq·H·Sk·Eo ≤ 2^30 products); else left empty.
     const double vw_values = static_cast<double>(d.batch * H * sk) * static_cast<double>(eo);
@@ -516,10 +525,12 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
                 }
         r.sigma_weights.assign(total, 0.0);
     }
-    // Output rows (b, i) in blocks on the threads: a block reads each row of W_o and |W_o| once for
-    // all its rows (row by row, W_o's 8 MB at LLM size were read once per output row). Every row is
-    // computed alone, over (h, c) in order, in row-local arrays (the two_part halves apart), whatever
-    // the blocking or the split, and stored at its end.
+    // Output rows (b, i) in blocks on the threads. A row's terms through W_o: four outputs at a time
+    // over the head-output elements m = (h, c) in order (kernels::output_tile: the nine sums in
+    // registers, the block's rows taking the same panel of W_o in turn while it is in cache), the
+    // outputs past the last whole four one by one with the same operations; the coupled terms per
+    // head. Every row is computed alone, in the same order whatever the blocking or the split, in
+    // row-local arrays (the two_part halves apart), and stored at its end.
     constexpr std::size_t block = 8;
     const std::size_t out_rows = d.batch * sq;
     ::attnref::parallel_for_dynamic((out_rows + block - 1) / block, o.attention.threads, [&](std::size_t task) {
@@ -527,12 +538,17 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
         // Per row of the block: y, y2, ypos, yneg, cpl_a, cpl_s, ind_a, ind_s, lin_a, lin_s, sig.
         constexpr std::size_t arrays = 11;
         std::vector<double> acc(nr * arrays * eo, 0.0);
+        auto row_array = [&](std::size_t k, std::size_t a) { return &acc[(k * arrays + a) * eo]; };
+        // Per row of the block, per m: the head output o_m, its independent and linear terms' halves, σ_m.
+        constexpr std::size_t inputs = 6;
+        std::vector<double> per_m(nr * inputs * M);
         std::vector<two_part> eps_var(nr);
         std::vector<double> eps_lin(nr, 0.0);
-        auto row_array = [&](std::size_t k, std::size_t a) { return &acc[(k * arrays + a) * eo]; };
-        for (std::size_t h = 0; h < H; ++h) {
-            for (std::size_t k = 0; k < nr; ++k) {
-                const std::size_t b = (r0 + k) / sq, i = (r0 + k) % sq, row = (b * H + h) * sq + i;
+        for (std::size_t k = 0; k < nr; ++k) {
+            const std::size_t b = (r0 + k) / sq, i = (r0 + k) % sq;
+            double* in = &per_m[k * inputs * M];
+            for (std::size_t h = 0; h < H; ++h) {
+                const std::size_t row = (b * H + h) * sq + i;
                 eps_var[k] = two_part::max(eps_var[k], t.logit_var[row]);
                 eps_lin[k] = std::max(eps_lin[k], t.logit_linear[row]);
                 two_part head_cpl{};
@@ -542,20 +558,38 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
                     const double a = G * wn2[h * eo + l];
                     cpl_a[l] += a * head_cpl.acc, cpl_s[l] += a * head_cpl.store;
                 }
-            }
-            for (std::size_t c = 0; c < dv; ++c) {
-                const double* w_row = &w.w_o(h * dv + c, 0);
-                const double* wa_row = &wo_abs[(h * dv + c) * eo];
-                for (std::size_t k = 0; k < nr; ++k) {
-                    const std::size_t b = (r0 + k) / sq, i = (r0 + k) % sq, at = ((b * H + h) * sq + i) * dv + c;
-                    // Per l, with w = W_o[h·dv + c, l] and x = o_c·w: independent += G·w²·t.independent,
-                    // linear += |w|·t.linear, y += x, y2 += x², |x| into ypos or yneg.
-                    kernels::output_projection({t.out[at], G, t.independent[at].acc, t.independent[at].store, t.linear[at].acc, t.linear[at].store},
-                                               w_row, eo, row_array(k, 6), row_array(k, 7), row_array(k, 8), row_array(k, 9), row_array(k, 0),
-                                               row_array(k, 1), row_array(k, 2), row_array(k, 3));
-                    kernels::scaled_add2(t.sigma[at], 0, wa_row, eo, row_array(k, 10), nullptr);  // Σ |W_o|·σ
+                for (std::size_t c = 0; c < dv; ++c) {
+                    const std::size_t at = row * dv + c, m = h * dv + c;
+                    in[m] = t.out[at], in[M + m] = t.independent[at].acc, in[2 * M + m] = t.independent[at].store;
+                    in[3 * M + m] = t.linear[at].acc, in[4 * M + m] = t.linear[at].store, in[5 * M + m] = t.sigma[at];
                 }
             }
+        }
+        auto terms_of = [&](std::size_t k) {
+            const double* in = &per_m[k * inputs * M];
+            return kernels::output_row_terms{in, in + M, in + 2 * M, in + 3 * M, in + 4 * M, in + 5 * M};
+        };
+        double tile[9 * simd::lanes];
+        constexpr std::size_t to_array[9] = {6, 7, 8, 9, 0, 1, 2, 3, 10};  // ind_a, ind_s, lin_a, lin_s, y, y2, ypos, yneg, sig
+        for (std::size_t l = 0; l < whole; l += simd::lanes)
+            for (std::size_t k = 0; k < nr; ++k) {
+                kernels::output_tile(terms_of(k), G, &wo_panels[l * M], M, tile);
+                for (std::size_t a = 0; a < 9; ++a)
+                    for (std::size_t lane = 0; lane < simd::lanes; ++lane) row_array(k, to_array[a])[l + lane] = tile[a * simd::lanes + lane];
+            }
+        for (std::size_t k = 0; k < nr && whole < eo; ++k) {
+            const kernels::output_row_terms tk = terms_of(k);
+            double *y = row_array(k, 0), *y2 = row_array(k, 1), *ypos = row_array(k, 2), *yneg = row_array(k, 3), *ind_a = row_array(k, 6),
+                   *ind_s = row_array(k, 7), *lin_a = row_array(k, 8), *lin_s = row_array(k, 9), *sig = row_array(k, 10);
+            for (std::size_t m = 0; m < M; ++m)
+                for (std::size_t l = whole; l < eo; ++l) {
+                    const double wml = w.w_o(m, l), x = tk.hm[m] * wml, gww = G * wml * wml, aw = detail::abs_d(wml);
+                    ind_a[l] += gww * tk.ti_a[m], ind_s[l] += gww * tk.ti_s[m];
+                    lin_a[l] += aw * tk.tl_a[m], lin_s[l] += aw * tk.tl_s[m];
+                    y[l] += x, y2[l] += x * x;
+                    (x > 0 ? ypos[l] : yneg[l]) += detail::abs_d(x);
+                    sig[l] += tk.sigma[m] * aw;
+                }
         }
         for (std::size_t k = 0; k < nr; ++k) {
             const std::size_t b = (r0 + k) / sq, i = (r0 + k) % sq, out_row = (b * sq + i) * eo;

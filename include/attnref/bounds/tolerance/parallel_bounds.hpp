@@ -270,6 +270,37 @@ inline void output_projection(const head_element& h, const double* w, std::size_
     }
 }
 
+/// output_projection and the σ sum through |W_o| for one output row and four consecutive outputs l,
+/// over the head-output elements m = 0 … n − 1 in order (mha_scales): with w = W_o[m, l] and
+/// x = hm_m·w, ind += ((G·w)·w)·ti_m; lin += |w|·tl_m; y += x; y2 += x·x; |x| to ypos (x > 0) or
+/// yneg; sig += σ_m·|w| — per output exactly the operations, in the order, of output_projection and
+/// scaled_add2 applied for m = 0, 1, …, with the nine sums in registers for the whole pass instead of
+/// loaded and stored per m. w: the four columns as a panel (element (m, k) at 4m + k); the row's
+/// per-m terms in arrays; out: the nine sums' four lanes in the order ind_a, ind_s, lin_a, lin_s, y,
+/// y2, ypos, yneg, sig (36 doubles).
+struct output_row_terms {
+    const double *hm, *ti_a, *ti_s, *tl_a, *tl_s, *sigma;
+};
+inline void output_tile(const output_row_terms& t, double g, const double* w, std::size_t n, double* out) {
+    const simd::pack zero = ATTNREF_SIMD_SPLAT(0), G = ATTNREF_SIMD_SPLAT(g);
+    simd::pack ia = zero, is = zero, la = zero, ls = zero, y = zero, y2 = zero, yp = zero, yn = zero, sg = zero;
+    for (std::size_t m = 0; m < n; ++m) {
+        const simd::pack wl = ATTNREF_SIMD_LOAD(w + simd::lanes * m), x = ATTNREF_SIMD_SPLAT(t.hm[m]) * wl, gww = G * wl * wl, aw = ATTNREF_SIMD_ABS(wl);
+        ia += gww * ATTNREF_SIMD_SPLAT(t.ti_a[m]);
+        is += gww * ATTNREF_SIMD_SPLAT(t.ti_s[m]);
+        la += aw * ATTNREF_SIMD_SPLAT(t.tl_a[m]);
+        ls += aw * ATTNREF_SIMD_SPLAT(t.tl_s[m]);
+        y += x;
+        y2 += x * x;
+        yp += ATTNREF_SIMD_POSITIVE_PART(x);
+        yn += ATTNREF_SIMD_NONPOSITIVE_ABS(x);
+        sg += ATTNREF_SIMD_SPLAT(t.sigma[m]) * aw;
+    }
+    ATTNREF_SIMD_STORE(out, ia), ATTNREF_SIMD_STORE(out + 4, is), ATTNREF_SIMD_STORE(out + 8, la), ATTNREF_SIMD_STORE(out + 12, ls);
+    ATTNREF_SIMD_STORE(out + 16, y), ATTNREF_SIMD_STORE(out + 20, y2), ATTNREF_SIMD_STORE(out + 24, yp), ATTNREF_SIMD_STORE(out + 28, yn);
+    ATTNREF_SIMD_STORE(out + 32, sg);
+}
+
 /// acc += a·x and acc2 += b·x over a row (a, b scalars; worst_case's t0 += σ·|W_o|, t1 += (L·σ)·|W_o|,
 /// and a single acc += a·x when acc2 is null).
 inline void scaled_add2(double a, double b, const double* x, std::size_t n, double* acc, double* acc2) {
@@ -421,6 +452,7 @@ using generic::gradient_key_dots;
 using generic::head_element;
 using generic::key_dots;
 using generic::key_terms;
+using generic::output_row_terms;
 using generic::worst_key_dots;
 
 /// kernels::name(params) runs generic::name, inlined whole (flatten) into an AVX2 function when
@@ -454,6 +486,7 @@ ATTNREF_TOLERANCE_KERNEL(output_projection,
                          (const head_element& h, const double* w, std::size_t n, double* ind_a, double* ind_s, double* lin_a,
                           double* lin_s, double* y, double* y2, double* ypos, double* yneg),
                          (h, w, n, ind_a, ind_s, lin_a, lin_s, y, y2, ypos, yneg))
+ATTNREF_TOLERANCE_KERNEL(output_tile, (const output_row_terms& t, double g, const double* w, std::size_t n, double* out), (t, g, w, n, out))
 ATTNREF_TOLERANCE_KERNEL(scaled_add2, (double a, double b, const double* x, std::size_t n, double* acc, double* acc2),
                          (a, b, x, n, acc, acc2))
 ATTNREF_TOLERANCE_KERNEL(key_dot_block,
