@@ -239,43 +239,11 @@ inline void key_contribution(const key_terms& k, const double* v, const double* 
     }
 }
 
-/// One head-output element's contribution (value hm, terms ti, tl) to a row of W_o's outputs
-/// (mha_scales): with w = W_o[m, l] and x = hm·w,
-///   ind += ((G·w)·w)·ti;  lin += |w|·tl;  y += x;  y2 += x·x;  |x| to ypos (x > 0) or yneg.
-struct head_element {
-    double hm, G, ti_a, ti_s, tl_a, tl_s;
-};
-inline void output_projection(const head_element& h, const double* w, std::size_t n, double* ind_a, double* ind_s, double* lin_a,
-                              double* lin_s, double* y, double* y2, double* ypos, double* yneg) {
-    std::size_t l = 0;
-    const simd::pack HM = ATTNREF_SIMD_SPLAT(h.hm), G = ATTNREF_SIMD_SPLAT(h.G), TIA = ATTNREF_SIMD_SPLAT(h.ti_a), TIS = ATTNREF_SIMD_SPLAT(h.ti_s),
-                     TLA = ATTNREF_SIMD_SPLAT(h.tl_a), TLS = ATTNREF_SIMD_SPLAT(h.tl_s);
-    for (; l + simd::lanes <= n; l += simd::lanes) {
-        const simd::pack wl = ATTNREF_SIMD_LOAD(w + l), x = HM * wl, gww = G * wl * wl, aw = ATTNREF_SIMD_ABS(wl);
-        ATTNREF_SIMD_STORE(ind_a + l, ATTNREF_SIMD_LOAD(ind_a + l) + gww * TIA);
-        ATTNREF_SIMD_STORE(ind_s + l, ATTNREF_SIMD_LOAD(ind_s + l) + gww * TIS);
-        ATTNREF_SIMD_STORE(lin_a + l, ATTNREF_SIMD_LOAD(lin_a + l) + aw * TLA);
-        ATTNREF_SIMD_STORE(lin_s + l, ATTNREF_SIMD_LOAD(lin_s + l) + aw * TLS);
-        ATTNREF_SIMD_STORE(y + l, ATTNREF_SIMD_LOAD(y + l) + x);
-        ATTNREF_SIMD_STORE(y2 + l, ATTNREF_SIMD_LOAD(y2 + l) + x * x);
-        ATTNREF_SIMD_STORE(ypos + l, ATTNREF_SIMD_LOAD(ypos + l) + ATTNREF_SIMD_POSITIVE_PART(x));
-        ATTNREF_SIMD_STORE(yneg + l, ATTNREF_SIMD_LOAD(yneg + l) + ATTNREF_SIMD_NONPOSITIVE_ABS(x));
-    }
-    for (; l < n; ++l) {
-        const double wml = w[l], x = h.hm * wml, gww = h.G * wml * wml;
-        ind_a[l] += gww * h.ti_a, ind_s[l] += gww * h.ti_s;
-        lin_a[l] += abs_d(wml) * h.tl_a, lin_s[l] += abs_d(wml) * h.tl_s;
-        y[l] += x, y2[l] += x * x;
-        (x > 0 ? ypos[l] : yneg[l]) += abs_d(x);
-    }
-}
-
-/// output_projection and the σ sum through |W_o| for one output row and four consecutive outputs l,
-/// over the head-output elements m = 0 … n − 1 in order (mha_scales): with w = W_o[m, l] and
-/// x = hm_m·w, ind += ((G·w)·w)·ti_m; lin += |w|·tl_m; y += x; y2 += x·x; |x| to ypos (x > 0) or
-/// yneg; sig += σ_m·|w| — per output exactly the operations, in the order, of output_projection and
-/// scaled_add2 applied for m = 0, 1, …, with the nine sums in registers for the whole pass instead of
-/// loaded and stored per m. w: the four columns as a panel (element (m, k) at 4m + k); the row's
+/// The terms of one output row through W_o (mha_scales) for four consecutive outputs l, over the
+/// head-output elements m = 0 … n − 1 in order: with w = W_o[m, l] and x = hm_m·w,
+/// ind += ((G·w)·w)·ti_m; lin += |w|·tl_m; y += x; y2 += x·x; |x| to ypos (x > 0) or yneg;
+/// sig += σ_m·|w|. The nine sums stay in registers for the whole pass (they were once summed m by m
+/// into arrays in memory: a load and a store per sum and element). w: the four columns as a panel (element (m, k) at 4m + k); the row's
 /// per-m terms in arrays; out: the nine sums' four lanes in the order ind_a, ind_s, lin_a, lin_s, y,
 /// y2, ypos, yneg, sig (36 doubles).
 struct output_row_terms {
@@ -394,6 +362,30 @@ inline void worst_underflow_key(double a, double la, double ls, const double* v,
     }
 }
 
+/// worst_output_projection for one output row and four consecutive outputs l, over the head-output
+/// elements m = 0 … n − 1 in order (mha_worst_case_scales): per output exactly the operations, in
+/// the order, of worst_output_projection applied for m = 0, 1, … (its t0, t1 terms of an m with
+/// s_m = 0 taken as +0, which changes no sum: they start at +0), with the five sums in registers
+/// for the whole pass. w: the four columns of |W_o| as a panel (element (m, k) at 4m + k); ua
+/// starts at ua0, us at us0, the others at +0; out: ua, us, uw, t0, t1, four lanes each.
+struct worst_output_row_terms {
+    const double *s, *ls, *hu_a, *hu_s, *hu_w;
+};
+inline void worst_output_tile(const worst_output_row_terms& t, double ua0, double us0, const double* w, std::size_t n, double* out) {
+    const simd::pack zero = ATTNREF_SIMD_SPLAT(0);
+    simd::pack ua = ATTNREF_SIMD_SPLAT(ua0), us = ATTNREF_SIMD_SPLAT(us0), uw = zero, t0 = zero, t1 = zero;
+    for (std::size_t m = 0; m < n; ++m) {
+        const simd::pack wl = ATTNREF_SIMD_LOAD(w + simd::lanes * m), S = ATTNREF_SIMD_SPLAT(t.s[m]);
+        ua += wl * ATTNREF_SIMD_SPLAT(t.hu_a[m]);
+        us += (wl * ATTNREF_SIMD_SPLAT(t.hu_s[m]) + S);
+        uw += wl * ATTNREF_SIMD_SPLAT(t.hu_w[m]);
+        t0 += ATTNREF_SIMD_WHERE_NONZERO(S * wl, S);
+        t1 += ATTNREF_SIMD_WHERE_NONZERO(ATTNREF_SIMD_SPLAT(t.ls[m]) * wl, S);
+    }
+    ATTNREF_SIMD_STORE(out, ua), ATTNREF_SIMD_STORE(out + 4, us), ATTNREF_SIMD_STORE(out + 8, uw), ATTNREF_SIMD_STORE(out + 12, t0);
+    ATTNREF_SIMD_STORE(out + 16, t1);
+}
+
 /// One head-output element (σ = s, L·σ = ls, underflow hu_a, hu_s, hu_w) through a row of |W_o|
 /// (mha_worst_case_scales), lanes over the outputs l with w = |W_o[m, l]|:
 ///   ua += w·hu_a;  us += w·hu_s + s;  uw += w·hu_w;  and, when s ≠ 0, t0 += s·w, t1 += ls·w.
@@ -449,11 +441,11 @@ inline void gradient_key_block(const double* x, const double* xa, const double* 
 }  // namespace generic
 
 using generic::gradient_key_dots;
-using generic::head_element;
 using generic::key_dots;
 using generic::key_terms;
 using generic::output_row_terms;
 using generic::worst_key_dots;
+using generic::worst_output_row_terms;
 
 /// kernels::name(params) runs generic::name, inlined whole (flatten) into an AVX2 function when
 /// simd::use_avx2(): the same operations, each lane's in the same order, in wider registers.
@@ -482,10 +474,6 @@ ATTNREF_TOLERANCE_KERNEL(key_contribution,
                          (const key_terms& k, const double* v, const double* o, const double* vv_a, const double* vv_s, std::size_t n,
                           double* cpl_a, double* cpl_s, double* lin_a, double* lin_s, double* ind_a, double* ind_s),
                          (k, v, o, vv_a, vv_s, n, cpl_a, cpl_s, lin_a, lin_s, ind_a, ind_s))
-ATTNREF_TOLERANCE_KERNEL(output_projection,
-                         (const head_element& h, const double* w, std::size_t n, double* ind_a, double* ind_s, double* lin_a,
-                          double* lin_s, double* y, double* y2, double* ypos, double* yneg),
-                         (h, w, n, ind_a, ind_s, lin_a, lin_s, y, y2, ypos, yneg))
 ATTNREF_TOLERANCE_KERNEL(output_tile, (const output_row_terms& t, double g, const double* w, std::size_t n, double* out), (t, g, w, n, out))
 ATTNREF_TOLERANCE_KERNEL(scaled_add2, (double a, double b, const double* x, std::size_t n, double* acc, double* acc2),
                          (a, b, x, n, acc, acc2))
@@ -501,6 +489,9 @@ ATTNREF_TOLERANCE_KERNEL(worst_underflow_key,
                          (double a, double la, double ls, const double* v, const double* ev_a, const double* ev_s, const double* sigma,
                           std::size_t n, double* ta, double* ts, double* tw),
                          (a, la, ls, v, ev_a, ev_s, sigma, n, ta, ts, tw))
+ATTNREF_TOLERANCE_KERNEL(worst_output_tile,
+                         (const worst_output_row_terms& t, double ua0, double us0, const double* w, std::size_t n, double* out),
+                         (t, ua0, us0, w, n, out))
 ATTNREF_TOLERANCE_KERNEL(worst_output_projection,
                          (double s, double ls, double hu_a, double hu_s, double hu_w, const double* w, std::size_t n, double* ua,
                           double* us, double* uw, double* t0, double* t1),

@@ -302,33 +302,53 @@ inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q,
     r.underflow.assign(d.batch * sq * eo, {});
     r.row_L.assign(d.batch * sq, 0.0);
     r.row_length = eo;
-    // Output rows (b, i) in blocks on the threads: a block reads each row of |W_o| once for all its
-    // rows, and every row sums over m = (h, c) in order, whatever the split
-    // (kernels::worst_output_projection).
-    std::vector<double> wo_abs(w.w_o.size());
+    // Output rows (b, i) in blocks on the threads, four outputs at a time over m = (h, c) in order
+    // (kernels::worst_output_tile: the five sums in registers, the block's rows taking the same panel
+    // of |W_o| in turn while it is in cache), the outputs past the last whole four one by one
+    // (kernels::worst_output_projection's operations). Every row sums over m in order, whatever the
+    // blocking or the split.
+    const std::size_t M = H * dv, whole = eo - eo % simd::lanes;
+    std::vector<double> wo_abs(w.w_o.size()), panels(whole * M);
     for (std::size_t n = 0; n < wo_abs.size(); ++n) wo_abs[n] = detail::abs_d(w.w_o.data[n]);
+    for (std::size_t l = 0; l < whole; l += simd::lanes)
+        for (std::size_t m = 0; m < M; ++m)
+            for (std::size_t k = 0; k < simd::lanes; ++k) panels[l * M + m * simd::lanes + k] = wo_abs[m * eo + l + k];
     constexpr std::size_t block = 8;
     const std::size_t rows = d.batch * sq;
+    const double ua0 = static_cast<double>(H * dv) + 1, us0 = 2.0;
     ::attnref::parallel_for_dynamic((rows + block - 1) / block, o.attention.threads, [&](std::size_t task) {
         const std::size_t r0 = task * block, nr = std::min(block, rows - r0);
         std::vector<double> acc(5 * nr * eo);  // per row: underflow acc, store, weights, t0, t1
+        std::vector<double> per_m(5 * nr * M);  // per row, per m: σ, L·σ, the underflow coefficients
         for (std::size_t k = 0; k < nr; ++k) {
-            std::fill_n(&acc[5 * k * eo], eo, static_cast<double>(H * dv) + 1);
-            std::fill_n(&acc[(5 * k + 1) * eo], eo, 2.0);
+            std::fill_n(&acc[5 * k * eo], eo, ua0);
+            std::fill_n(&acc[(5 * k + 1) * eo], eo, us0);
             std::fill_n(&acc[(5 * k + 2) * eo], 3 * eo, 0.0);
-        }
-        for (std::size_t h = 0; h < H; ++h)
-            for (std::size_t c = 0; c < dv; ++c) {
-                const double* wa = &wo_abs[(h * dv + c) * eo];
-                for (std::size_t k = 0; k < nr; ++k) {
-                    const std::size_t b = (r0 + k) / sq, i = (r0 + k) % sq, hr = (b * H + h) * sq + i;
+            const std::size_t b = (r0 + k) / sq, i = (r0 + k) % sq;
+            double* in = &per_m[5 * k * M];
+            for (std::size_t h = 0; h < H; ++h)
+                for (std::size_t c = 0; c < dv; ++c) {
+                    const std::size_t hr = (b * H + h) * sq + i, m = h * dv + c;
                     const double l_row = L[hr], s = sigma[hr * dv + c];
                     const underflow_coefficients hu = head_under[hr * dv + c];
-                    double* a = &acc[5 * k * eo];
-                    kernels::worst_output_projection(s, l_row * s, hu.acc, hu.store, hu.weights, wa, eo, a, a + eo, a + 2 * eo, a + 3 * eo,
-                                                     a + 4 * eo);
+                    in[m] = s, in[M + m] = l_row * s, in[2 * M + m] = hu.acc, in[3 * M + m] = hu.store, in[4 * M + m] = hu.weights;
                 }
+        }
+        double tile[5 * simd::lanes];
+        for (std::size_t l = 0; l < whole; l += simd::lanes)
+            for (std::size_t k = 0; k < nr; ++k) {
+                const double* in = &per_m[5 * k * M];
+                kernels::worst_output_tile({in, in + M, in + 2 * M, in + 3 * M, in + 4 * M}, ua0, us0, &panels[l * M], M, tile);
+                for (std::size_t a = 0; a < 5; ++a)
+                    for (std::size_t lane = 0; lane < simd::lanes; ++lane) acc[(5 * k + a) * eo + l + lane] = tile[a * simd::lanes + lane];
             }
+        for (std::size_t k = 0; k < nr && whole < eo; ++k) {
+            const double* in = &per_m[5 * k * M];
+            double* a = &acc[5 * k * eo];
+            for (std::size_t m = 0; m < M; ++m)
+                kernels::worst_output_projection(in[m], in[M + m], in[2 * M + m], in[3 * M + m], in[4 * M + m], &wo_abs[m * eo + whole], eo - whole,
+                                                 a + whole, a + eo + whole, a + 2 * eo + whole, a + 3 * eo + whole, a + 4 * eo + whole);
+        }
         for (std::size_t k = 0; k < nr; ++k) {
             const std::size_t b = (r0 + k) / sq, i = (r0 + k) % sq, out = (b * sq + i) * eo;
             for (std::size_t h = 0; h < H; ++h) r.row_L[b * sq + i] = std::max(r.row_L[b * sq + i], L[(b * H + h) * sq + i]);
