@@ -24,8 +24,9 @@
 /// kept, up to 16 of them, for the next allocation of the same whole number of 2 MiB pages: the
 /// bound drivers allocate and free arrays of one shape in turn (66 blocks of 16 MiB in one check at
 /// LLM size), and a kept block's pages are present. The first large allocation that none of them
-/// fits frees them all before it asks the system, so the process never holds kept blocks and a
-/// fresh one at once: its peak memory stays what it was without the cache.
+/// fits frees them all before it asks the system, so kept blocks never coexist with a fresh large
+/// one (the peak RSS of a check at LLM size is unchanged: docs/measurements.md). Only where large
+/// blocks come from this file's path (Linux); elsewhere every delete frees.
 
 #include <algorithm>
 #include <cstddef>
@@ -70,7 +71,6 @@ void touch_pages(char* p, std::size_t n) noexcept {
     for (std::size_t w = started + 1; w < workers; ++w) touch(w);
     for (std::size_t w = 0; w < started; ++w) threads[w].join();
 }
-#endif
 
 /// Freed large blocks for reuse (see above), under a mutex (any thread allocates and frees).
 struct kept_blocks {
@@ -98,9 +98,11 @@ void* reuse_or_release(std::size_t rounded) noexcept {
     kept.count = 0;
     return nullptr;
 }
+#endif
 
 /// Frees p (allocated for n bytes), or keeps it for reuse when it is a large block and a slot is free.
 void release(void* p, std::size_t n) noexcept {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
     if (p && n >= huge_page && n <= SIZE_MAX - huge_page) {
         const std::lock_guard<std::mutex> lock(kept.m);
         if (kept.count < kept_blocks::slots) {
@@ -109,6 +111,9 @@ void release(void* p, std::size_t n) noexcept {
             return;
         }
     }
+#else
+    (void)n;
+#endif
     std::free(p);
 }
 
