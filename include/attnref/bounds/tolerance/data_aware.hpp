@@ -415,25 +415,15 @@ inline void projection_terms(tensor_view<const double, 3> x, tensor_view<const d
     // whatever the blocking or the split.
     constexpr std::size_t block = 16;
     const std::size_t rows = batch * len, whole = out - out % simd::lanes;
-    // W's whole packs of four columns as panels, (f/4, e, f%4): a tile reads its strip of W in order
-    // (strided, 8 KB apart at LLM size, the loads missed the cache at every e).
-    std::vector<double> panels(whole * in);
-    for (std::size_t f = 0; f < whole; f += simd::lanes)
-        for (std::size_t e = 0; e < in; ++e)
-            for (std::size_t l = 0; l < simd::lanes; ++l) panels[(f * in) + e * simd::lanes + l] = W(e, f + l);
+    const std::vector<double> panels = simd::column_panels(W.data, in, out);
     ::attnref::parallel_for_dynamic((rows + block - 1) / block, threads, [&](std::size_t task) {
         const std::size_t r0 = task * block, nr = std::min(block, rows - r0);
         std::vector<double> acc(4 * block * out, 0.0);  // per row: sum, sq, pos, neg
-        double tile[8 * simd::lanes];
         for (std::size_t f = 0; f < whole; f += simd::lanes)
             for (std::size_t r = 0; r < nr; r += 2) {
                 const std::size_t r1 = r + 1 < nr ? r + 1 : r;  // an odd last row is paired with itself
-                kernels::projection_tile(x.data + (r0 + r) * in, x.data + (r0 + r1) * in, &panels[f * in], simd::lanes, in, tile);
-                for (std::size_t half = 0; half < 2; ++half) {
-                    double* a = &acc[4 * (half ? r1 : r) * out];
-                    for (std::size_t k = 0; k < 4; ++k)
-                        for (std::size_t l = 0; l < simd::lanes; ++l) a[k * out + f + l] = tile[(4 * half + k) * simd::lanes + l];
-                }
+                kernels::projection_tile(x.data + (r0 + r) * in, x.data + (r0 + r1) * in, &panels[f * in], simd::lanes, in, &acc[4 * r * out + f],
+                                         &acc[4 * r1 * out + f], out);
             }
         for (std::size_t r = 0; r < nr && whole < out; ++r) {
             const double* xr = x.data + (r0 + r) * in;
@@ -501,12 +491,8 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
     r.logit_var.assign(total, {}), r.logit_linear.assign(total, 0.0);
     r.sigma_linear.assign(total, 0.0);
     r.output_value.assign(total, 0.0);
-    // W_o's whole packs of four columns as panels, (l/4, m, l%4), for kernels::output_tile.
     const std::size_t M = H * dv, whole = eo - eo % simd::lanes;
-    std::vector<double> wo_panels(whole * M);
-    for (std::size_t l = 0; l < whole; l += simd::lanes)
-        for (std::size_t m = 0; m < M; ++m)
-            for (std::size_t k = 0; k < simd::lanes; ++k) wo_panels[l * M + m * simd::lanes + k] = w.w_o(m, l + k);
+    const std::vector<double> wo_panels = simd::column_panels(w.w_o.data, M, eo);  // for kernels::output_tile
     // σ_P (sigma_weights): V_hj·W_o^h per (b, h, j) in double, where the work stays within a few times
     // the bound's own (B·H·Sk·Eo ≤ 2^22 values, B·Sq·H·Sk·Eo ≤ 2^30 products); else left empty.
     const double vw_values = static_cast<double>(d.batch * H * sk) * static_cast<double>(eo);
@@ -535,7 +521,8 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
     const std::size_t out_rows = d.batch * sq;
     ::attnref::parallel_for_dynamic((out_rows + block - 1) / block, o.attention.threads, [&](std::size_t task) {
         const std::size_t r0 = task * block, nr = std::min(block, out_rows - r0);
-        // Per row of the block: y, y2, ypos, yneg, cpl_a, cpl_s, ind_a, ind_s, lin_a, lin_s, sig.
+        // Per row of the block: ind_a, ind_s, lin_a, lin_s, y, y2, ypos, yneg, sig (kernels::output_tile's
+        // order), cpl_a, cpl_s.
         constexpr std::size_t arrays = 11;
         std::vector<double> acc(nr * arrays * eo, 0.0);
         auto row_array = [&](std::size_t k, std::size_t a) { return &acc[(k * arrays + a) * eo]; };
@@ -553,7 +540,7 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
                 eps_lin[k] = std::max(eps_lin[k], t.logit_linear[row]);
                 two_part head_cpl{};
                 for (std::size_t c = 0; c < dv; ++c) head_cpl += t.coupled[row * dv + c];
-                double *cpl_a = row_array(k, 4), *cpl_s = row_array(k, 5);
+                double *cpl_a = row_array(k, 9), *cpl_s = row_array(k, 10);
                 for (std::size_t l = 0; l < eo; ++l) {
                     const double a = G * wn2[h * eo + l];
                     cpl_a[l] += a * head_cpl.acc, cpl_s[l] += a * head_cpl.store;
@@ -569,18 +556,12 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
             const double* in = &per_m[k * inputs * M];
             return kernels::output_row_terms{in, in + M, in + 2 * M, in + 3 * M, in + 4 * M, in + 5 * M};
         };
-        double tile[9 * simd::lanes];
-        constexpr std::size_t to_array[9] = {6, 7, 8, 9, 0, 1, 2, 3, 10};  // ind_a, ind_s, lin_a, lin_s, y, y2, ypos, yneg, sig
         for (std::size_t l = 0; l < whole; l += simd::lanes)
-            for (std::size_t k = 0; k < nr; ++k) {
-                kernels::output_tile(terms_of(k), G, &wo_panels[l * M], M, tile);
-                for (std::size_t a = 0; a < 9; ++a)
-                    for (std::size_t lane = 0; lane < simd::lanes; ++lane) row_array(k, to_array[a])[l + lane] = tile[a * simd::lanes + lane];
-            }
+            for (std::size_t k = 0; k < nr; ++k) kernels::output_tile(terms_of(k), G, &wo_panels[l * M], M, row_array(k, 0) + l, eo);
         for (std::size_t k = 0; k < nr && whole < eo; ++k) {
             const kernels::output_row_terms tk = terms_of(k);
-            double *y = row_array(k, 0), *y2 = row_array(k, 1), *ypos = row_array(k, 2), *yneg = row_array(k, 3), *ind_a = row_array(k, 6),
-                   *ind_s = row_array(k, 7), *lin_a = row_array(k, 8), *lin_s = row_array(k, 9), *sig = row_array(k, 10);
+            double *ind_a = row_array(k, 0), *ind_s = row_array(k, 1), *lin_a = row_array(k, 2), *lin_s = row_array(k, 3), *y = row_array(k, 4),
+                   *y2 = row_array(k, 5), *ypos = row_array(k, 6), *yneg = row_array(k, 7), *sig = row_array(k, 8);
             for (std::size_t m = 0; m < M; ++m)
                 for (std::size_t l = whole; l < eo; ++l) {
                     const double wml = w.w_o(m, l), x = tk.hm[m] * wml, gww = G * wml * wml, aw = detail::abs_d(wml);
@@ -593,9 +574,9 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
         }
         for (std::size_t k = 0; k < nr; ++k) {
             const std::size_t b = (r0 + k) / sq, i = (r0 + k) % sq, out_row = (b * sq + i) * eo;
-            const double *y = row_array(k, 0), *y2 = row_array(k, 1), *ypos = row_array(k, 2), *yneg = row_array(k, 3), *cpl_a = row_array(k, 4),
-                         *cpl_s = row_array(k, 5), *ind_a = row_array(k, 6), *ind_s = row_array(k, 7), *lin_a = row_array(k, 8), *lin_s = row_array(k, 9),
-                         *sig = row_array(k, 10);
+            const double *ind_a = row_array(k, 0), *ind_s = row_array(k, 1), *lin_a = row_array(k, 2), *lin_s = row_array(k, 3), *y = row_array(k, 4),
+                         *y2 = row_array(k, 5), *ypos = row_array(k, 6), *yneg = row_array(k, 7), *sig = row_array(k, 8), *cpl_a = row_array(k, 9),
+                         *cpl_s = row_array(k, 10);
             for (std::size_t l = 0; l < eo; ++l) {
                 r.coupled[out_row + l] = {cpl_a[l], cpl_s[l]};
                 r.independent[out_row + l] = {ind_a[l], ind_s[l]};

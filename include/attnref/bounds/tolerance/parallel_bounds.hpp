@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <atomic>
 #include <cstring>
+#include <vector>
 
 #include "attnref/bounds/tolerance/names.hpp"
 
@@ -42,6 +43,19 @@ inline constexpr std::size_t lanes = 4;
 inline constexpr std::size_t transposed_stride(std::size_t n) {
     const std::size_t lines = (n + 7) / 8;
     return 8 * (lines % 2 ? lines : lines + 1);
+}
+
+/// The whole packs of `lanes` columns of a row-major (rows × cols) matrix as panels, element
+/// (r, c) of the columns c0 … c0 + lanes − 1 at c0·rows + lanes·r + (c − c0): a tile kernel reads
+/// its columns' rows in order (in place they are a row apart, which missed the cache at every row
+/// at LLM size). The columns past the last whole pack are left out.
+inline std::vector<double> column_panels(const double* m, std::size_t rows, std::size_t cols) {
+    const std::size_t whole = cols - cols % lanes;
+    std::vector<double> panels(whole * rows);
+    for (std::size_t c0 = 0; c0 < whole; c0 += lanes)
+        for (std::size_t r = 0; r < rows; ++r)
+            for (std::size_t k = 0; k < lanes; ++k) panels[c0 * rows + r * lanes + k] = m[r * cols + c0 + k];
+    return panels;
 }
 
 /// Whether the kernels may take their AVX2 copy (tests turn it off to compare the two copies).
@@ -156,8 +170,10 @@ using detail::abs_d;
 /// as +0, which changes no sum (each starts at +0 and is never −0): the same values as skipping
 /// it, and no NaN from 0·∞. The eight sums stay in registers for the whole pass (the rows' terms
 /// were once summed e by e into arrays in memory: one load and one store per sum and product).
-/// w: W[0, f], rows `stride` apart; out: per row the four sums' four lanes, row 0 then row 1.
-inline void projection_tile(const double* x0, const double* x1, const double* w, std::size_t stride, std::size_t n, double* out) {
+/// w: W[0, f], rows `stride` apart; out0, out1: rows 0 and 1's sum at [0, 4), sq, pos and neg
+/// `out_stride` apart (x1 = x0 and out1 = out0: one row).
+inline void projection_tile(const double* x0, const double* x1, const double* w, std::size_t stride, std::size_t n, double* out0, double* out1,
+                            std::size_t out_stride) {
     const simd::pack zero = ATTNREF_SIMD_SPLAT(0);
     simd::pack s0 = zero, q0 = zero, p0 = zero, m0 = zero, s1 = zero, q1 = zero, p1 = zero, m1 = zero;
     for (std::size_t e = 0; e < n; ++e) {
@@ -166,8 +182,10 @@ inline void projection_tile(const double* x0, const double* x1, const double* w,
         s0 += t0, q0 += t0 * t0, p0 += ATTNREF_SIMD_POSITIVE_PART(t0), m0 += ATTNREF_SIMD_NONPOSITIVE_ABS(t0);
         s1 += t1, q1 += t1 * t1, p1 += ATTNREF_SIMD_POSITIVE_PART(t1), m1 += ATTNREF_SIMD_NONPOSITIVE_ABS(t1);
     }
-    ATTNREF_SIMD_STORE(out, s0), ATTNREF_SIMD_STORE(out + 4, q0), ATTNREF_SIMD_STORE(out + 8, p0), ATTNREF_SIMD_STORE(out + 12, m0);
-    ATTNREF_SIMD_STORE(out + 16, s1), ATTNREF_SIMD_STORE(out + 20, q1), ATTNREF_SIMD_STORE(out + 24, p1), ATTNREF_SIMD_STORE(out + 28, m1);
+    ATTNREF_SIMD_STORE(out1, s1), ATTNREF_SIMD_STORE(out1 + out_stride, q1), ATTNREF_SIMD_STORE(out1 + 2 * out_stride, p1);
+    ATTNREF_SIMD_STORE(out1 + 3 * out_stride, m1);
+    ATTNREF_SIMD_STORE(out0, s0), ATTNREF_SIMD_STORE(out0 + out_stride, q0), ATTNREF_SIMD_STORE(out0 + 2 * out_stride, p0);
+    ATTNREF_SIMD_STORE(out0 + 3 * out_stride, m0);
 }
 
 /// o += p·v, sigma += p·|v| over a value row (attention_terms, first pass).
@@ -243,13 +261,13 @@ inline void key_contribution(const key_terms& k, const double* v, const double* 
 /// head-output elements m = 0 … n − 1 in order: with w = W_o[m, l] and x = hm_m·w,
 /// ind += ((G·w)·w)·ti_m; lin += |w|·tl_m; y += x; y2 += x·x; |x| to ypos (x > 0) or yneg;
 /// sig += σ_m·|w|. The nine sums stay in registers for the whole pass (they were once summed m by m
-/// into arrays in memory: a load and a store per sum and element). w: the four columns as a panel (element (m, k) at 4m + k); the row's
-/// per-m terms in arrays; out: the nine sums' four lanes in the order ind_a, ind_s, lin_a, lin_s, y,
-/// y2, ypos, yneg, sig (36 doubles).
+/// into arrays in memory: a load and a store per sum and element). w: the four columns as a panel
+/// (simd::column_panels); the row's per-m terms in arrays; out: ind_a at [0, 4), then ind_s, lin_a,
+/// lin_s, y, y2, ypos, yneg and sig, each `out_stride` further.
 struct output_row_terms {
     const double *hm, *ti_a, *ti_s, *tl_a, *tl_s, *sigma;
 };
-inline void output_tile(const output_row_terms& t, double g, const double* w, std::size_t n, double* out) {
+inline void output_tile(const output_row_terms& t, double g, const double* w, std::size_t n, double* out, std::size_t out_stride) {
     const simd::pack zero = ATTNREF_SIMD_SPLAT(0), G = ATTNREF_SIMD_SPLAT(g);
     simd::pack ia = zero, is = zero, la = zero, ls = zero, y = zero, y2 = zero, yp = zero, yn = zero, sg = zero;
     for (std::size_t m = 0; m < n; ++m) {
@@ -264,9 +282,9 @@ inline void output_tile(const output_row_terms& t, double g, const double* w, st
         yn += ATTNREF_SIMD_NONPOSITIVE_ABS(x);
         sg += ATTNREF_SIMD_SPLAT(t.sigma[m]) * aw;
     }
-    ATTNREF_SIMD_STORE(out, ia), ATTNREF_SIMD_STORE(out + 4, is), ATTNREF_SIMD_STORE(out + 8, la), ATTNREF_SIMD_STORE(out + 12, ls);
-    ATTNREF_SIMD_STORE(out + 16, y), ATTNREF_SIMD_STORE(out + 20, y2), ATTNREF_SIMD_STORE(out + 24, yp), ATTNREF_SIMD_STORE(out + 28, yn);
-    ATTNREF_SIMD_STORE(out + 32, sg);
+    ATTNREF_SIMD_STORE(out, ia), ATTNREF_SIMD_STORE(out + out_stride, is), ATTNREF_SIMD_STORE(out + 2 * out_stride, la);
+    ATTNREF_SIMD_STORE(out + 3 * out_stride, ls), ATTNREF_SIMD_STORE(out + 4 * out_stride, y), ATTNREF_SIMD_STORE(out + 5 * out_stride, y2);
+    ATTNREF_SIMD_STORE(out + 6 * out_stride, yp), ATTNREF_SIMD_STORE(out + 7 * out_stride, yn), ATTNREF_SIMD_STORE(out + 8 * out_stride, sg);
 }
 
 /// acc += a·x and acc2 += b·x over a row (a, b scalars; worst_case's t0 += σ·|W_o|, t1 += (L·σ)·|W_o|,
@@ -366,12 +384,14 @@ inline void worst_underflow_key(double a, double la, double ls, const double* v,
 /// elements m = 0 … n − 1 in order (mha_worst_case_scales): per output exactly the operations, in
 /// the order, of worst_output_projection applied for m = 0, 1, … (its t0, t1 terms of an m with
 /// s_m = 0 taken as +0, which changes no sum: they start at +0), with the five sums in registers
-/// for the whole pass. w: the four columns of |W_o| as a panel (element (m, k) at 4m + k); ua
-/// starts at ua0, us at us0, the others at +0; out: ua, us, uw, t0, t1, four lanes each.
+/// for the whole pass. w: the four columns of |W_o| as a panel (simd::column_panels); ua starts at
+/// ua0, us at us0, the others at +0; out: ua at [0, 4), then us, uw, t0 and t1, each `out_stride`
+/// further.
 struct worst_output_row_terms {
     const double *s, *ls, *hu_a, *hu_s, *hu_w;
 };
-inline void worst_output_tile(const worst_output_row_terms& t, double ua0, double us0, const double* w, std::size_t n, double* out) {
+inline void worst_output_tile(const worst_output_row_terms& t, double ua0, double us0, const double* w, std::size_t n, double* out,
+                              std::size_t out_stride) {
     const simd::pack zero = ATTNREF_SIMD_SPLAT(0);
     simd::pack ua = ATTNREF_SIMD_SPLAT(ua0), us = ATTNREF_SIMD_SPLAT(us0), uw = zero, t0 = zero, t1 = zero;
     for (std::size_t m = 0; m < n; ++m) {
@@ -382,8 +402,8 @@ inline void worst_output_tile(const worst_output_row_terms& t, double ua0, doubl
         t0 += ATTNREF_SIMD_WHERE_NONZERO(S * wl, S);
         t1 += ATTNREF_SIMD_WHERE_NONZERO(ATTNREF_SIMD_SPLAT(t.ls[m]) * wl, S);
     }
-    ATTNREF_SIMD_STORE(out, ua), ATTNREF_SIMD_STORE(out + 4, us), ATTNREF_SIMD_STORE(out + 8, uw), ATTNREF_SIMD_STORE(out + 12, t0);
-    ATTNREF_SIMD_STORE(out + 16, t1);
+    ATTNREF_SIMD_STORE(out, ua), ATTNREF_SIMD_STORE(out + out_stride, us), ATTNREF_SIMD_STORE(out + 2 * out_stride, uw);
+    ATTNREF_SIMD_STORE(out + 3 * out_stride, t0), ATTNREF_SIMD_STORE(out + 4 * out_stride, t1);
 }
 
 /// One head-output element (σ = s, L·σ = ls, underflow hu_a, hu_s, hu_w) through a row of |W_o|
@@ -464,8 +484,9 @@ using generic::worst_output_row_terms;
 #endif
 
 ATTNREF_TOLERANCE_KERNEL(projection_tile,
-                         (const double* x0, const double* x1, const double* w, std::size_t stride, std::size_t n, double* out),
-                         (x0, x1, w, stride, n, out))
+                         (const double* x0, const double* x1, const double* w, std::size_t stride, std::size_t n, double* out0, double* out1,
+                          std::size_t out_stride),
+                         (x0, x1, w, stride, n, out0, out1, out_stride))
 ATTNREF_TOLERANCE_KERNEL(weighted_value, (double p, const double* v, std::size_t n, double* o, double* sigma), (p, v, n, o, sigma))
 ATTNREF_TOLERANCE_KERNEL(weighted_square, (double p, const double* k, std::size_t n, double* acc), (p, k, n, acc))
 ATTNREF_TOLERANCE_KERNEL(weighted_deviation_square, (double p, const double* v, const double* o, std::size_t n, double* acc),
@@ -474,7 +495,9 @@ ATTNREF_TOLERANCE_KERNEL(key_contribution,
                          (const key_terms& k, const double* v, const double* o, const double* vv_a, const double* vv_s, std::size_t n,
                           double* cpl_a, double* cpl_s, double* lin_a, double* lin_s, double* ind_a, double* ind_s),
                          (k, v, o, vv_a, vv_s, n, cpl_a, cpl_s, lin_a, lin_s, ind_a, ind_s))
-ATTNREF_TOLERANCE_KERNEL(output_tile, (const output_row_terms& t, double g, const double* w, std::size_t n, double* out), (t, g, w, n, out))
+ATTNREF_TOLERANCE_KERNEL(output_tile,
+                         (const output_row_terms& t, double g, const double* w, std::size_t n, double* out, std::size_t out_stride),
+                         (t, g, w, n, out, out_stride))
 ATTNREF_TOLERANCE_KERNEL(scaled_add2, (double a, double b, const double* x, std::size_t n, double* acc, double* acc2),
                          (a, b, x, n, acc, acc2))
 ATTNREF_TOLERANCE_KERNEL(key_dot_block,
@@ -490,8 +513,9 @@ ATTNREF_TOLERANCE_KERNEL(worst_underflow_key,
                           std::size_t n, double* ta, double* ts, double* tw),
                          (a, la, ls, v, ev_a, ev_s, sigma, n, ta, ts, tw))
 ATTNREF_TOLERANCE_KERNEL(worst_output_tile,
-                         (const worst_output_row_terms& t, double ua0, double us0, const double* w, std::size_t n, double* out),
-                         (t, ua0, us0, w, n, out))
+                         (const worst_output_row_terms& t, double ua0, double us0, const double* w, std::size_t n, double* out,
+                          std::size_t out_stride),
+                         (t, ua0, us0, w, n, out, out_stride))
 ATTNREF_TOLERANCE_KERNEL(worst_output_projection,
                          (double s, double ls, double hu_a, double hu_s, double hu_w, const double* w, std::size_t n, double* ua,
                           double* us, double* uw, double* t0, double* t1),

@@ -308,11 +308,9 @@ inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q,
     // (kernels::worst_output_projection's operations). Every row sums over m in order, whatever the
     // blocking or the split.
     const std::size_t M = H * dv, whole = eo - eo % simd::lanes;
-    std::vector<double> wo_abs(w.w_o.size()), panels(whole * M);
+    std::vector<double> wo_abs(w.w_o.size());
     for (std::size_t n = 0; n < wo_abs.size(); ++n) wo_abs[n] = detail::abs_d(w.w_o.data[n]);
-    for (std::size_t l = 0; l < whole; l += simd::lanes)
-        for (std::size_t m = 0; m < M; ++m)
-            for (std::size_t k = 0; k < simd::lanes; ++k) panels[l * M + m * simd::lanes + k] = wo_abs[m * eo + l + k];
+    const std::vector<double> panels = simd::column_panels(wo_abs.data(), M, eo);
     constexpr std::size_t block = 8;
     const std::size_t rows = d.batch * sq;
     const double ua0 = static_cast<double>(H * dv) + 1, us0 = 2.0;
@@ -334,13 +332,10 @@ inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q,
                     in[m] = s, in[M + m] = l_row * s, in[2 * M + m] = hu.acc, in[3 * M + m] = hu.store, in[4 * M + m] = hu.weights;
                 }
         }
-        double tile[5 * simd::lanes];
         for (std::size_t l = 0; l < whole; l += simd::lanes)
             for (std::size_t k = 0; k < nr; ++k) {
                 const double* in = &per_m[5 * k * M];
-                kernels::worst_output_tile({in, in + M, in + 2 * M, in + 3 * M, in + 4 * M}, ua0, us0, &panels[l * M], M, tile);
-                for (std::size_t a = 0; a < 5; ++a)
-                    for (std::size_t lane = 0; lane < simd::lanes; ++lane) acc[(5 * k + a) * eo + l + lane] = tile[a * simd::lanes + lane];
+                kernels::worst_output_tile({in, in + M, in + 2 * M, in + 3 * M, in + 4 * M}, ua0, us0, &panels[l * M], M, &acc[5 * k * eo + l], eo);
             }
         for (std::size_t k = 0; k < nr && whole < eo; ++k) {
             const double* in = &per_m[5 * k * M];
