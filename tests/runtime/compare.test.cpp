@@ -671,6 +671,86 @@ std::atomic<int> exits{0};
 void count_exit() { ++exits; }
 }  // namespace
 
+// The storage underflow coefficients summed per row from maxima (tolerance::underflow_terms::bounded,
+// docs/error-bounds.md eq. 26b) bound the per-(key, feature) sums of eq. 26 from above, element by
+// element; for float64, float32 and bfloat16 candidates they give the same element bounds bit for bit
+// on data of normal magnitude (η times either coefficient is far below an ulp of the bound), and never
+// smaller bounds on data scaled into float32's subnormal range, where the term counts. Cases: SDPA
+// with GQA, a causal mask and a 130-key row (two key tiles), and MHA with biases, GQA and key padding;
+// the bounded terms on 1 and 2 threads alike.
+BOOST_AUTO_TEST_CASE(bounded_underflow_terms_bound_the_per_feature_sums) {
+    using namespace attnref;
+    using U = tol::underflow_terms;
+    BOOST_TEST((tol::underflow_terms_for(tol::candidate_format::float32, false) == U::bounded));
+    BOOST_TEST((tol::underflow_terms_for(tol::candidate_format::bfloat16, false) == U::bounded));
+    BOOST_TEST((tol::underflow_terms_for(tol::candidate_format::float64, false) == U::bounded));
+    BOOST_TEST((tol::underflow_terms_for(tol::candidate_format::float16, false) == U::per_feature));
+    BOOST_TEST((tol::underflow_terms_for(tol::candidate_format::float32, true) == U::per_feature));  // a declared policy (fp8 P)
+    auto compare = [](const tol::data_aware_scales& exact, const tol::data_aware_scales& bounded, bool normal, const std::string& what) {
+        BOOST_TEST_REQUIRE(exact.worst_case.underflow.size() == bounded.worst_case.underflow.size());
+        BOOST_TEST_REQUIRE(exact.worst_case.underflow.size() == exact.size());
+        std::size_t below = 0, strictly_above = 0;
+        for (std::size_t e = 0; e < exact.size(); ++e) {
+            const tol::underflow_coefficients &a = exact.worst_case.underflow[e], &b = bounded.worst_case.underflow[e];
+            below += !(a.acc <= b.acc && a.store <= b.store && a.weights <= b.weights);
+            strictly_above += b.acc > a.acc;
+        }
+        BOOST_TEST(below == 0u, what << ": bounded coefficients below the per-feature sums");
+        BOOST_TEST(strictly_above > 0u, what << ": the two ways differ (the comparison is not of one computation twice)");
+        for (const tol::candidate_format f : {tol::candidate_format::float64, tol::candidate_format::float32, tol::candidate_format::bfloat16,
+                                              tol::candidate_format::float16}) {
+            const std::vector<double> x = tol::element_bounds(exact, f, 1), y = tol::element_bounds(bounded, f, 1);
+            std::size_t smaller = 0;
+            for (std::size_t e = 0; e < x.size(); ++e) smaller += !(y[e] >= x[e]);
+            BOOST_TEST(smaller == 0u, what << ": bounded bounds below the per-feature ones, " << tol::format_name(f));
+            if (normal && f != tol::candidate_format::float16)
+                BOOST_TEST(same_bits(x, y), what << ": element bounds differ, " << tol::format_name(f));
+        }
+    };
+    for (const double magnitude : {1.0, 1e-36}) {
+        const bool normal = magnitude == 1.0;
+        {  // SDPA, GQA, causal, dk = 7, dv = 6, Sq = 9, Sk = 130
+            const std::size_t B = 1, H = 4, Hkv = 2, sq = 9, sk = 130, dk = 7, dv = 6;
+            const std::vector<double> q = pseudo_random(B * H * sq * dk, 31, 2), k = pseudo_random(B * Hkv * sk * dk, 32, 2);
+            std::vector<double> v = pseudo_random(B * Hkv * sk * dv, 33, 4);
+            for (double& x : v) x *= magnitude;
+            const tensor_view<const double, 4> qv{q.data(), {B, H, sq, dk}}, kv{k.data(), {B, Hkv, sk, dk}}, vv{v.data(), {B, Hkv, sk, dv}};
+            attention_options o;
+            o.mask.causal = true;
+            o.mask.alignment = causal_alignment::bottom_right;
+            const std::vector<double> p = softmax_of(attention_logits<uniform_precision<double>>(qv, kv, o));
+            const tensor_view<const double, 4> pv{p.data(), {B, H, sq, sk}};
+            const tol::data_aware_scales exact = tol::sdpa_scales(qv, kv, vv, pv, o), bounded = tol::sdpa_scales(qv, kv, vv, pv, o, false, U::bounded);
+            compare(exact, bounded, normal, normal ? "sdpa" : "sdpa, subnormal values");
+            o.threads = 2;
+            check_same(bounded, tol::sdpa_scales(qv, kv, vv, pv, o, false, U::bounded), "sdpa bounded, 1 vs 2 threads");
+        }
+        {  // MHA with biases, GQA, key padding: E = 13, H·dk = 3·5, Hkv·dk = 1·5, Hkv·dv = 1·3, output 7
+            const std::size_t B = 2, S = 10, E = 13, H = 3, Hkv = 1, dk = 5, dv = 3, eo = 7;
+            std::vector<double> x = pseudo_random(B * S * E, 34, 2);
+            const std::vector<double> wq = pseudo_random(E * H * dk, 35, 1), wk = pseudo_random(E * Hkv * dk, 36, 1),
+                                      wv = pseudo_random(E * Hkv * dv, 37, 1), wo = pseudo_random(H * dv * eo, 38, 1), bq = pseudo_random(H * dk, 39, 1),
+                                      bk = pseudo_random(Hkv * dk, 40, 1), bv = pseudo_random(Hkv * dv, 41, 1), bo = pseudo_random(eo, 42, 1);
+            std::vector<double> wv_scaled = wv, bv_scaled = bv;
+            for (double& w : wv_scaled) w *= magnitude;
+            for (double& b : bv_scaled) b *= magnitude;
+            const tensor_view<const double, 3> xv{x.data(), {B, S, E}};
+            mha_parameters<double> w{{wq.data(), {E, H * dk}}, {wk.data(), {E, Hkv * dk}}, {wv_scaled.data(), {E, Hkv * dv}}, {wo.data(), {H * dv, eo}},
+                                     {bq.data(), {H * dk}},     {bk.data(), {Hkv * dk}},     {bv_scaled.data(), {Hkv * dv}},     {bo.data(), {eo}}};
+            if (!normal) w.b_o = {};  // the output then of subnormal magnitude too
+            const std::vector<std::size_t> lengths{S, S - 4};
+            mha_options o{H, Hkv, {}};
+            o.attention.mask.key_lengths = lengths;
+            const std::vector<double> p = softmax_of(mha_logits<uniform_precision<double>>(xv, xv, w, o));
+            const tensor_view<const double, 4> pv{p.data(), {B, H, S, S}};
+            const tol::data_aware_scales exact = tol::mha_scales(xv, xv, xv, w, pv, o), bounded = tol::mha_scales(xv, xv, xv, w, pv, o, false, U::bounded);
+            compare(exact, bounded, normal, normal ? "mha" : "mha, subnormal values");
+            o.attention.threads = 2;
+            check_same(bounded, tol::mha_scales(xv, xv, xv, w, pv, o, false, U::bounded), "mha bounded, 1 vs 2 threads");
+        }
+    }
+}
+
 BOOST_AUTO_TEST_CASE(thread_pool_runs_every_task_and_rethrows_the_first_exception) {
     for (const bool dynamic : {false, true}) {
         std::vector<std::atomic<int>> ran(20);

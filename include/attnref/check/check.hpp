@@ -64,7 +64,7 @@ ATTNREF_GOLDEN_FN check_result check(const loaded_case& lc, const candidate& c, 
     res.declared_backward = opt.declared_backward;
     // Inputs exact in the candidate's format (e.g. a reference certified for the rounded inputs,
     // golden/rounded_inputs.hpp): reading them rounds nothing, and the bound drops that term.
-    forward_reference ref(lc, check_detail::inputs_representable(lc.data, {}, c.format));
+    forward_reference ref(lc, check_detail::inputs_representable(lc.data, {}, c.format), tol::underflow_terms_for(c.format, opt.policy.has_value()));
     if (!c.output.empty()) res.tensors.push_back(judge_case_output(ref, c.output, c.format, opt.model, opt.policy));
     if (!c.gradients.empty())
         check_gradients(spec, lc.data, gradient_reference_of(lc), c.gradients, c.format, opt.model, res, opt.declared_backward, opt.policy);

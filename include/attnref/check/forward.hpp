@@ -51,12 +51,14 @@ inline std::vector<double> naive_output(const case_spec& spec, const case_data& 
 }
 
 /// Per-element data-aware magnitudes of a loaded case from its weights P (B, H, Sq, Sk).
-/// inputs_exact: the candidate's inputs are the case's exactly (no input-rounding term).
+/// inputs_exact: the candidate's inputs are the case's exactly (no input-rounding term); terms: how
+/// the underflow coefficients are summed (tolerance::underflow_terms_for the candidate).
 inline tolerance::data_aware_scales data_aware_scales_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights,
-                                                          bool inputs_exact = false) {
+                                                          bool inputs_exact = false,
+                                                          tolerance::underflow_terms terms = tolerance::underflow_terms::per_feature) {
     const case_views c = views_of(spec, data);
-    return c.sdpa() ? tolerance::sdpa_scales(c.q, c.k, c.v, c.weights(weights), c.o, inputs_exact)
-                    : tolerance::mha_scales(c.x_q, c.x_k, c.x_v, c.w, c.weights(weights), c.mo, inputs_exact);
+    return c.sdpa() ? tolerance::sdpa_scales(c.q, c.k, c.v, c.weights(weights), c.o, inputs_exact, terms)
+                    : tolerance::mha_scales(c.x_q, c.x_k, c.x_v, c.w, c.weights(weights), c.mo, inputs_exact, terms);
 }
 
 /// Per-element worst-case magnitudes (the worst-case model) of a loaded case.
@@ -83,9 +85,11 @@ inline std::vector<double> reference_weights(const loaded_case& lc) {
 class forward_reference {
 public:
     /// inputs_exact: the case's inputs are exactly representable in the candidate's format (its
-    /// reading them rounds nothing), so the data-aware scales drop the input-rounding term.
-    explicit forward_reference(const loaded_case& lc, bool inputs_exact = false)
-        : lc_(lc), views_(views_of(lc.m.spec, lc.data)), inputs_exact_(inputs_exact) {}
+    /// reading them rounds nothing), so the data-aware scales drop the input-rounding term. terms:
+    /// the underflow coefficients the candidate's format needs (tolerance::underflow_terms_for).
+    explicit forward_reference(const loaded_case& lc, bool inputs_exact = false,
+                               tolerance::underflow_terms terms = tolerance::underflow_terms::per_feature)
+        : lc_(lc), views_(views_of(lc.m.spec, lc.data)), inputs_exact_(inputs_exact), terms_(terms) {}
     const loaded_case& lc() const { return lc_; }
     const case_views& views() const { return views_; }
     const std::vector<double>& weights() {
@@ -93,7 +97,7 @@ public:
         return *weights_;
     }
     const tolerance::data_aware_scales& scales() {
-        if (!scales_) scales_ = data_aware_scales_for(lc_.m.spec, lc_.data, weights(), inputs_exact_);
+        if (!scales_) scales_ = data_aware_scales_for(lc_.m.spec, lc_.data, weights(), inputs_exact_, terms_);
         return *scales_;
     }
 
@@ -101,6 +105,7 @@ private:
     const loaded_case& lc_;
     case_views views_;
     bool inputs_exact_ = false;
+    tolerance::underflow_terms terms_ = tolerance::underflow_terms::per_feature;
     std::optional<std::vector<double>> weights_;
     std::optional<tolerance::data_aware_scales> scales_;
 };

@@ -33,12 +33,14 @@ inline extents_t<4> weights_extents_of(const forward_problem& p) {
     return {p.x_q.extents[0], p.mo.heads, p.x_q.extents[1], p.x_k.extents[1]};
 }
 
-/// The data-aware magnitudes of a problem from its reference weights P (B, H, Sq, Sk).
+/// The data-aware magnitudes of a problem from its reference weights P (B, H, Sq, Sk); terms as
+/// for golden::data_aware_scales_for.
 inline tolerance::data_aware_scales data_aware_scales_of(const forward_problem& p, std::span<const double> weights,
-                                                         bool inputs_exact = false) {
+                                                         bool inputs_exact = false,
+                                                         tolerance::underflow_terms terms = tolerance::underflow_terms::per_feature) {
     const tensor_view<const double, 4> w{weights.data(), weights_extents_of(p)};
-    if (p.sdpa) return tolerance::sdpa_scales(p.q, p.k, p.v, w, p.o, inputs_exact);
-    return tolerance::mha_scales(p.x_q, p.x_k, p.x_v, p.w, w, p.mo, inputs_exact);
+    if (p.sdpa) return tolerance::sdpa_scales(p.q, p.k, p.v, w, p.o, inputs_exact, terms);
+    return tolerance::mha_scales(p.x_q, p.x_k, p.x_v, p.w, w, p.mo, inputs_exact, terms);
 }
 
 /// The problem's logits S (B, H, Sq, Sk) in double, as the invariant P = exp(S − lse) takes them.
@@ -102,7 +104,7 @@ inline forward_judgment judge_forward(const forward_problem* p, const forward_re
     forward_judgment out;
 
     std::optional<tol::data_aware_scales> scales;
-    if (p && (bounded || weights || lse)) scales = data_aware_scales_of(*p, rq.expected_weights);
+    if (p && (bounded || weights || lse)) scales = data_aware_scales_of(*p, rq.expected_weights, false, tol::underflow_terms_for(f, false));
     const std::span<const double> e = rq.expected_output;
     if (rq.model == M::ulp) {  // a bound in ULPs of the candidate's format: the values' own resolution, never vacuous
         judged_tensor t;

@@ -364,9 +364,11 @@ inline head_terms attention_terms(const head_inputs& in, tensor_view<const doubl
 /// (certified) weights (B, H, Sq, Sk); options as the case uses them. inputs_exact: the inputs are
 /// values of the candidate's format (a reference certified for the inputs the candidate reads,
 /// golden/rounded_inputs.hpp), so reading them rounds nothing and their storage term is dropped.
+/// terms: how the storage underflow coefficients are summed (underflow_terms_for the candidate).
 inline data_aware_scales sdpa_scales(tensor_view<const double, 4> q, tensor_view<const double, 4> k,
                                      tensor_view<const double, 4> v, tensor_view<const double, 4> p,
-                                     const attention_options& options, bool inputs_exact = false) {
+                                     const attention_options& options, bool inputs_exact = false,
+                                     underflow_terms terms = underflow_terms::per_feature) {
     const tensor<double, 4> logits = attention_logits<uniform_precision<double>>(q, k, options);
     // Rounding the inputs to the candidate's format: one rounding per element, each used by one q_i,
     // k_j, v_j; and one more in u_acc where the scale multiplies q or k (on_query, split_sqrt).
@@ -379,7 +381,7 @@ inline data_aware_scales sdpa_scales(tensor_view<const double, 4> q, tensor_view
     const double scale = ::attnref::logit_stage::logit_scale<double>(options, q.extents[3]);
     detail::head_terms t = detail::attention_terms({q, k, v, vq, vk, vv}, logits.view(), p, scale, options.threads);
     data_aware_scales r;
-    r.worst_case = sdpa_worst_case_scales(q, k, v, p, options, logits.view());
+    r.worst_case = sdpa_worst_case_scales(q, k, v, p, options, logits.view(), terms);
     const std::size_t dv = v.extents[3];
     r.coupled = std::move(t.coupled);
     r.independent = std::move(t.independent);
@@ -456,10 +458,11 @@ inline void projection_terms(tensor_view<const double, 3> x, tensor_view<const d
 }  // namespace detail
 
 /// Data-aware terms for multi-head attention (see multi_head_attention.hpp for the layout);
-/// inputs_exact as for sdpa_scales (x, W, b values of the candidate's format: no rounding to read them).
+/// inputs_exact and terms as for sdpa_scales (x, W, b values of the candidate's format: no rounding to read them).
 inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_view<const double, 3> x_k,
                                     tensor_view<const double, 3> x_v, const mha_parameters<double>& w,
-                                    tensor_view<const double, 4> p, const mha_options& o, bool inputs_exact = false) {
+                                    tensor_view<const double, 4> p, const mha_options& o, bool inputs_exact = false,
+                                    underflow_terms terms = underflow_terms::per_feature) {
     const mha_dims d = mha_dims_of(x_q, x_k, x_v, w, o);
     const std::size_t H = d.heads, Hkv = d.kv_heads, sq = d.query_length, sk = d.key_length, dv = d.head_dim_v,
                       eo = d.output_dim, group = H / Hkv;
@@ -485,7 +488,7 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
             for (std::size_t l = 0; l < eo; ++l) wn2[h * eo + l] += w.w_o(h * dv + c, l) * w.w_o(h * dv + c, l);
     const double G = static_cast<double>(group), hd = static_cast<double>(H * dv);
     data_aware_scales r;
-    r.worst_case = mha_worst_case_scales(x_q, x_k, x_v, w, p, o, logits.view());
+    r.worst_case = mha_worst_case_scales(x_q, x_k, x_v, w, p, o, logits.view(), terms);
     const std::size_t total = d.batch * sq * eo;
     r.coupled.assign(total, {}), r.independent.assign(total, {}), r.linear.assign(total, {});
     r.logit_var.assign(total, {}), r.logit_linear.assign(total, 0.0);

@@ -43,6 +43,24 @@ struct underflow_coefficients {
     }
 };
 
+/// How the storage underflow coefficients (eq. 26) are summed. per_feature: eq. 26 term by term,
+/// per (key, feature) — the tightest, and what a format with a subnormal range within reach of the
+/// data needs (float16, fp8: η(u) = 2⁻²⁵, 2⁻¹⁰). bounded: per-row upper bounds of the same sums from
+/// per-key and per-feature maxima and sums (eq. 26b), a few operations per (query, key) instead of
+/// ~20 per (query, key, feature). Both are upper bounds of the same quantity; bounded is for
+/// formats whose η lies ~2⁻¹²⁶ below their unit roundoff (float64, float32, bfloat16), where either
+/// coefficient times η is far below one unit in the last place of every bound that is not itself
+/// of subnormal magnitude, so the two give the same bounds bit for bit but for such outputs.
+enum class underflow_terms { per_feature, bounded };
+
+/// The underflow coefficients a check needs for a candidate format (declared policy or not): bounded
+/// for results in a format whose smallest normal is at most float32's, 2⁻¹²⁶ (float64, float32,
+/// bfloat16; they accumulate in float32 or wider), without a declared policy (whose P may be stored
+/// in a format with a subnormal range within reach, e.g. fp8); per_feature otherwise.
+inline underflow_terms underflow_terms_for(candidate_format f, bool declared_policy) {
+    return describe(f).min_exponent <= -126 && !declared_policy ? underflow_terms::bounded : underflow_terms::per_feature;
+}
+
 /// Per-element magnitudes of the worst-case bound and the counts that pick the γ's; bound()
 /// evaluates eq. 12 of docs/error-bounds.md.
 struct worst_case_scales {
@@ -96,7 +114,8 @@ struct input_underflow {
 inline void head_scales(tensor_view<const double, 4> q_abs, tensor_view<const double, 4> k_abs,
                         tensor_view<const double, 4> v_abs, tensor_view<const double, 4> logits,
                         tensor_view<const double, 4> p, double scale, std::vector<double>& L, std::vector<double>& sigma,
-                        std::vector<underflow_coefficients>* underflow = nullptr, input_underflow in = {}, std::size_t threads = 0) {
+                        std::vector<underflow_coefficients>* underflow = nullptr, input_underflow in = {}, std::size_t threads = 0,
+                        underflow_terms terms = underflow_terms::per_feature) {
     const auto [batch, heads, sq, dk] = q_abs.extents;
     const std::size_t kv = k_abs.extents[1], sk = k_abs.extents[2], dv = v_abs.extents[3], group = heads / kv;
     L.assign(batch * heads * sq, 0.0);
@@ -108,21 +127,43 @@ inline void head_scales(tensor_view<const double, 4> q_abs, tensor_view<const do
     // |K| and its underflow coefficients' halves transposed per (b, g) to (c, j), for the per-key sums
     // a pack of keys at a time (kernels::worst_key_block); q's and v's halves apart.
     const std::size_t skT = simd::transposed_stride(sk);  // row stride of the transposed arrays
+    const bool per_feature = underflow && terms == underflow_terms::per_feature, bounded = underflow && !per_feature;
     std::vector<double> kT(batch * kv * dk * skT), ek_a, ek_s, eq_a, eq_s, ev_a, ev_s;
-    if (underflow) ek_a.resize(kT.size()), ek_s.resize(kT.size());
+    if (per_feature) ek_a.resize(kT.size()), ek_s.resize(kT.size());
     for (std::size_t bg = 0; bg < batch * kv; ++bg)
         for (std::size_t j = 0; j < sk; ++j)
             for (std::size_t c = 0; c < dk; ++c) {
                 const std::size_t from = (bg * sk + j) * dk + c, to = (bg * dk + c) * skT + j;
                 kT[to] = k_abs.data[from];
-                if (!underflow) continue;
+                if (!per_feature) continue;
                 const underflow_coefficients e = err(in.k, from);
                 ek_a[to] = e.acc, ek_s[to] = e.store;
             }
-    if (underflow) {
+    if (per_feature) {
         eq_a.resize(q_abs.size()), eq_s.resize(q_abs.size()), ev_a.resize(v_abs.size()), ev_s.resize(v_abs.size());
         for (std::size_t n = 0; n < q_abs.size(); ++n) eq_a[n] = err(in.q, n).acc, eq_s[n] = err(in.q, n).store;
         for (std::size_t n = 0; n < v_abs.size(); ++n) ev_a[n] = err(in.v, n).acc, ev_s[n] = err(in.v, n).store;
+    }
+    // (eq. 26b) bounded: per key (b, g, j) Σ_c |k_jc| and the largest coefficients of its k; per
+    // (b, g, c) the largest coefficients of the keys' v_jc and Σ_j |v_jc| over all keys.
+    std::vector<double> k_sum, ek_a_max, ek_s_max, ev_a_max, ev_s_max, v_sum;
+    if (bounded) {
+        k_sum.assign(batch * kv * sk, 0.0), ek_a_max.assign(k_sum.size(), 0.0), ek_s_max.assign(k_sum.size(), 0.0);
+        for (std::size_t n = 0; n < k_sum.size(); ++n)
+            for (std::size_t c = 0; c < dk; ++c) {
+                const underflow_coefficients e = err(in.k, n * dk + c);
+                k_sum[n] += k_abs.data[n * dk + c];
+                ek_a_max[n] = std::max(ek_a_max[n], e.acc), ek_s_max[n] = std::max(ek_s_max[n], e.store);
+            }
+        ev_a_max.assign(batch * kv * dv, 0.0), ev_s_max.assign(ev_a_max.size(), 0.0), v_sum.assign(ev_a_max.size(), 0.0);
+        for (std::size_t bg = 0; bg < batch * kv; ++bg)
+            for (std::size_t j = 0; j < sk; ++j)
+                for (std::size_t c = 0; c < dv; ++c) {
+                    const std::size_t at = (bg * sk + j) * dv + c;
+                    const underflow_coefficients e = err(in.v, at);
+                    ev_a_max[bg * dv + c] = std::max(ev_a_max[bg * dv + c], e.acc), ev_s_max[bg * dv + c] = std::max(ev_s_max[bg * dv + c], e.store);
+                    v_sum[bg * dv + c] += v_abs.data[at];
+                }
     }
     // Blocks of row_block rows (b, h, i) on the threads, the keys in tiles of key_tile (a multiple of
     // the pack) that the block's rows go through in turn while the tile is in cache; every row still
@@ -132,7 +173,18 @@ inline void head_scales(tensor_view<const double, 4> q_abs, tensor_view<const do
     const std::size_t rows = batch * heads * sq;
     ::attnref::parallel_for_dynamic((rows + row_block - 1) / row_block, threads, [&](std::size_t task) {
         const std::size_t r0 = task * row_block, nr = std::min(row_block, rows - r0);
-        std::vector<double> le_acc(underflow ? nr * sk : 0), le_store(underflow ? nr * sk : 0);
+        std::vector<double> le_acc(per_feature ? nr * sk : 0), le_store(per_feature ? nr * sk : 0);
+        // bounded: per row the largest logit underflow sums la, ls over its live keys (eq. 26b), from
+        // the query's Σ_c |q_c| and largest coefficients.
+        std::vector<double> la_max(nr, la0), ls_max(nr, 0.0), q_sum(nr, 0.0), eq_a_max(nr, 0.0), eq_s_max(nr, 0.0);
+        if (bounded)
+            for (std::size_t k = 0; k < nr; ++k)
+                for (std::size_t c = 0; c < dk; ++c) {
+                    const std::size_t n = (r0 + k) * dk + c;
+                    const underflow_coefficients e = err(in.q, n);
+                    q_sum[k] += q_abs.data[n];
+                    eq_a_max[k] = std::max(eq_a_max[k], e.acc), eq_s_max[k] = std::max(eq_s_max[k], e.store);
+                }
         kernels::worst_key_dots dots;
         for (std::size_t jt = 0; jt < sk; jt += key_tile)
             for (std::size_t k = 0; k < nr; ++k) {
@@ -148,16 +200,16 @@ inline void head_scales(tensor_view<const double, 4> q_abs, tensor_view<const do
                     for (std::size_t l = 0; l < n; ++l) any = any || live(j0 + l);
                     if (!any) continue;
                     if (n == simd::lanes) {
-                        kernels::worst_key_block(q, underflow ? &eq_a[row * dk] : nullptr, underflow ? &eq_s[row * dk] : nullptr, &kT[kt_at + j0],
-                                                 underflow ? &ek_a[kt_at + j0] : nullptr, underflow ? &ek_s[kt_at + j0] : nullptr, skT, dk, s_abs,
-                                                 la0, dots);
+                        kernels::worst_key_block(q, per_feature ? &eq_a[row * dk] : nullptr, per_feature ? &eq_s[row * dk] : nullptr,
+                                                 &kT[kt_at + j0], per_feature ? &ek_a[kt_at + j0] : nullptr,
+                                                 per_feature ? &ek_s[kt_at + j0] : nullptr, skT, dk, s_abs, la0, dots);
                     } else {  // the row's last keys, one at a time (the same operations per key)
                         for (std::size_t l = 0; l < n; ++l) {
                             double dot = 0, la = la0, ls = 0;
                             for (std::size_t c = 0; c < dk; ++c) {
                                 const double kc = kT[kt_at + c * skT + j0 + l];
                                 dot += q[c] * kc;
-                                if (!underflow) continue;
+                                if (!per_feature) continue;
                                 la += s_abs * (eq_a[row * dk + c] * kc + q[c] * ek_a[kt_at + c * skT + j0 + l]);
                                 ls += s_abs * (eq_s[row * dk + c] * kc + q[c] * ek_s[kt_at + c * skT + j0 + l]);
                             }
@@ -173,13 +225,40 @@ inline void head_scales(tensor_view<const double, 4> q_abs, tensor_view<const do
                         kernels::scaled_add2(abs_d(pj), 0, &v_abs(b, g, j, 0), dv, s_row, nullptr);  // σ_c += |p_j|·|v_jc|
                         // (eq. 26) the logit's absolute underflow: q's and k's through s·qᵀk, and the dot
                         // product's dk products and the scale's multiplications (η_acc each).
-                        if (underflow) le_acc[k * sk + j] = dots.la[l], le_store[k * sk + j] = dots.ls[l];
+                        if (per_feature) le_acc[k * sk + j] = dots.la[l], le_store[k * sk + j] = dots.ls[l];
+                        if (bounded) {  // (eq. 26b) la ≤ la0 + s·(max eq_a·Σ|k_j| + Σ|q|·max ek_a,j), ls likewise
+                            const std::size_t kj = (b * kv + g) * sk + j;
+                            la_max[k] = std::max(la_max[k], la0 + s_abs * (eq_a_max[k] * k_sum[kj] + q_sum[k] * ek_a_max[kj]));
+                            ls_max[k] = std::max(ls_max[k], s_abs * (eq_s_max[k] * k_sum[kj] + q_sum[k] * ek_s_max[kj]));
+                        }
                     }
                 }
             }
         for (std::size_t k = 0; k < nr; ++k)
             for (std::size_t c = 0; c < dv; ++c) sigma[(r0 + k) * dv + c] *= 1 + 0x1p-48;  // this sum's own rounding, upward
         if (!underflow) return;
+        if (bounded) {
+            // (eq. 26b) With a_j = |p_j| over the live keys, A = Σ_j a_j and σ_c ≥ Σ_j a_j|v_jc|:
+            //   Σ_j a_j(|v_jc| + σ_c)·la_j ≤ la_max·σ_c·(1 + A),  Σ_j a_j·ev_a,jc ≤ A·max_j ev_a,jc,
+            //   Σ_j |v_jc| ≤ the sum over all keys (likewise ls, ev_s), every quantity nonnegative.
+            // Each is computed with at most 3·Sk + 2·dk + 32 roundings to nearest along any path, all of
+            // nonnegative values: the factor (1 + (3·Sk + 2·dk + 33)·2⁻⁵²) covers them (with σ's sum).
+            const double slack = 1 + static_cast<double>(3 * sk + 2 * dk + 33) * 0x1p-52;
+            for (std::size_t k = 0; k < nr; ++k) {
+                const std::size_t row = r0 + k, b = row / (heads * sq), h = row / sq % heads, g = h / group;
+                double n_live = 0, a_sum = 0;
+                for (std::size_t j = 0; j < sk; ++j)
+                    if (p.data[row * sk + j] != 0) n_live += 1, a_sum += abs_d(p.data[row * sk + j]);
+                for (std::size_t c = 0; c < dv; ++c) {
+                    const std::size_t vc = (b * kv + g) * dv + c;
+                    const double sg = sigma[row * dv + c] * (1 + a_sum);
+                    const double ta = (n_live + 1) + la_max[k] * sg + a_sum * ev_a_max[vc] + 4 * v_sum[vc];
+                    const double ts = 1 + ls_max[k] * sg + a_sum * ev_s_max[vc];
+                    (*underflow)[row * dv + c] = {ta * slack * (1 + 0x1p-40), ts * slack * (1 + 0x1p-40), v_sum[vc] * slack * (1 + 0x1p-40)};
+                }
+            }
+            return;
+        }
         // (eq. 26) Δo_c = Σ_j p_j (v_jc − o_c) ΔS_j + Σ_j p_j Δv_jc + Σ_j ΔP_j v_jc + P·V's products
         // + o's storage, with |v_jc − o_c| ≤ |v_jc| + σ_c and ΔP_j ≤ η(storage) + 4η_acc (exp, division).
         std::vector<double> ta(nr * dv), ts(nr * dv, 1.0), tw(nr * dv, 0.0);
@@ -218,14 +297,15 @@ inline std::vector<double> abs_of(std::span<const double> x) {
 /// (B, H, Sq, Sk), as attention_logits in double gives them.
 inline worst_case_scales sdpa_worst_case_scales(tensor_view<const double, 4> q, tensor_view<const double, 4> k,
                                                 tensor_view<const double, 4> v, tensor_view<const double, 4> p,
-                                                const attention_options& options, tensor_view<const double, 4> logits) {
+                                                const attention_options& options, tensor_view<const double, 4> logits,
+                                                underflow_terms terms = underflow_terms::per_feature) {
     const std::vector<double> qa = detail::abs_of({q.data, q.size()}), ka = detail::abs_of({k.data, k.size()}),
                               va = detail::abs_of({v.data, v.size()});
     const double scale = ::attnref::logit_stage::logit_scale<double>(options, q.extents[3]);
     std::vector<double> L, sigma;
     worst_case_scales r;
     detail::head_scales({qa.data(), q.extents}, {ka.data(), k.extents}, {va.data(), v.extents}, logits, p, scale, L, sigma, &r.underflow, {},
-                        options.threads);
+                        options.threads, terms);
     r.n_keys = k.extents[2];
     r.n_dot = q.extents[3] + 4;
     r.n_extra = 0;
@@ -249,7 +329,7 @@ inline worst_case_scales sdpa_worst_case_scales(tensor_view<const double, 4> q, 
 inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q, tensor_view<const double, 3> x_k,
                                                tensor_view<const double, 3> x_v, const mha_parameters<double>& w,
                                                tensor_view<const double, 4> p, const mha_options& o,
-                                               tensor_view<const double, 4> logits) {
+                                               tensor_view<const double, 4> logits, underflow_terms terms = underflow_terms::per_feature) {
     const mha_dims d = mha_dims_of(x_q, x_k, x_v, w, o);
     // Absolute projections |x|·|W| + |b| (for L and σ).
     auto project_abs = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> W, tensor_view<const double, 1> b,
@@ -291,7 +371,7 @@ inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q,
     const double scale = ::attnref::logit_stage::logit_scale<double>(o.attention, d.head_dim_qk);
     std::vector<double> L, sigma;
     std::vector<underflow_coefficients> head_under;
-    detail::head_scales(qah.view(), kah.view(), vah.view(), logits, p, scale, L, sigma, &head_under, {qu, ku, vu}, o.attention.threads);
+    detail::head_scales(qah.view(), kah.view(), vah.view(), logits, p, scale, L, sigma, &head_under, {qu, ku, vu}, o.attention.threads, terms);
     // Through W_o: t0_l = Σ_m σ_m|W_o,ml|, t1_l = Σ_m L_m σ_m|W_o,ml|, m = (h, c) merged.
     const std::size_t H = d.heads, sq = d.query_length, dv = d.head_dim_v, eo = d.output_dim;
     worst_case_scales r;
