@@ -237,6 +237,11 @@ inline void head_scales(tensor_view<const double, 4> q_abs, tensor_view<const do
         for (std::size_t k = 0; k < nr; ++k)
             for (std::size_t c = 0; c < dv; ++c) sigma[(r0 + k) * dv + c] *= 1 + 0x1p-48;  // this sum's own rounding, upward
         if (!underflow) return;
+        // Per row: its live keys (p_j ≠ 0, NaN included) and A = Σ_j |p_j| over them.
+        std::vector<double> n_live(nr, 0.0), a_sum(nr, 0.0);
+        for (std::size_t k = 0; k < nr; ++k)
+            for (std::size_t j = 0; j < sk; ++j)
+                if (const double pj = p.data[(r0 + k) * sk + j]; pj != 0) n_live[k] += 1, a_sum[k] += abs_d(pj);
         if (bounded) {
             // (eq. 26b) With a_j = |p_j| over the live keys, A = Σ_j a_j and σ_c ≥ Σ_j a_j|v_jc|:
             //   Σ_j a_j(|v_jc| + σ_c)·la_j ≤ la_max·σ_c·(1 + A),  Σ_j a_j·ev_a,jc ≤ A·max_j ev_a,jc,
@@ -246,14 +251,11 @@ inline void head_scales(tensor_view<const double, 4> q_abs, tensor_view<const do
             const double slack = 1 + static_cast<double>(3 * sk + 2 * dk + 33) * 0x1p-52;
             for (std::size_t k = 0; k < nr; ++k) {
                 const std::size_t row = r0 + k, b = row / (heads * sq), h = row / sq % heads, g = h / group;
-                double n_live = 0, a_sum = 0;
-                for (std::size_t j = 0; j < sk; ++j)
-                    if (p.data[row * sk + j] != 0) n_live += 1, a_sum += abs_d(p.data[row * sk + j]);
                 for (std::size_t c = 0; c < dv; ++c) {
                     const std::size_t vc = (b * kv + g) * dv + c;
-                    const double sg = sigma[row * dv + c] * (1 + a_sum);
-                    const double ta = (n_live + 1) + la_max[k] * sg + a_sum * ev_a_max[vc] + 4 * v_sum[vc];
-                    const double ts = 1 + ls_max[k] * sg + a_sum * ev_s_max[vc];
+                    const double sg = sigma[row * dv + c] * (1 + a_sum[k]);
+                    const double ta = (n_live[k] + 1) + la_max[k] * sg + a_sum[k] * ev_a_max[vc] + 4 * v_sum[vc];
+                    const double ts = 1 + ls_max[k] * sg + a_sum[k] * ev_s_max[vc];
                     (*underflow)[row * dv + c] = {ta * slack * (1 + 0x1p-40), ts * slack * (1 + 0x1p-40), v_sum[vc] * slack * (1 + 0x1p-40)};
                 }
             }
@@ -262,12 +264,7 @@ inline void head_scales(tensor_view<const double, 4> q_abs, tensor_view<const do
         // (eq. 26) Δo_c = Σ_j p_j (v_jc − o_c) ΔS_j + Σ_j p_j Δv_jc + Σ_j ΔP_j v_jc + P·V's products
         // + o's storage, with |v_jc − o_c| ≤ |v_jc| + σ_c and ΔP_j ≤ η(storage) + 4η_acc (exp, division).
         std::vector<double> ta(nr * dv), ts(nr * dv, 1.0), tw(nr * dv, 0.0);
-        for (std::size_t k = 0; k < nr; ++k) {
-            const std::size_t row = r0 + k;
-            double n_live = 0;
-            for (std::size_t j = 0; j < sk; ++j) n_live += p.data[row * sk + j] != 0 ? 1 : 0;
-            std::fill_n(&ta[k * dv], dv, n_live + 1);
-        }
+        for (std::size_t k = 0; k < nr; ++k) std::fill_n(&ta[k * dv], dv, n_live[k] + 1);
         for (std::size_t jt = 0; jt < sk; jt += key_tile)
             for (std::size_t k = 0; k < nr; ++k) {
                 const std::size_t row = r0 + k, b = row / (heads * sq), h = row / sq % heads, i = row % sq, g = h / group;
