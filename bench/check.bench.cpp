@@ -24,6 +24,10 @@
 // be left out (gradients alone).
 // attnref uses std::thread::hardware_concurrency() threads (printed). --python PATH (default
 // /usr/bin/python3), --repeat R: PyTorch's best of R.
+// Unless --no-own-forward (or gradients alone), it also times attnref's own float64 forward of the
+// case (compute_case, the path of `attnref run --arith float64`: output, weights, lse; best of R) and
+// prints it beside PyTorch's: the arithmetic any bound evaluated with attnref's deterministic
+// kernels repeats at least, i.e. the check's floor on this machine.
 
 #include <spawn.h>
 #include <sys/resource.h>
@@ -64,8 +68,11 @@ double process_cpu_seconds() {
     return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
-/// `attnref check` on a real case against PyTorch's float64 forward of the same shape.
-int bench_case(const check_request& rq, const std::string& python, std::size_t threads, std::size_t repeats) {
+bool grads_only(const check_request& rq) { return rq.output.empty() && rq.weights.empty() && rq.lse.empty(); }
+
+/// `attnref check` on a real case against PyTorch's float64 forward of the same shape (and, with
+/// own_forward, attnref's own float64 forward of the case).
+int bench_case(const check_request& rq, const std::string& python, std::size_t threads, std::size_t repeats, bool own_forward) {
     double l[3] = {0, 0, 0};
     if (::getloadavg(l, 3) != 3) l[0] = l[1] = l[2] = -1;
     const auto t0 = std::chrono::steady_clock::now();
@@ -76,8 +83,22 @@ int bench_case(const check_request& rq, const std::string& python, std::size_t t
     rusage u{};
     ::getrusage(RUSAGE_SELF, &u);
     std::printf("%s", table.c_str());
-    const case_spec spec = load_case(rq.golden).m.spec;
+    const loaded_case lc = load_case(rq.golden);
+    const case_spec& spec = lc.m.spec;
     const case_shapes& d = spec.shapes;
+    // attnref's own float64 forward of the case (the path `attnref run --arith float64` takes: output,
+    // weights and lse, every thread), best of --repeat: the least arithmetic any bound evaluated
+    // with attnref's deterministic kernels repeats (logits, softmax, P·V, projections).
+    double own_wall = -1, own_cpu = -1;
+    if (own_forward && !grads_only(rq))
+        for (std::size_t rep = 0; rep < repeats; ++rep) {
+            const auto f0 = std::chrono::steady_clock::now();
+            const double fc0 = process_cpu_seconds();
+            const auto out = compute_case<uniform_precision<double>, double>(spec, lc.data, 0);
+            const double fw = std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count(), fc = process_cpu_seconds() - fc0;
+            if (own_wall < 0 || fw < own_wall) own_wall = fw, own_cpu = fc;
+            (void)out;
+        }
     double torch_wall = -1, torch_cpu = -1;
     const bool grads = !rq.gradients.empty();
     // The bench scripts take (batch, length, model dim, heads): sdpa's model dim is heads·dk.
@@ -97,6 +118,9 @@ int bench_case(const check_request& rq, const std::string& python, std::size_t t
                                     wall, cpu, std::max(1u, std::thread::hardware_concurrency()),
                                     tol::simd::use_avx2() ? "AVX2" : "default-target", static_cast<double>(u.ru_maxrss) / 1e6,
                                     verdict_name(r.overall)).c_str());
+    if (own_wall >= 0)
+        std::printf("%s\n", fmt::format("  attnref float64 forward (no bounds) wall {:8.2f} s  CPU {:8.2f} s  (best of {}; the check's floor)", own_wall,
+                                        own_cpu, repeats).c_str());
     if (!torch_ok) {
         std::printf("  PyTorch float64 %s: not run (%s)\n", grads ? "forward + backward" : "forward",
                     !square            ? "cases with as many keys as queries only"
@@ -107,12 +131,16 @@ int bench_case(const check_request& rq, const std::string& python, std::size_t t
     std::printf("%s\n", fmt::format("  PyTorch {} wall {:8.2f} s  CPU {:8.2f} s  ({} threads, best of {})", grads ? "fwd+bwd" : "forward", torch_wall,
                                     torch_cpu, threads, repeats).c_str());
     std::printf("%s\n", fmt::format("  ratio (wall)    {:8.1f}x   (CPU {:.1f}x)", wall / torch_wall, cpu / torch_cpu).c_str());
+    if (own_wall >= 0)
+        std::printf("%s\n", fmt::format("  attnref's own float64 forward / PyTorch's (wall) {:.1f}x;  check / attnref's own forward {:.1f}x", own_wall / torch_wall,
+                                        wall / own_wall).c_str());
     return 0;
 }
 }  // namespace
 
 int main(int argc, char** argv) {
     std::size_t elements = std::size_t{1} << 25, repeat = 3, torch_threads = 2;
+    bool own_forward = true;
     fs::path dir = fs::temp_directory_path() / ("attnref-check-bench-" + std::to_string(::getpid()));
     check_request rq;
     std::string python = "/usr/bin/python3";
@@ -126,6 +154,7 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--lse") && i + 1 < argc) rq.lse = argv[++i];
         else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) torch_threads = std::stoul(argv[++i]);
         else if (!std::strcmp(argv[i], "--python") && i + 1 < argc) python = argv[++i];
+        else if (!std::strcmp(argv[i], "--no-own-forward")) own_forward = false;
         else if (!std::strncmp(argv[i], "--grad-", 7) && i + 1 < argc) {
             std::string role = argv[i] + 2;  // grad-w-q → grad_w_q
             std::replace(role.begin(), role.end(), '-', '_');
@@ -141,7 +170,7 @@ int main(int argc, char** argv) {
             return 2;
         }
         try {
-            return bench_case(rq, python, torch_threads, std::max<std::size_t>(repeat, 1));
+            return bench_case(rq, python, torch_threads, std::max<std::size_t>(repeat, 1), own_forward);
         } catch (const std::exception& e) {
             std::fprintf(stderr, "check.bench: %s\n", e.what());
             return 2;

@@ -490,6 +490,76 @@ BOOST_AUTO_TEST_CASE(declared_fp8_policy_mha_bound_takes_p_through_w_o_by_value)
     BOOST_TEST(narrowing >= 1.5);
 }
 
+// Multi-head, fp16_fp32acc declared, inputs exact in float16 (as `check` reads them once it has rounded
+// them, --input-format auto): reading x, W and b rounds nothing, so the storage underflow (eq. 26) of
+// q, k, v counts the projection's result and a scaled copy, not x's, W's and b's rounding (Σ|x| + Σ|W|
+// of them, ~10⁸ η per output element at MHA (1, 2048, 1024, 16), which made every float16 bound
+// vacuous there). attnref's kernel that follows the policy stays within the narrower bound on data
+// scaled into float16's subnormal range (q, k, v, P and the outputs below 2⁻¹⁴), plain, GQA with a
+// causal mask, and the online softmax; the bound is narrower there, and dropping the remaining
+// underflow term is exceeded (the test can see a bound too tight).
+BOOST_AUTO_TEST_CASE(fp16_policy_mha_bound_drops_exact_inputs_underflow) {
+    using namespace attnref;
+    using policy = precision_policy<float16, float, float16, float16>;
+    const double u16 = 0x1p-11, u32 = 0x1p-24;
+    const tol::policy_roundoffs pr{u16, u32, u16, u16, 0, 1};
+    double worst = 0, worst_no_underflow = 0, narrowing = 0;
+    for (int variant = 0; variant < 3; ++variant) {
+        const std::size_t B = 1, H = 4, Hkv = variant == 1 ? 2 : 4, S = 24, E = 64, d = 8, Eo = 16;
+        const auto seed = static_cast<std::uint64_t>(100 + 10 * variant);
+        // x of order 1 and W_q, W_k, W_v of order 2⁻¹⁷ (subnormal in float16): q, k, v of order 2⁻¹⁴ and
+        // below, stored with an absolute error up to η = 2⁻²⁵; W_o of order 2⁻⁴, the outputs subnormal too.
+        auto rnd3 = [&](std::uint64_t sd) {
+            auto t = test::random_tensor<double, 3>({B, S, E}, sd);
+            for (double& x : t.storage()) x = static_cast<double>(float16(x));
+            return t;
+        };
+        auto rnd2 = [&](std::size_t r, std::size_t c, std::uint64_t sd, double scale) {
+            auto t = test::random_tensor<double, 2>({r, c}, sd);
+            for (double& x : t.storage()) x = static_cast<double>(float16(x * scale));
+            return t;
+        };
+        const auto xq = rnd3(seed + 1), xk = rnd3(seed + 2), xv = rnd3(seed + 3);
+        const auto wq = rnd2(E, H * d, seed + 4, 0x1p-17), wk = rnd2(E, Hkv * d, seed + 5, 0x1p-17), wv = rnd2(E, Hkv * d, seed + 6, 0x1p-17),
+                   wo = rnd2(H * d, Eo, seed + 7, 0x1p-4);
+        mha_options mo{H, Hkv, {}};
+        mo.attention.threads = 1;
+        if (variant == 1) mo.attention.mask.causal = true;
+        if (variant == 2) mo.attention.softmax.algorithm = softmax_algorithm::online, mo.attention.softmax.block_size = 8;
+        const mha_parameters<double> pd{wq.view(), wk.view(), wv.view(), wo.view()};
+        const auto exact = multi_head_attention<uniform_precision<double>>(tensor_view<const double, 3>(xq.view()), tensor_view<const double, 3>(xk.view()),
+                                                                            tensor_view<const double, 3>(xv.view()), pd, mo);
+        const auto hq = test::cast<float16>(xq), hk = test::cast<float16>(xk), hv = test::cast<float16>(xv);
+        const auto hwq = test::cast<float16>(wq), hwk = test::cast<float16>(wk), hwv = test::cast<float16>(wv), hwo = test::cast<float16>(wo);
+        const mha_parameters<float16> ph{hwq.view(), hwk.view(), hwv.view(), hwo.view()};
+        const auto got = multi_head_attention<policy>(tensor_view<const float16, 3>(hq.view()), tensor_view<const float16, 3>(hk.view()),
+                                                      tensor_view<const float16, 3>(hv.view()), ph, mo);
+        const tol::data_aware_scales s = tol::mha_scales(xq.view(), xk.view(), xv.view(), pd, exact.weights.view(), mo, true);
+        // The same scales with the underflow coefficients of inputs that are read with a rounding (as before).
+        tol::data_aware_scales before = s;
+        const tensor<double, 4> logits = mha_logits<uniform_precision<double>>(tensor_view<const double, 3>(xq.view()),
+                                                                               tensor_view<const double, 3>(xk.view()), pd, mo);
+        before.worst_case = tol::mha_worst_case_scales(xq.view(), xk.view(), xv.view(), pd, exact.weights.view(), mo, logits.view());
+        tol::data_aware_scales none = s;
+        none.worst_case.underflow.clear();
+        double sum_new = 0, sum_before = 0;
+        for (std::size_t e = 0; e < s.size(); ++e) {
+            const double err = std::fabs(static_cast<double>(got.output[e]) - exact.output[e]);
+            worst = std::max(worst, err / s.bound(e, pr));
+            worst_no_underflow = std::max(worst_no_underflow, err / none.bound(e, pr));
+            sum_new += s.bound(e, pr), sum_before += before.bound(e, pr);
+            BOOST_TEST_REQUIRE(s.bound(e, pr) <= before.bound(e, pr));
+        }
+        narrowing = std::max(narrowing, sum_before / sum_new);
+    }
+    BOOST_TEST_MESSAGE("fp16_fp32acc MHA, subnormal data, inputs exact: worst |error| / bound " << worst << " (no underflow term: " << worst_no_underflow
+                                                                                                << "); bound with the inputs' rounding / without, up to "
+                                                                                                << narrowing);
+    BOOST_TEST(worst <= 1.0);
+    BOOST_TEST(worst_no_underflow > 1.0);
+    BOOST_TEST(narrowing >= 1.5);
+}
+
 // The bound drivers (tolerance/data_aware.hpp, worst_case.hpp) split their rows over threads and
 // run vectorised inner loops (tolerance/parallel_bounds.hpp): every term and every element bound
 // must be the same, bit for bit, on 1, 2 and 3 threads. Shapes with odd head dimensions and key

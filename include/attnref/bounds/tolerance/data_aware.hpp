@@ -488,7 +488,7 @@ inline data_aware_scales mha_scales(tensor_view<const double, 3> x_q, tensor_vie
             for (std::size_t l = 0; l < eo; ++l) wn2[h * eo + l] += w.w_o(h * dv + c, l) * w.w_o(h * dv + c, l);
     const double G = static_cast<double>(group), hd = static_cast<double>(H * dv);
     data_aware_scales r;
-    r.worst_case = mha_worst_case_scales(x_q, x_k, x_v, w, p, o, logits.view(), terms);
+    r.worst_case = mha_worst_case_scales(x_q, x_k, x_v, w, p, o, logits.view(), terms, inputs_exact);
     const std::size_t total = d.batch * sq * eo;
     r.coupled.assign(total, {}), r.independent.assign(total, {}), r.linear.assign(total, {});
     r.logit_var.assign(total, {}), r.logit_linear.assign(total, 0.0);

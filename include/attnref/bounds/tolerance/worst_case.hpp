@@ -322,11 +322,16 @@ inline worst_case_scales sdpa_worst_case_scales(tensor_view<const double, 4> q, 
 }
 
 /// Worst-case magnitudes for multi-head attention (see multi_head_attention.hpp for the layout);
-/// logits the exact S (B, H, Sq, Sk), as mha_logits in double gives them.
+/// logits the exact S (B, H, Sq, Sk), as mha_logits in double gives them. inputs_exact: x and the
+/// projections' W and b are values of the candidate's format, so reading them rounds nothing and the
+/// underflow (eq. 26) of q, k, v counts two storage roundings of each, the projection's result and
+/// a scaled copy (as kernels that scale q or k in their storage format make), instead of x's, W's and
+/// b's rounding (Σ_e|x_e| + Σ_e|W_ec| + 2 of them). W_o's and b_o's rounding stay counted (~Σ_m σ_m·η).
 inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q, tensor_view<const double, 3> x_k,
                                                tensor_view<const double, 3> x_v, const mha_parameters<double>& w,
                                                tensor_view<const double, 4> p, const mha_options& o,
-                                               tensor_view<const double, 4> logits, underflow_terms terms = underflow_terms::per_feature) {
+                                               tensor_view<const double, 4> logits, underflow_terms terms = underflow_terms::per_feature,
+                                               bool inputs_exact = false) {
     const mha_dims d = mha_dims_of(x_q, x_k, x_v, w, o);
     // Absolute projections |x|·|W| + |b| (for L and σ).
     auto project_abs = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> W, tensor_view<const double, 1> b,
@@ -344,7 +349,8 @@ inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q,
                             vah = project_abs(x_v, w.w_v, w.b_v, d.kv_heads);
     // (eq. 26) A projection's absolute underflow, per element in head layout (B, heads, S, d): E
     // products and the scale's multiplication in u_acc; x rounded (times |W|), W rounded (times |x|),
-    // b rounded and the result stored in the candidate's format.
+    // b rounded and the result stored in the candidate's format; inputs exact in that format: the
+    // result and a scaled copy of it stored, 2.
     auto project_underflow = [&](tensor_view<const double, 3> x, tensor_view<const double, 2> W, tensor_view<const double, 1> b,
                                  std::size_t heads) {
         const std::size_t B = x.extents[0], S = x.extents[1], E = x.extents[2], N = W.extents[1], hd = N / heads;
@@ -357,8 +363,9 @@ inline worst_case_scales mha_worst_case_scales(tensor_view<const double, 3> x_q,
                 double x_row = 0;
                 for (std::size_t e = 0; e < E; ++e) x_row += detail::abs_d(x(bb, i, e));
                 for (std::size_t c = 0; c < N; ++c)
-                    r[((bb * heads + c / hd) * S + i) * hd + c % hd] = {(static_cast<double>(E) + 2) * (1 + 0x1p-48),
-                                                                        (w_col[c] + x_row + (b.empty() ? 0.0 : 1.0) + 1) * (1 + 0x1p-40)};
+                    r[((bb * heads + c / hd) * S + i) * hd + c % hd] = {
+                        (static_cast<double>(E) + 2) * (1 + 0x1p-48),
+                        inputs_exact ? 2.0 : (w_col[c] + x_row + (b.empty() ? 0.0 : 1.0) + 1) * (1 + 0x1p-40)};
             }
         return r;
     };
