@@ -423,6 +423,35 @@ BOOST_AUTO_TEST_CASE(declared_policy_bounds_hold_for_kernels_that_follow_them) {
     BOOST_TEST(runs[2].r.worst_dominant_weakened > 1.0, "bf16 P: " << runs[2].r.worst_dominant_weakened);
 }
 
+namespace {
+/// A multi-head case (double values exact in Storage) in double and through Policy's kernel, on the
+/// inputs and weights cast to Storage.
+template <class Policy, class Storage>
+struct mha_policy_run {
+    attnref::mha_result<attnref::uniform_precision<double>> exact;
+    attnref::mha_result<Policy> got;
+};
+template <class Policy, class Storage>
+mha_policy_run<Policy, Storage> run_mha_policy(const attnref::tensor<double, 3>& xq, const attnref::tensor<double, 3>& xk,
+                                               const attnref::tensor<double, 3>& xv, const attnref::mha_parameters<double>& pd,
+                                               const attnref::mha_options& mo) {
+    using namespace attnref;
+    auto exact = multi_head_attention<uniform_precision<double>>(tensor_view<const double, 3>(xq.view()), tensor_view<const double, 3>(xk.view()),
+                                                                  tensor_view<const double, 3>(xv.view()), pd, mo);
+    const auto sq = test::cast<Storage>(xq), sk = test::cast<Storage>(xk), sv = test::cast<Storage>(xv);
+    auto cast2 = [](tensor_view<const double, 2> w) {
+        tensor<Storage, 2> r({w.extents[0], w.extents[1]});
+        for (std::size_t n = 0; n < w.size(); ++n) r.storage()[n] = Storage(w.data[n]);
+        return r;
+    };
+    const tensor<Storage, 2> wq = cast2(pd.w_q), wk = cast2(pd.w_k), wv = cast2(pd.w_v), wo = cast2(pd.w_o);
+    const mha_parameters<Storage> ps{wq.view(), wk.view(), wv.view(), wo.view()};
+    auto got = multi_head_attention<Policy>(tensor_view<const Storage, 3>(sq.view()), tensor_view<const Storage, 3>(sk.view()),
+                                            tensor_view<const Storage, 3>(sv.view()), ps, mo);
+    return {std::move(exact), std::move(got)};
+}
+}  // namespace
+
 // Multi-head, fp32_p_fp8e4m3_s256 declared: P's storage reaches y through W_o by value (σ_P,
 // data_aware_scales::sigma_weights: one rounding per weight, shared by the head's features, so
 // p_hij·|V_hj·W_o^h| instead of Σ_c p_hij|V_hjc||W_o|). attnref's kernel that follows the policy stays
@@ -463,13 +492,7 @@ BOOST_AUTO_TEST_CASE(declared_fp8_policy_mha_bound_takes_p_through_w_o_by_value)
         }
         if (variant == 3) mo.attention.mask.causal = true;
         const mha_parameters<double> pd{wq.view(), wk.view(), wv.view(), wo.view()};
-        const auto exact = multi_head_attention<uniform_precision<double>>(tensor_view<const double, 3>(xq.view()), tensor_view<const double, 3>(xk.view()),
-                                                                            tensor_view<const double, 3>(xv.view()), pd, mo);
-        const auto fq = test::cast<float>(xq), fk = test::cast<float>(xk), fv = test::cast<float>(xv);
-        const auto fwq = test::cast<float>(wq), fwk = test::cast<float>(wk), fwv = test::cast<float>(wv), fwo = test::cast<float>(wo);
-        const mha_parameters<float> pf{fwq.view(), fwk.view(), fwv.view(), fwo.view()};
-        const auto got = multi_head_attention<policy>(tensor_view<const float, 3>(fq.view()), tensor_view<const float, 3>(fk.view()),
-                                                      tensor_view<const float, 3>(fv.view()), pf, mo);
+        const auto [exact, got] = run_mha_policy<policy, float>(xq, xk, xv, pd, mo);
         const tol::data_aware_scales s = tol::mha_scales(xq.view(), xk.view(), xv.view(), pd, exact.weights.view(), mo, true);
         BOOST_TEST_REQUIRE(s.sigma_weights.size() == s.size());
         tol::data_aware_scales summed = s;
@@ -527,13 +550,7 @@ BOOST_AUTO_TEST_CASE(fp16_policy_mha_bound_drops_exact_inputs_underflow) {
         if (variant == 1) mo.attention.mask.causal = true;
         if (variant == 2) mo.attention.softmax.algorithm = softmax_algorithm::online, mo.attention.softmax.block_size = 8;
         const mha_parameters<double> pd{wq.view(), wk.view(), wv.view(), wo.view()};
-        const auto exact = multi_head_attention<uniform_precision<double>>(tensor_view<const double, 3>(xq.view()), tensor_view<const double, 3>(xk.view()),
-                                                                            tensor_view<const double, 3>(xv.view()), pd, mo);
-        const auto hq = test::cast<float16>(xq), hk = test::cast<float16>(xk), hv = test::cast<float16>(xv);
-        const auto hwq = test::cast<float16>(wq), hwk = test::cast<float16>(wk), hwv = test::cast<float16>(wv), hwo = test::cast<float16>(wo);
-        const mha_parameters<float16> ph{hwq.view(), hwk.view(), hwv.view(), hwo.view()};
-        const auto got = multi_head_attention<policy>(tensor_view<const float16, 3>(hq.view()), tensor_view<const float16, 3>(hk.view()),
-                                                      tensor_view<const float16, 3>(hv.view()), ph, mo);
+        const auto [exact, got] = run_mha_policy<policy, float16>(xq, xk, xv, pd, mo);
         const tol::data_aware_scales s = tol::mha_scales(xq.view(), xk.view(), xv.view(), pd, exact.weights.view(), mo, true);
         // The same scales with the underflow coefficients of inputs that are read with a rounding (as before).
         tol::data_aware_scales before = s;
