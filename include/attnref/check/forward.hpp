@@ -20,6 +20,7 @@
 #include "attnref/bounds/tolerance.hpp"
 #include "attnref/check/candidate.hpp"
 #include "attnref/check/decoy_rows.hpp"
+#include "attnref/check/judge_forward.hpp"
 #include "attnref/check/judgment.hpp"
 #include "attnref/check/verdict.hpp"
 #include "attnref/golden/case.hpp"
@@ -56,9 +57,7 @@ inline std::vector<double> naive_output(const case_spec& spec, const case_data& 
 inline tolerance::data_aware_scales data_aware_scales_for(const case_spec& spec, const case_data& data, const std::vector<double>& weights,
                                                           bool inputs_exact = false,
                                                           tolerance::underflow_terms terms = tolerance::underflow_terms::per_feature) {
-    const case_views c = views_of(spec, data);
-    return c.sdpa() ? tolerance::sdpa_scales(c.q, c.k, c.v, c.weights(weights), c.o, inputs_exact, terms)
-                    : tolerance::mha_scales(c.x_q, c.x_k, c.x_v, c.w, c.weights(weights), c.mo, inputs_exact, terms);
+    return data_aware_scales_of(problem_of(views_of(spec, data)), weights, inputs_exact, terms);
 }
 
 /// Per-element worst-case magnitudes (the worst-case model) of a loaded case.
