@@ -7,7 +7,7 @@ if(TARGET attnref_cli)
   set(_hostile_rlimit)
   # `estimates` compares each memory estimate with the measured peak RSS: meaningless under the
   # sanitizers, whose shadow memory and allocator quarantine add hundreds of MB to every process.
-  set(_hostile_categories memory deep sizes lost shell hang strict flags concurrent exits cli estimates)
+  set(_hostile_categories memory deep sizes lost shell hang strict flags concurrent exits cli estimates promises)
   if(ATTNREF_SANITIZE)
     set(_hostile_rlimit --no-rlimit)
     list(REMOVE_ITEM _hostile_categories estimates)

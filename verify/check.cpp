@@ -44,6 +44,7 @@ void write_text(const std::string& file, const std::string& text, bool force) { 
 /// and an existing file without --force. Checked before the check runs (exit 2).
 void check_report_paths(const std::string& golden, const std::vector<std::string>& inputs, const std::string& json,
                         const std::string& junit, bool force) {
+    if (golden.empty()) throw data_error("command line: --golden: an empty path; name a golden case directory");
     if (!json.empty() && !junit.empty() && (json == junit || same_file(json, junit)))
         throw data_error("command line: --json and --junit: the same file '" + json + "' for both reports");
     std::error_code ec;
@@ -58,6 +59,9 @@ void check_report_paths(const std::string& golden, const std::vector<std::string
             throw data_error("command line: " + std::string(flag) + ": '" + path + "' is inside the golden case " + golden + "; refused");
         if (std::filesystem::exists(std::filesystem::symlink_status(p, ec)) && !force)
             throw data_error("command line: " + std::string(flag) + ": '" + path + "' exists; not overwritten (use --force)");
+        // The report's directory must exist before the check runs, not be found missing after it.
+        if (!std::filesystem::is_directory(parent, ec))
+            throw data_error("command line: " + std::string(flag) + ": '" + path + "': the directory " + parent.string() + " does not exist");
     }
 }
 
@@ -150,7 +154,7 @@ void register_check(CLI::App& app) {
                   "implied by a --policy with FP8 inputs)")
         ->check(CLI::IsMember(with_names({"auto", "case"}, binary_format_names, {"fp8e4m3", "fp8e5m2"})))
         ->capture_default_str();
-    std::string policy_help = "a declared precision policy (the names of run --arith): the bounds follow where it rounds:";
+    std::string policy_help = "a declared precision policy (the names of run --arith; longdouble, float128 and bin50 write results no candidate file holds, and are refused): the bounds follow where it rounds:";
     for (const policy_entry& p : policy_names) policy_help += " " + std::string(p.name);
     c->add_option("--policy", a->policy, policy_help);
     c->add_option("--json", a->json, "also write the report as JSON");
@@ -175,6 +179,8 @@ void register_check(CLI::App& app) {
         rq.model = *tol::model_from_name(a->tolerance);
         rq.declared_backward = backward_algorithm_from_name(a->backward);  // nullopt for unknown
         std::string input_format = a->input_format;
+        if (c->count("--policy") && a->policy.empty())
+            throw data_error("command line: --policy: an empty name; give a policy of attnref run --arith, or leave --policy out");
         if (!a->policy.empty()) {
             rq.policy = roundoffs_of_policy(a->policy);
             if (!rq.policy) throw data_error("command line: --policy: no policy '" + printable(a->policy) + "' (see attnref run --help)");
@@ -216,22 +222,25 @@ void register_check(CLI::App& app) {
         std::fflush(stdout);
         // The verdict survives a failure to write a report: each failure is reported on its own line
         // and the exit code stays 1 for a failed check (2 only when the check passed).
-        std::string report_error;
+        // Each failure is said once: on its own line, except the one a passed check exits 2 with.
+        std::vector<std::string> report_errors;
         for (const auto& [path, text] : {std::pair<const std::string&, std::string>{a->json, a->json.empty() ? "" : with_inputs(report_json(r), judged, a->policy)},
                                          {a->junit, a->junit.empty() ? "" : report_junit(r)}}) {
             if (path.empty()) continue;
             try {
                 write_text(path, text, a->force);
             } catch (const data_error& e) {
-                std::fprintf(stderr, "%s\n", printable(e.what()).c_str());
-                if (report_error.empty()) report_error = e.what();
+                report_errors.emplace_back(e.what());
             }
         }
-        if (r.overall != verdict::pass)
+        const bool passed = r.overall == verdict::pass;
+        for (std::size_t i = 0; i < report_errors.size(); ++i)
+            if (!passed || i + 1 < report_errors.size()) std::fprintf(stderr, "%s\n", printable(report_errors[i]).c_str());
+        if (!passed)
             throw check_failure(fmt::format("check {} for case {} ({}): {}{}", r.overall == verdict::fail ? "failed" : "inconclusive",
                                             r.case_name, a->output.empty() ? std::string("gradients") : a->output, r.reason,
-                                            report_error.empty() ? "" : "; a report could not be written"));
-        if (!report_error.empty()) throw data_error(report_error);
+                                            report_errors.empty() ? "" : "; a report could not be written"));
+        if (!report_errors.empty()) throw data_error(report_errors.back());
     });
 }
 

@@ -44,7 +44,7 @@ struct generate_args {
     // Ad-hoc case (used when --name is given).
     std::string name, description = "ad-hoc case from the command line", kind = "sdpa";
     std::size_t batch = 1, heads = 1, kv_heads = 0, sq = 8, sk = 0, dk = 8, dv = 0, model_dim = 0, output_dim = 0;
-    std::string causal, window_left, window_right, polarity = "true_means_attend", empty_rows = "zero", placement = "on_product";
+    std::string causal, diagonal, window_left, window_right, polarity = "true_means_attend", empty_rows = "zero", placement = "on_product";
     std::vector<std::size_t> key_lengths;
     std::vector<double> alibi_slopes;
     bool boolean_mask = false, additive_mask = false, seed_mask = false, bias = false, no_weights = false, no_lse = false;
@@ -91,6 +91,14 @@ case_spec ad_hoc_case(const generate_args& a) {
     if (!a.causal.empty()) {
         cv.causal = true;
         cv.alignment = *from_name<causal_alignment>(a.causal);
+    }
+    // The diagonal is shared by the causal mask, the sliding window and ALiBi: --diagonal sets it
+    // without a causal mask (a bottom-right window); with --causal both must name the same one.
+    if (!a.diagonal.empty()) {
+        if (!a.causal.empty() && a.diagonal != a.causal)
+            throw data_error("command line: --diagonal " + a.diagonal + ": --causal " + a.causal +
+                             " already aligns the diagonal (give one of them, or the same alignment)");
+        cv.alignment = *from_name<causal_alignment>(a.diagonal);
     }
     cv.diagonal_offset = a.diagonal_offset;
     if (!a.window_left.empty() || !a.window_right.empty()) {
@@ -224,10 +232,7 @@ void run_generate(generate_args a) {
             if (a.out.empty()) throw data_error("command line: --input-format with --golden: needs --out (the derived case's parent directory)");
             if (const std::optional<fp8_input_format> f8 = fp8_format_from_name(a.input_format)) {
                 // FP8: the inputs quantised per tensor (quantise_fp8); the codes and descales also go to <derived>/fp8/.
-                if (!inputs_all_finite(lc.data))
-                    throw data_error("command line: --input-format " + a.input_format + ": case " + lc.m.spec.name +
-                                     " has a non-finite input; no per-tensor FP8 scale is defined");
-                fp8.emplace(quantise_fp8(lc.data, *f8));
+                fp8.emplace(quantise_case_fp8(lc, *f8, "command line: --input-format " + a.input_format));
                 inputs = fp8->effective;
                 cases.push_back(rounded_spec(lc.m.spec, *inputs, *f8));
             } else {
@@ -324,7 +329,10 @@ void run_generate(generate_args a) {
         // silently replaces another's case.
         std::optional<directory_lock> lock;
         if (!a.verify) lock.emplace(out);
-        const comparison c = compare_case(dir, g);
+        comparison c = compare_case(dir, g);
+        // The FP8 codes and descales (<dir>/fp8/) are part of the case: compared like its other files.
+        if (fp8 && c.exists && c.identical)
+            if (std::string d = fp8_files_difference(dir, s, *fp8); !d.empty()) c.identical = false, c.first_difference = d;
         if (a.verify) {
             o.status = c.identical ? "identical" : "DIFFERS";
             o.differs = !c.identical;
@@ -342,7 +350,7 @@ void run_generate(generate_args a) {
             o.conflict = true;
             o.detail = c.first_difference;
         }
-        if (fp8 && !a.verify && !o.conflict) write_fp8_files(dir, s, *fp8);  // the FP8 codes and descales, <dir>/fp8/
+        if (fp8 && !a.verify && !o.conflict && o.status != "unchanged") write_fp8_files(dir, s, *fp8);  // <dir>/fp8/
         say(fmt::format("[{}/{}] {}: {} ({:.1f} s)", i + 1, cases.size(), s.name, o.status, o.seconds));
     };
 
@@ -357,7 +365,7 @@ void run_generate(generate_args a) {
     std::vector<summary_row> rows;
     for (std::size_t i = 0; i < cases.size(); ++i)
         rows.push_back({&cases[i], outcomes[i].status, outcomes[i].certified, outcomes[i].escalated, outcomes[i].seconds});
-    std::fputs(summary_table(rows).c_str(), stdout);
+    if (!a.quiet) std::fputs(summary_table(rows).c_str(), stdout);  // --quiet: the exit status and errors only
     std::fflush(stdout);
 
     for (std::size_t i = 0; i < cases.size(); ++i)
@@ -393,7 +401,7 @@ void register_generate(CLI::App& app) {
     g->add_option("--out", a->out, "output directory (default: the suite file's directory; '.' for ad-hoc cases)");
     g->add_flag("--force", a->force, "overwrite existing cases whose content differs");
     g->add_flag("--verify", a->verify, "regenerate in memory and compare with the files on disk; write nothing; exit 1 on any difference");
-    g->add_flag("--quiet", a->quiet, "no progress lines on stderr");
+    g->add_flag("--quiet", a->quiet, "no progress lines on stderr and no summary table on stdout: errors and the exit status only");
     g->add_option("--threads", a->threads, "threads (0 = all cores); results do not depend on it")
         ->check(unsigned_text())->capture_default_str();
     g->add_option("--method", a->method,
@@ -430,29 +438,33 @@ void register_generate(CLI::App& app) {
     g->add_option("--model-dim", a->model_dim, "mha: embedding dimension (default H*dk)")->check(unsigned_text())->group(adhoc);
     g->add_option("--output-dim", a->output_dim, "mha: output features (default model dim)")->check(unsigned_text())->group(adhoc);
     g->add_flag("--bias", a->bias, "mha: projections with biases")->group(adhoc);
-    g->add_option("--causal", a->causal, "causal mask alignment: top_left or bottom_right")
-        ->check(CLI::IsMember({"top_left", "bottom_right"}))->group(adhoc);
+    g->add_option("--causal", a->causal, "causal mask, aligned top_left or bottom_right (sets the diagonal too)")
+        ->check(CLI::IsMember(names_of(causal_alignment_names)))->group(adhoc);
+    g->add_option("--diagonal", a->diagonal,
+                  "where query i's diagonal lies, for the causal mask, the sliding window and ALiBi: top_left (key i) or "
+                  "bottom_right (key i + Sk - Sq); default top_left, or --causal's")
+        ->check(CLI::IsMember(names_of(causal_alignment_names)))->group(adhoc);
     g->add_option("--diagonal-offset", a->diagonal_offset, "diagonal offset (ONNX past length)")->group(adhoc);
     g->add_option("--window-left", a->window_left, "sliding window: keys before the diagonal (or none)")->group(adhoc);
     g->add_option("--window-right", a->window_right, "sliding window: keys after the diagonal (or none)")->group(adhoc);
     g->add_option("--key-lengths", a->key_lengths, "valid keys per batch (key padding)")->delimiter(',')->check(unsigned_text())->group(adhoc);
     g->add_flag("--boolean-mask", a->boolean_mask, "a generated boolean mask (B, H, Sq, Sk)")->group(adhoc);
     g->add_option("--polarity", a->polarity, "boolean mask polarity")
-        ->check(CLI::IsMember({"true_means_attend", "true_means_masked"}))->group(adhoc);
+        ->check(CLI::IsMember(names_of(mask_polarity_names)))->group(adhoc);
     g->add_flag("--additive-mask", a->additive_mask, "a generated additive mask (with -inf entries)")->group(adhoc);
     g->add_flag("--seed-mask", a->seed_mask, "a generated seed-convention mask (logits += m * -1e9)")->group(adhoc);
     g->add_option("--empty-rows", a->empty_rows, "fully masked rows: zero, nan or uniform")
-        ->check(CLI::IsMember({"zero", "nan", "uniform"}))->group(adhoc);
+        ->check(CLI::IsMember(names_of(empty_row_policy_names)))->group(adhoc);
     g->add_option("--scale", a->scale, "logit scale (default 1/sqrt(dk))")->group(adhoc);
     g->add_option("--scale-placement", a->placement, "on_product, on_query or split_sqrt")
-        ->check(CLI::IsMember({"on_product", "on_query", "split_sqrt"}))->group(adhoc);
+        ->check(CLI::IsMember(names_of(scale_placement_names)))->group(adhoc);
     g->add_option("--softcap", a->softcap, "soft-capping constant")->group(adhoc);
     g->add_option("--alibi-slopes", a->alibi_slopes, "ALiBi slopes, one per head")->delimiter(',')->group(adhoc);
     g->add_option("--input-format", a->input_format,
                   "float64, float32, bfloat16 or float16 (with --inputs-from: default the narrowest holding every value exactly; with "
                   "--golden: write the derived case <case>_inputs_<format> under --out, the inputs rounded to nearest even to it "
                   "and their certified reference; fp8e4m3, fp8e5m2 (--golden only): the inputs quantised per tensor with power-of-two descales, "
-                  "the codes as uint8 and the descales in <derived>/fp8/)")
+                  "the codes as uint8 and the descales in <derived>/fp8/, which --verify and a rerun compare too)")
         ->check(CLI::IsMember({"float64", "float32", "bfloat16", "float16", "fp8e4m3", "fp8e5m2"}))->group(adhoc);
     g->add_option("--seed", a->seed, "generator seed")->check(unsigned_text())->group(adhoc);
     g->add_option("--targets", a->targets, "extra correctly rounded copies: float32, bfloat16, float16")->delimiter(',')->group(adhoc);

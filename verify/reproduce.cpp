@@ -211,7 +211,9 @@ void run_reproduction(const std::string& name, const std::string& out, std::size
     if (name != "pcast-fp8" && name != "flash-bf16")
         throw data_error("attnref study: --reproduce: expected pcast-fp8 or flash-bf16, got '" + printable(name) + "'");
     const std::filesystem::path dir(out);
-    std::filesystem::create_directories(dir);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw data_error("attnref study: --out: " + printable(dir.string()) + ": cannot create the directory: " + ec.message());
     const auto start = std::chrono::steady_clock::now();
     auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
     std::string csv, text;

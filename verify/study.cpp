@@ -483,7 +483,7 @@ void register_study(CLI::App& app) {
                   "refuse a study estimated to need more memory (bytes, K/M/G/T suffix; default: half the machine's memory, at least 4G; the points running at once)");
     s->add_option("--plot-script", f->plot_script, "plot script (default: share/attnref/tools/plot_study.py beside the attnref executable)");
     s->add_flag("--no-plot", f->no_plot, "do not draw plots");
-    s->add_option("--reproduce", f->reproduce, "reproduce a published result: pcast-fp8 or flash-bf16 (docs/studies-reproduced.md)");
+    s->add_option("--reproduce", f->reproduce, "reproduce a published result: pcast-fp8 or flash-bf16 (docs/studies-reproduced.md); it fixes its own grid and takes only --out, --threads, --reduced and --no-plot");
     s->add_flag("--reduced", f->reduced, "with --reproduce: the reduced sample of the CTest check");
     s->add_flag("--backward", f->backward,
                 "measure the backward pass (dQ, dK, dV vs the MPFR backward and backward_bounds.hpp's bound); alone: the "
@@ -491,6 +491,22 @@ void register_study(CLI::App& app) {
     s->add_option("--backward-algorithm", f->backward_algorithms, "with --backward: textbook flash (default both)");
     s->callback([f, s] {
         f->queries_given = s->get_option("--queries")->count() > 0;
+        // Every flag is honoured or refused: an empty --out or --reproduce is not a choice, and a
+        // reproduction fixes its own grid, so the study's own flags would be silently ignored there.
+        if (f->out.empty()) throw data_error("attnref study: --out: an empty path; name the output directory");
+        const bool reproducing = s->get_option("--reproduce")->count() > 0;
+        if (reproducing && f->reproduce.empty())
+            throw data_error("attnref study: --reproduce: an empty name; expected pcast-fp8 or flash-bf16");
+        if (f->reduced && !reproducing) throw data_error("attnref study: --reduced: only with --reproduce (its reduced sample)");
+        if (reproducing)
+            for (const CLI::Option* o : s->get_options()) {
+                const std::string flag = o->get_name();
+                if (o->count() == 0 || flag == "--reproduce" || flag == "--out" || flag == "--threads" || flag == "--reduced" ||
+                    flag == "--no-plot" || flag == "--help")
+                    continue;
+                throw data_error("attnref study: " + flag + ": not used with --reproduce (a reproduction fixes its own grid; it takes "
+                                 "--out, --threads, --reduced and --no-plot)");
+            }
         run_study(*f);
     });
 }

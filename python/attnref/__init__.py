@@ -148,6 +148,21 @@ def _inexact_in_float64(a: np.ndarray) -> Optional[np.ndarray]:
     return (back != a) & ~np.isnan(a)
 
 
+def _require_fits(a: np.ndarray, name: str) -> None:
+    """Refuses an array (a broadcast view costs no memory until it is copied) whose float64 copy could
+    not fit in this machine's memory, before numpy is asked to copy or iterate it."""
+    values = 1
+    for e in a.shape:
+        values *= int(e)
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        physical = 1 << 62
+    if values * 8 > physical:
+        raise MemoryLimitError(f"{name}: shape {tuple(int(e) for e in a.shape)} holds {values} values ({_gib(values * 8)} as float64), "
+                               f"more than this machine's memory ({_gib(physical)}); no reference of it can be computed here")
+
+
 def _as_float64(x: ArrayLike, name: str, *, allow_neg_inf: bool = False, allow_nonfinite: bool = False) -> np.ndarray:
     """x as a float64 C-contiguous array without copying when it already is one. Values float64
     cannot hold exactly (long double, int64 beyond 2**53) are refused, never rounded. Inputs of a
@@ -157,6 +172,8 @@ def _as_float64(x: ArrayLike, name: str, *, allow_neg_inf: bool = False, allow_n
         raise TypeError(f"{name}: expected an array, got None")
     if getattr(x, "requires_grad", False) is True and callable(getattr(x, "detach", None)):
         x = x.detach()
+    if str(getattr(x, "dtype", "")) == "torch.bfloat16" and callable(getattr(x, "float", None)):
+        x = x.float()  # every bfloat16 value is a float32 value: exact (DLPack has no bfloat16 for numpy)
     a = None
     err: Optional[Exception] = None
     if isinstance(x, np.ndarray):
@@ -184,6 +201,7 @@ def _as_float64(x: ArrayLike, name: str, *, allow_neg_inf: bool = False, allow_n
         raise TypeError(f"{name}: cannot read {type(x).__name__} as an array: {text}{hint}")
     if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
         raise TypeError(f"{name}: expected real floating-point (or integer) values, got dtype {a.dtype}")
+    _require_fits(a, name)
     inexact = _inexact_in_float64(a)
     if inexact is not None and inexact.any():
         idx = tuple(int(i) for i in np.argwhere(inexact)[0]) if a.ndim else ()
@@ -208,6 +226,7 @@ def _mask4(x: ArrayLike, name: str, dtype: Any) -> np.ndarray:
         a = np.asarray(x)
         if a.dtype != np.bool_:
             raise TypeError(f"{name}: expected a boolean array, got dtype {a.dtype}")
+        _require_fits(a, name)
         a = a.astype(np.uint8)
     else:
         a = _as_float64(x, name, allow_neg_inf=True)
@@ -723,6 +742,7 @@ def check(case: Any, output: Any = None, *, weights: Any = None, lse: Any = None
     for role in gradients:
         if not role.startswith("grad_"):
             raise TypeError(f"check() got an unexpected keyword argument '{role}'")
+    gradients = {role: g for role, g in gradients.items() if g is not None}  # None: not given, as for weights=
     if output is None and not gradients:
         raise ValueError("output: give the output, or at least one gradient (grad_query=…, …)")
     given = [(n, x) for n, x in [("output", output), ("weights", weights), ("lse", lse)] + list(gradients.items())

@@ -47,7 +47,7 @@ class InconclusiveError(AssertionError):
 def _candidate(x: Any, name: str) -> "tuple[np.ndarray, Optional[str]]":
     """(float64 C-contiguous values, the format its dtype implies or None). A tensor that requires
     grad is read through ``.detach()``; values float64 cannot hold exactly are a ValueError."""
-    from . import _inexact_in_float64  # the package imports this module at its end
+    from . import _inexact_in_float64, _require_fits  # the package imports this module at its end
     if getattr(x, "requires_grad", False) is True and callable(getattr(x, "detach", None)):
         x = x.detach()
     fmt = None
@@ -65,6 +65,7 @@ def _candidate(x: Any, name: str) -> "tuple[np.ndarray, Optional[str]]":
                             f"{' (pass ' + name + '.detach())' if 'grad' in str(e) else ''}") from None
     if not (np.issubdtype(a.dtype, np.floating)):
         raise TypeError(f"{name}: expected floating-point values, got dtype {a.dtype}")
+    _require_fits(a, name)
     inexact = _inexact_in_float64(a)
     if inexact is not None and inexact.any():
         idx = _index(int(np.flatnonzero(inexact)[0]), a.shape)

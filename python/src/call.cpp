@@ -48,6 +48,9 @@ void call::validate() const {
     if (b_k.given()) require_extent("b_k size (w_k axis 1)", b_k.shape[0], w_k.shape[1]);
     if (b_v.given()) require_extent("b_v size (w_v axis 1)", b_v.shape[0], w_v.shape[1]);
     if (b_o.given()) require_extent("b_o size (w_o axis 1)", b_o.shape[0], w_o.shape[1]);
+    // The weights' axes against heads and kv_heads: the library's own rule, before any estimate.
+    const forward_problem p = problem();
+    (void)mha_dims_of(p.x_q, p.x_k, p.x_v, p.w, p.mo);
 }
 
 std::vector<std::size_t> call::output_shape() const {

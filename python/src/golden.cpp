@@ -83,9 +83,7 @@ py::tuple load_case(const std::string& dir, const std::string& input_format) {
         if (const std::optional<golden::fp8_input_format> f8 = golden::fp8_format_from_name(input_format)) {
             // FP8: the inputs quantised per tensor (golden/rounded_inputs.hpp quantise_fp8), as
             // `attnref generate --golden DIR --input-format fp8e4m3` derives them.
-            if (!golden::inputs_all_finite(lc->data))
-                throw std::invalid_argument("input_format: case " + lc->m.spec.name + " has a non-finite input; no per-tensor FP8 scale is defined");
-            fp8.emplace(golden::quantise_fp8(lc->data, *f8));
+            fp8.emplace(golden::quantise_case_fp8(*lc, *f8, "input_format"));
             rounded.emplace(*lc, *f8, 0, false);
             grad_output = fp8->effective.grad_output;
             inputs = "the golden inputs quantised to " + input_format + " with per-tensor power-of-two scales (" + golden::fp8_descales_text(*fp8) +

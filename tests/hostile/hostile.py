@@ -425,9 +425,14 @@ def exits():
     case = os.path.join(GOLDEN, 'sdpa_basic')
     bad = candidate(case, d, 'bad.npy', 1.01)
     ok = candidate(case, d)
-    rc = attnref(*check_args(case, bad, '--json', os.path.join(d, 'no', 'such', 'dir', 'r.json')))
+    # A report in a missing directory is refused before the check runs (exit 2, said once); one that
+    # cannot be written after it ran (/proc/self takes no new files, even for root) keeps the verdict.
+    probe('failing candidate, --json in a missing directory', attnref(*check_args(case, bad, '--json', os.path.join(d, 'no', 'such', 'dir', 'r.json'))),
+          2, ['--json', 'does not exist'], ['check failed'])
+    rc = attnref(*check_args(case, bad, '--json', '/proc/self/r.json'))
     probe('failing candidate, unwritable --json', rc, 1, ['r.json', 'check failed'], one_line=False)
     check('both facts on stderr, one line each', len(rc[2].strip().split('\n')) == 2, repr(rc[2]))
+    probe('passing candidate, unwritable --json: said once', attnref(*check_args(case, ok, '--json', '/proc/self/r.json')), 2, ['r.json'])
     probe('unknown subcommand', attnref('frobnicate'), 2, ["unknown subcommand 'frobnicate'"])
     nl = os.path.join(d, 'a\nb.npy')
     probe('newline in a path', attnref(*check_args(case, nl)), 2, [r'a\\nb\.npy'])
@@ -590,8 +595,124 @@ def estimates():
     check(f'check --policy: estimate {est} >= peak {peak}', rc == 0 and est is not None and est >= peak)
 
 
+def promises():
+    """Promises each path keeps: --verify compares the FP8 files, every flag is honoured or refused,
+    the diagonal can be set without a causal mask, and messages say what happened (docs/hostile.md)."""
+    d = fresh('promises')
+    case = os.path.join(GOLDEN, 'sdpa_basic')
+    # generate --input-format fp8e4m3: --verify compares fp8/<role>.npy and fp8.json too.
+    out = os.path.join(d, 'fp8')
+    gen = ('generate', '--golden', case, '--input-format', 'fp8e4m3', '--out', out, '--quiet')
+    rc, so, err = attnref(*gen)
+    check('generate --input-format fp8e4m3 writes the derived case', rc == 0, err.strip()[:200])
+    derived = os.path.join(out, 'sdpa_basic_inputs_fp8e4m3')
+    fp8 = os.path.join(derived, 'fp8')
+    rc, so, err = attnref(*gen, '--verify')
+    check('--verify: the untouched FP8 files are identical', rc == 0, err.strip()[:200])
+    pristine = {f: open(os.path.join(fp8, f), 'rb').read() for f in os.listdir(fp8)}
+
+    def restore():
+        shutil.rmtree(fp8)
+        os.makedirs(fp8)
+        for f, b in pristine.items():
+            with open(os.path.join(fp8, f), 'wb') as h:
+                h.write(b)
+
+    def flip(path):
+        b = bytearray(open(path, 'rb').read())
+        b[-1] ^= 1
+        open(path, 'wb').write(bytes(b))
+
+    def descale(value):
+        def edit():
+            j = json.loads(pristine['fp8.json'])
+            j['tensors'][0]['descale'] = value
+            open(os.path.join(fp8, 'fp8.json'), 'w').write(json.dumps(j, indent=2) + '\n')
+        return edit
+    mutations = [('a flipped bit of query.npy', lambda: flip(os.path.join(fp8, 'query.npy')), 'fp8/query.npy differs'),
+                 ('key.npy deleted', lambda: os.remove(os.path.join(fp8, 'key.npy')), 'fp8/key.npy is missing'),
+                 ('fp8.json garbage', lambda: open(os.path.join(fp8, 'fp8.json'), 'w').write('{garbage'), 'fp8/fp8.json differs')]
+    mutations += [(f'a descale of {v}', descale(v), 'fp8/fp8.json differs') for v in ('NaN', 0, 'Infinity')]
+    mutations.append(('a descale x2', descale(2 * json.loads(pristine['fp8.json'])['tensors'][0]['descale']), 'fp8/fp8.json differs'))
+    for name, mutate, says in mutations:
+        restore()
+        mutate()
+        before = {f: sha(os.path.join(fp8, f)) for f in os.listdir(fp8)}
+        rc, so, err = attnref(*gen[:-1], '--verify')
+        check(f'--verify after {name}: DIFFERS, exit 1', rc == 1 and 'DIFFERS' in so + err and says in so + err, (so + err).strip()[-200:])
+        rc, so, err = attnref(*gen)
+        after = {f: sha(os.path.join(fp8, f)) for f in os.listdir(fp8)}
+        check(f'rerun without --force after {name}: a conflict, files untouched', rc == 2 and before == after and says in err,
+              err.strip()[:200])
+    restore()
+    # generate --quiet: nothing on stdout.
+    rc, so, err = attnref('generate', '--golden', case, '--verify', '--quiet')
+    check('generate --quiet prints no table', rc == 0 and so == '' and err == '', repr((so + err)[:120]))
+    # --diagonal: a bottom-right window without a causal mask; with --causal, one alignment.
+    adhoc = ('generate', '--name', 'win', '--kind', 'sdpa', '--sq', '2', '--sk', '5', '--dk', '2', '--window-left', '0',
+             '--window-right', '0', '--quiet')
+    rc, so, err = attnref(*adhoc, '--diagonal', 'bottom_right', '--out', os.path.join(d, 'diag'))
+    mf = os.path.join(d, 'diag', 'win', 'manifest.json')
+    conv = json.load(open(mf))['conventions'] if rc == 0 and os.path.exists(mf) else {}
+    check('generate --diagonal bottom_right: a bottom-right window, no causal mask', rc == 0 and
+          json.dumps(conv).count('bottom_right') == 1 and not conv.get('causal', False), err.strip()[:200] + json.dumps(conv)[:300])
+    if rc == 0:
+        w = np.load(os.path.join(d, 'diag', 'win', 'weights.npy'))[0, 0]
+        check('bottom-right window: query i sees key i + Sk - Sq only', all((w[i] > 0).tolist() == [j == i + 3 for j in range(5)] for i in range(2)),
+              str(w))
+    probe('generate --causal top_left --diagonal bottom_right', attnref(*adhoc, '--causal', 'top_left', '--diagonal', 'bottom_right',
+                                                                      '--out', os.path.join(d, 'diag2')), 2, ['--diagonal', '--causal'])
+    probe('generate --diagonal sideways', attnref(*adhoc, '--diagonal', 'sideways', '--out', os.path.join(d, 'diag3')), 2, ['--diagonal'])
+    # study: an empty --out or --reproduce, and flags a reproduction would ignore.
+    probe("study --out ''", attnref('study', '--out', ''), 2, ['--out'])
+    probe("study --reproduce ''", attnref('study', '--reproduce', '', '--out', os.path.join(d, 'st')), 2, ['--reproduce'])
+    probe('study --reduced without --reproduce', attnref('study', '--reduced', '--out', os.path.join(d, 'st')), 2, ['--reduced'])
+    for flag, value in (('--seq', '4'), ('--max-memory', '1G'), ('--json', os.path.join(d, 'x.json'))):
+        probe(f'study --reproduce pcast-fp8 {flag}', attnref('study', '--reproduce', 'pcast-fp8', '--out', os.path.join(d, 'st'), flag, value),
+              2, [re.escape(flag), '--reproduce'])
+    probe('study --reproduce pcast-fp8 --backward', attnref('study', '--reproduce', 'pcast-fp8', '--out', os.path.join(d, 'st'), '--backward'),
+          2, ['--backward', '--reproduce'])
+    check('no study directory written by a refused study', not os.path.exists(os.path.join(d, 'st')))
+    # check: empty flags, report paths checked before the check, policies no file can match.
+    ok = candidate(case, d)
+    probe("check --policy ''", attnref(*check_args(case, ok, '--policy', '')), 2, ['--policy', 'empty'])
+    probe("check --golden ''", attnref('check', '--golden', '', '--output', ok), 2, ['--golden', 'empty'])
+    for flag in ('--json', '--junit'):
+        probe(f'check {flag} in a missing directory', attnref(*check_args(case, ok, flag, os.path.join(d, 'no', 'such', 'r.json'))), 2,
+              [re.escape(flag), 'does not exist'])
+    f64 = os.path.join(d, 'f64.npy')
+    np.save(f64, np.load(os.path.join(case, 'output.npy')))
+    for pol in ('longdouble', 'float128', 'bin50'):
+        probe(f'check --policy {pol}', attnref(*check_args(case, f64, '--policy', pol)), 2, ['--policy', 'finer than float64'])
+    # A finite input whose FP8 code·descale overflows float64 (DBL_MAX): bad input, exit 2 at once.
+    src = os.path.join(d, 'dblmax_inputs')
+    os.makedirs(src)
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((1, 1, 2, 2))
+    q[0, 0, 0, 1] = np.finfo(np.float64).max
+    for role, a in (('query', q), ('key', rng.standard_normal((1, 1, 3, 2)) * 1e-300), ('value', rng.standard_normal((1, 1, 3, 2)))):
+        np.save(os.path.join(src, role + '.npy'), a)
+    rc, so, err = attnref('generate', '--name', 'dblmax', '--kind', 'sdpa', '--inputs-from', src, '--out', d, '--quiet')
+    check('a case with a DBL_MAX query certifies', rc == 0, err.strip()[:200])
+    big = os.path.join(d, 'dblmax')
+    for f8 in ('fp8e4m3', 'fp8e5m2'):
+        probe(f'generate --input-format {f8} on a DBL_MAX query', attnref('generate', '--golden', big, '--input-format', f8, '--out',
+                                                                       os.path.join(d, 'dblmax_' + f8), '--quiet'), 2,
+              ['--input-format', r'query \(flat index 1\)', 'overflows float64'])
+        probe(f'check --input-format {f8} on a DBL_MAX query', attnref(*check_args(big, os.path.join(big, 'output.npy'), '--input-format', f8)),
+              2, ['--input-format', r'query \(flat index 1\)', 'overflows float64'])
+    nan = os.path.join(d, 'nan.npy')
+    o = np.load(os.path.join(case, 'output.npy')).astype(np.float32)
+    o.flat[3] = np.nan
+    np.save(nan, o)
+    rc, so, err = attnref(*check_args(case, nan))
+    check('check: a NaN where the reference is finite says so', rc == 1 and 'NaN where the reference is finite' in so and 'index 3' in so,
+          so[-300:])
+
+
 CATEGORIES = {'memory': memory, 'deep': deep, 'sizes': sizes, 'lost': lost, 'shell': shell, 'hang': hang, 'strict': strict,
-              'flags': flags, 'concurrent': concurrent, 'exits': exits, 'cli': cli, 'estimates': estimates}
+              'flags': flags, 'concurrent': concurrent, 'exits': exits, 'cli': cli, 'estimates': estimates,
+              'promises': promises}
 
 if __name__ == '__main__':
     os.makedirs(WORK, exist_ok=True)

@@ -233,3 +233,52 @@ def test_escalation_beyond_the_limit_is_refused_not_run():
     with pytest.raises(attnref.MemoryLimitError, match=r"max_memory: 1 element\(s\) .*MPFI") as e:
         attnref.sdpa(q, k, v, max_memory=base + escalation // 2, **kw)
     one_line(e)
+
+
+# --- argument errors say what is wrong, before any estimate or copy ---------------------------------
+
+def test_check_treats_a_gradient_of_none_as_not_given():
+    case = os.path.join(GOLDEN, "sdpa_basic")
+    with pytest.raises(ValueError) as e:
+        attnref.check(case, grad_query=None)
+    assert "output: give the output" in one_line(e)
+    # With the output given, a None gradient is simply absent.
+    out = np.load(os.path.join(case, "output.npy"))
+    assert attnref.check(case, out, grad_query=None).verdict == "PASS"
+
+
+def test_mha_heads_that_do_not_divide_w_q_are_a_shape_error_not_a_memory_limit():
+    x = rng.standard_normal((1, 2, 4))
+    w = rng.standard_normal((4, 4))
+    for heads in (3, 2**40):
+        with pytest.raises(ValueError) as e:
+            attnref.mha(x, x, x, w_q=w, w_k=w, w_v=w, w_o=w, heads=heads)
+        text = one_line(e)
+        assert "w_q axis 1" in text and f"multiple of heads {heads}" in text, text
+        assert not isinstance(e.value, attnref.MemoryLimitError)
+
+
+def test_a_huge_broadcast_view_is_refused_naming_the_argument():
+    huge = np.broadcast_to(np.zeros(2), (2**20, 2**20, 1, 2))  # 2^41 values, no memory until copied
+    small = np.zeros((1, 1, 1, 2))
+    for args, name in (((huge, small, small), "q"), ((small, huge, small), "k")):
+        with pytest.raises(attnref.MemoryLimitError) as e:
+            attnref.sdpa(*args)
+        text = one_line(e)
+        assert text.startswith(f"{name}: shape (1048576, 1048576, 1, 2)") and "machine's memory" in text, text
+    with pytest.raises(attnref.MemoryLimitError) as e:
+        attnref.sdpa(small, small, small, mask=np.broadcast_to(True, (2**20, 2**20, 1, 1)))
+    assert one_line(e).startswith("mask: shape")
+    with pytest.raises(attnref.MemoryLimitError) as e:
+        attnref.check(os.path.join(GOLDEN, "sdpa_basic"), np.broadcast_to(np.zeros(8), (2**20, 2**20, 8, 8)))
+    assert one_line(e).startswith("output: shape")
+
+
+def test_bfloat16_torch_tensors_are_read_exactly():
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 4, 8, generator=g).bfloat16() for _ in range(3))
+    r = attnref.sdpa(q, k, v)
+    # The same values as float64 (bfloat16 -> float32 -> float64 is exact): the same certified output.
+    r64 = attnref.sdpa(q.double().numpy(), k.double().numpy(), v.double().numpy())
+    assert np.array_equal(r.output, r64.output)

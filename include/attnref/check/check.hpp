@@ -49,6 +49,10 @@ ATTNREF_GOLDEN_FN check_result check(const loaded_case& lc, const candidate& c, 
     // A declared policy is about the candidate's own results: they must be in its output format, and
     // only the data-aware bounds follow it.
     namespace tol = attnref::tolerance;
+    if (opt.policy && opt.policy->output < tol::unit_roundoff(tol::candidate_format::float64))
+        throw data_error(fmt::format("command line: --policy: the policy writes results with unit roundoff {:g}, finer than float64's: no "
+                                     "candidate file (float64, float32, bfloat16 or float16) holds them; judge such a candidate without a policy",
+                                     opt.policy->output));
     if (opt.policy && tol::unit_roundoff(c.format) != opt.policy->output)
         throw data_error(fmt::format("command line: --policy: the policy writes results with unit roundoff {:g}, the candidate's are {} (unit roundoff {:g})",
                                      opt.policy->output, tol::format_name(c.format), tol::unit_roundoff(c.format)));

@@ -188,6 +188,15 @@ inline tensor_report judged(std::string name, const tolerance::comparison& cmp, 
     if (!cmp.ok()) {
         out.verdict = verdict::fail;
         out.note = fmt::format("{} of {} elements outside the bound", cmp.violations, cmp.elements);
+        // A non-finite mismatch has no finite error: say what it is rather than an error of inf.
+        if (cmp.nonfinite_mismatches) {
+            const double x = cmp.worst_candidate, y = cmp.worst_expected;
+            auto what = [](double v) { return std::isnan(v) ? std::string("NaN") : std::isinf(v) ? fmt::format("{}", v) : std::string("finite"); };
+            out.note += fmt::format(" ({} of them non-finite mismatches", cmp.nonfinite_mismatches);
+            if (!std::isfinite(x) || !std::isfinite(y))
+                out.note += fmt::format("; at index {}: {} where the reference is {}", cmp.worst_index, what(x), what(y));
+            out.note += ")";
+        }
     } else if (vac.any()) {
         out.verdict = verdict::inconclusive;
         out.note = vacuity_note(vac, cmp.elements, scale_name);

@@ -122,6 +122,12 @@ inline fp8_quantised quantise_fp8(const case_data& data, fp8_input_format f) {
                 const F q = fp8_quantise<F>(v[i], t.scale);
                 t.codes[i] = q.bits();
                 v[i] = fp8_dequantise(q, t.scale);
+                // A finite input near float64's limit whose code·descale overflows: no FP8 input
+                // carries it (bad input, said at once rather than found by the certification).
+                if (!std::isfinite(v[i]))
+                    throw data_error(t.role + " (flat index " + std::to_string(i) + "): quantised to " + fp8_format_name(f) +
+                                     " its effective value code·descale overflows float64 (descale 2^" + std::to_string(-t.scale.exponent) +
+                                     "); no FP8 tensor holds an input this close to float64's largest value");
             }
         };
         if (f == fp8_input_format::e4m3) apply.template operator()<float8_e4m3>();
@@ -129,6 +135,18 @@ inline fp8_quantised quantise_fp8(const case_data& data, fp8_input_format f) {
         r.tensors.push_back(std::move(t));
     }
     return r;
+}
+
+/// quantise_fp8 of a loaded case, its errors prefixed with `where` (e.g. "command line: --input-format
+/// fp8e4m3", "input_format: fp8e4m3") and the case's name: the one rule every front end applies.
+inline fp8_quantised quantise_case_fp8(const loaded_case& lc, fp8_input_format f, const std::string& where) {
+    if (!inputs_all_finite(lc.data))
+        throw data_error(where + ": case " + lc.m.spec.name + " has a non-finite input; no per-tensor FP8 scale is defined");
+    try {
+        return quantise_fp8(lc.data, f);
+    } catch (const data_error& e) {
+        throw data_error(where + ": case " + lc.m.spec.name + ": " + e.what());
+    }
 }
 
 /// The descales as the report names them, e.g. "descale query 2^-8, key 2^-7, value 2^-8".
@@ -265,12 +283,11 @@ private:
 ///   <role>.npy   the codes of each quantised tensor, uint8 '|u1' bit patterns, the input's shape
 ///   fp8.json     {"format", "encoding", "scale_rule", "case", "tensors": [{"role", "file", "dtype",
 ///                "shape", "scale", "descale", "scale_exponent", "amax", "sha256"}]} (see golden/README.md)
-/// Each file written atomically, fp8.json last.
-inline void write_fp8_files(const std::filesystem::path& dir, const case_spec& derived, const fp8_quantised& q) {
-    const std::filesystem::path sub = dir / "fp8";
-    std::error_code ec;
-    std::filesystem::create_directories(sub, ec);
-    if (ec) throw data_error(sub.string() + ": cannot create the directory: " + ec.message());
+/// fp8_files() makes them in memory, (file name, bytes), fp8.json last: one writer (write_fp8_files,
+/// each file atomically) and one comparison (fp8_files_difference: `generate --verify`, a rerun
+/// without --force) read them.
+inline std::vector<std::pair<std::string, std::string>> fp8_files(const case_spec& derived, const fp8_quantised& q) {
+    std::vector<std::pair<std::string, std::string>> files;
     nlohmann::ordered_json j;
     j["format"] = fp8_format_name(q.format);
     j["encoding"] = q.format == fp8_input_format::e4m3
@@ -290,7 +307,7 @@ inline void write_fp8_files(const std::filesystem::path& dir, const case_spec& d
         if (t.role == "grad_output") shape = output_shape(derived);
         const std::vector<std::byte> bytes = npy::serialize(npy::make_array("|u1", shape, t.codes));
         const std::string file = t.role + ".npy";
-        write_file_atomic(sub / file, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), true);
+        files.emplace_back(file, std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
         nlohmann::ordered_json e;
         e["role"] = t.role;
         e["file"] = file;
@@ -303,7 +320,32 @@ inline void write_fp8_files(const std::filesystem::path& dir, const case_spec& d
         e["sha256"] = sha256_hex(bytes);
         j["tensors"].push_back(e);
     }
-    write_file_atomic(sub / "fp8.json", j.dump(2) + "\n", true);
+    files.emplace_back("fp8.json", j.dump(2) + "\n");
+    return files;
+}
+
+inline void write_fp8_files(const std::filesystem::path& dir, const case_spec& derived, const fp8_quantised& q) {
+    const std::filesystem::path sub = dir / "fp8";
+    std::error_code ec;
+    std::filesystem::create_directories(sub, ec);
+    if (ec) throw data_error(sub.string() + ": cannot create the directory: " + ec.message());
+    for (const auto& [file, bytes] : fp8_files(derived, q)) write_file_atomic(sub / file, bytes, true);
+}
+
+/// The first difference between <dir>/fp8/ on disk and the files fp8_files() makes ("" when every file
+/// is there, byte for byte; a file that cannot be read counts as different).
+inline std::string fp8_files_difference(const std::filesystem::path& dir, const case_spec& derived, const fp8_quantised& q) {
+    for (const auto& [file, bytes] : fp8_files(derived, q)) {
+        const std::filesystem::path p = dir / "fp8" / file;
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(p, ec)) return "fp8/" + file + " is missing";
+        try {
+            if (read_file_capped(p.string(), bytes.size() + 1, dir) != bytes) return "fp8/" + file + " differs";
+        } catch (const data_error&) {
+            return "fp8/" + file + " differs";
+        }
+    }
+    return "";
 }
 
 /// The inputs a verdict is about: nullopt the case's own, else the format the golden inputs were
@@ -344,9 +386,7 @@ inline input_choice choose_inputs(const loaded_case& lc, const std::string& choi
         // inputs); a case whose quantised inputs cannot be made or certified is a usage error, not a
         // fallback to inputs the kernel did not read.
         const std::string where = keyword ? option.substr(0, option.size() - 1) : "command line: " + option;
-        if (!inputs_all_finite(lc.data))
-            throw data_error(where + ": " + choice + ": case " + lc.m.spec.name + " has a non-finite input; no per-tensor FP8 scale is defined");
-        const fp8_quantised q = quantise_fp8(lc.data, *f8);
+        const fp8_quantised q = quantise_case_fp8(lc, *f8, where + ": " + choice);
         try {
             rounded.emplace(lc, *f8, threads, with_gradients);
         } catch (const check_failure& e) {
