@@ -24,9 +24,8 @@
 
 #include <fmt/format.h>
 
+#include "attnref/check/request.hpp"
 #include "attnref/golden/check.hpp"
-#include "attnref/golden/rounded_inputs.hpp"
-#include "attnref/multiprecision/policies.hpp"
 #include "commands.hpp"
 
 namespace attnref::verify {
@@ -63,31 +62,6 @@ void check_report_paths(const std::string& golden, const std::vector<std::string
         if (!std::filesystem::is_directory(parent, ec))
             throw data_error("command line: " + std::string(flag) + ": '" + path + "': the directory " + parent.string() + " does not exist");
     }
-}
-
-/// The inputs a verdict is about (--input-format; golden/rounded_inputs.hpp's choose_inputs): for auto,
-/// the candidate's format from its first file's dtype (or --dtype). With a derived case, rq.golden
-/// then names its temporary directory. Returns the report's line saying which inputs the verdict is about.
-std::string judged_inputs(check_request& rq, const std::string& choice, std::optional<rounded_case_dir>& rounded) {
-    const loaded_case lc = load_case(rq.golden);
-    std::optional<tol::candidate_format> f = rq.dtype;
-    if (choice == "auto" && !f) {  // auto: the candidate's format, from its first file's dtype
-        std::string file = rq.output;
-        std::vector<std::size_t> shape = output_shape(lc.m.spec);
-        if (file.empty())
-            for (const auto& [role, path] : rq.gradients)
-                for (const gradient_tensor_layout& g : gradient_layout(lc.m.spec))  // the case's certified gradients
-                    if (file.empty() && g.role == role && lc.entry(role)) file = path, shape = g.shape;
-        // A file that cannot be read leaves the inputs alone: run_check then reports it as it always does.
-        try {
-            if (!file.empty()) (void)read_candidate(file, shape, f);
-        } catch (const data_error&) {
-            f.reset();
-        }
-    }
-    const input_choice j = choose_inputs(lc, choice, f, rq.policy.has_value(), !rq.gradients.empty(), rounded);
-    if (j.rounded_to || j.fp8) rq.golden = rounded->dir().string();
-    return j.text;
 }
 
 /// A flag's choices: `before`, the names of an enum's table (name_table.hpp), then `after`.
@@ -152,7 +126,7 @@ void register_check(CLI::App& app) {
                   "even to it (auto: the candidate's format when it is bfloat16 or float16, or a --policy is declared, and the case's inputs are not exact in it; "
                   "case: the case's own inputs; fp8e4m3, fp8e5m2: the inputs quantised per tensor with power-of-two descales, as FP8 kernels read them; "
                   "implied by a --policy with FP8 inputs)")
-        ->check(CLI::IsMember(with_names({"auto", "case"}, binary_format_names, {"fp8e4m3", "fp8e5m2"})))
+        ->check(CLI::IsMember(input_selection_names()))
         ->capture_default_str();
     std::string policy_help = "a declared precision policy (the names of run --arith; longdouble, float128 and bin50 write results no candidate file holds, and are refused): the bounds follow where it rounds:";
     for (const policy_entry& p : policy_names) policy_help += " " + std::string(p.name);
@@ -178,44 +152,12 @@ void register_check(CLI::App& app) {
         check_report_paths(a->golden, inputs, a->json, a->junit, a->force);
         rq.model = *tol::model_from_name(a->tolerance);
         rq.declared_backward = backward_algorithm_from_name(a->backward);  // nullopt for unknown
-        std::string input_format = a->input_format;
-        if (c->count("--policy") && a->policy.empty())
-            throw data_error("command line: --policy: an empty name; give a policy of attnref run --arith, or leave --policy out");
-        if (!a->policy.empty()) {
-            rq.policy = roundoffs_of_policy(a->policy);
-            if (!rq.policy) throw data_error("command line: --policy: no policy '" + printable(a->policy) + "' (see attnref run --help)");
-            // A policy with FP8 inputs (e.g. fp8e4m3_fa3_bf16) is judged on the inputs it quantises.
-            if (const std::string f8(fp8_input_format_of_policy(a->policy)); !f8.empty()) {
-                if (input_format == "auto") input_format = f8;
-                else if (input_format != f8)
-                    throw data_error("command line: --input-format " + a->input_format + ": --policy " + a->policy + " reads its inputs in " + f8 +
-                                     " (leave --input-format auto or give " + f8 + ")");
-            }
-        }
+        rq.inputs = *input_selection_from_name(a->input_format);  // checked by CLI11
+        rq.policy = resolve_policy(a->policy, c->count("--policy") > 0, rq.inputs, front_end{});
         rq.empty_lse = *value_in(empty_row_lse_names, a->empty_lse);  // checked by CLI11
-        {  // check's own memory estimate (golden/memory.hpp), before anything is loaded; a manifest that
-           // cannot be read is left to load_case, which reports it as it always has
-            const std::filesystem::path dir(a->golden);
-            const std::string mf = (dir / "manifest.json").string();
-            std::optional<manifest> m;
-            try {
-                std::error_code ec;
-                if (std::filesystem::is_directory(dir, ec)) m = parse_manifest(read_file_capped(mf, max_json_bytes, dir), mf);
-            } catch (const data_error&) {
-            }
-            if (m) {
-                std::uint64_t gradient_values = 0;
-                for (const gradient_tensor_layout& g : gradient_layout(m->spec))
-                    for (const auto& [role, file] : rq.gradients)
-                        if (role == g.role) gradient_values += safe_io_detail::sat_count(g.shape);
-                require_memory(check_memory_estimate(m->spec, !a->weights.empty(), !a->lse.empty(), gradient_values, !a->policy.empty()), m->spec, mf,
-                               "check");
-            }
-        }
-        // --input-format: judge against the certified result of the inputs the candidate computed on.
-        std::optional<rounded_case_dir> rounded;
-        const std::string judged = judged_inputs(rq, input_format, rounded);
-        const check_result r = run_check(rq);
+        // The library decides the rest (check/request.hpp): the memory estimate, the inputs the
+        // verdict is about (the derived case in memory), the check.
+        const auto [r, judged] = run_check_request(rq);
         std::printf("inputs: %s\n", judged.c_str());
         if (!a->policy.empty()) std::printf("policy: %s (declared)\n", a->policy.c_str());
         std::fputs(report_table(r, ::isatty(fileno(stdout)) != 0).c_str(), stdout);

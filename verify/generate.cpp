@@ -465,7 +465,7 @@ void register_generate(CLI::App& app) {
                   "--golden: write the derived case <case>_inputs_<format> under --out, the inputs rounded to nearest even to it "
                   "and their certified reference; fp8e4m3, fp8e5m2 (--golden only): the inputs quantised per tensor with power-of-two descales, "
                   "the codes as uint8 and the descales in <derived>/fp8/, which --verify and a rerun compare too)")
-        ->check(CLI::IsMember({"float64", "float32", "bfloat16", "float16", "fp8e4m3", "fp8e5m2"}))->group(adhoc);
+        ->check(CLI::IsMember(input_selection_names(false)))->group(adhoc);
     g->add_option("--seed", a->seed, "generator seed")->check(unsigned_text())->group(adhoc);
     g->add_option("--targets", a->targets, "extra correctly rounded copies: float32, bfloat16, float16")->delimiter(',')->group(adhoc);
     g->add_flag("--no-weights", a->no_weights, "do not store the attention weights P")->group(adhoc);

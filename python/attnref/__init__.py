@@ -33,7 +33,7 @@ from ._attnref import UncertifiedError
 from ._conventions import CONVENTIONS
 from .suite import case_path as _suite_case_path, suite_cases, suite_dir
 
-__all__ = ["sdpa", "mha", "Reference", "UncertifiedError", "MemoryLimitError", "POLICIES", "MPFR_BITS", "testing"]
+__all__ = ["sdpa", "mha", "Reference", "UncertifiedError", "MemoryLimitError", "POLICIES", "INPUT_FORMATS", "MPFR_BITS", "testing"]
 
 #: The largest int an option (window sides, key lengths, heads, threads, offsets) accepts: 2**53.
 _MAX_INT = 2**53
@@ -593,7 +593,10 @@ class GoldenCase:
     descales: Dict[str, float] = field(default_factory=dict)
 
 
-_INPUT_FORMATS = ("float64", "float32", "bfloat16", "float16", "fp8e4m3", "fp8e5m2")
+#: The input formats of ``load_case(input_format=)`` and ``check(input_format=)`` (besides "auto" and
+#: "case"), from the library's one list (golden/input_selection.hpp), as ``attnref check --input-format``.
+INPUT_FORMATS: Tuple[str, ...] = tuple(_attnref._input_format_names())
+_INPUT_FORMATS = INPUT_FORMATS
 
 
 def _input_format(x: Any, choices: Sequence[str]) -> str:

@@ -1,6 +1,6 @@
 /// Bindings of the golden-case library (include/attnref/golden/): load_case and check, for
 /// attnref.load_case / attnref.check (python/attnref/__init__.py), with the inputs a verdict is about
-/// (golden/rounded_inputs.hpp: choose_inputs, rounded_case_dir) and a declared precision policy
+/// (golden/rounded_inputs.hpp: resolve_inputs, derived_case; check/request.hpp: resolve_policy) and a declared precision policy
 /// (policies.hpp: roundoffs_of_policy, check_options::policy). The work runs with the GIL released.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -13,6 +13,7 @@
 
 #include "attnref/golden/check.hpp"
 #include "attnref/check/gradients.hpp"  // gradient_roles
+#include "attnref/check/request.hpp"
 #include "attnref/golden/rounded_inputs.hpp"
 #include "attnref/io/npy.hpp"
 #include "attnref/multiprecision/policies.hpp"
@@ -36,9 +37,9 @@ py::tuple case_tuple(const golden::loaded_case& lc, const std::vector<double>* e
         py::gil_scoped_release release;
         for (const golden::tensor_entry& t : lc.m.tensors) {
             if (t.target || (t.role != "output" && t.role != "weights" && t.role != "lse")) continue;
-            // load_case checked the file's sha256, dtype and shape against the manifest.
-            const npy::array a = npy::read(lc.dir / t.file, npy::expectation{{t.dtype}, t.shape});
-            golden_values.emplace_back(t.role, npy::to_vector<double>(a));
+            // load_case checked the file's sha256, dtype and shape against the manifest (a case in
+            // memory: load_generated_case did, on its bytes).
+            golden_values.emplace_back(t.role, lc.reference(t));
         }
     }
     py::dict inputs, reference;
@@ -66,11 +67,11 @@ py::tuple case_tuple(const golden::loaded_case& lc, const std::vector<double>* e
 
 /// The case at `dir` as case_tuple, plus the line saying which inputs it holds. input_format "":
 /// the case's own inputs; a format F: the golden inputs rounded to nearest even to F and their
-/// certified output, weights and lse (rounded_case_dir, the forward only: as `attnref generate
+/// certified output, weights and lse (derived_case, in memory, the forward only: as `attnref generate
 /// --golden DIR --input-format F` derives them; dO of a backward case rounded with the other inputs).
 py::tuple load_case(const std::string& dir, const std::string& input_format) {
     std::optional<golden::loaded_case> lc;
-    std::optional<golden::rounded_case_dir> rounded;
+    std::shared_ptr<const golden::loaded_case> rounded;  // the derived case, in memory
     std::optional<golden::fp8_quantised> fp8;
     std::vector<double> grad_output;
     std::string inputs;
@@ -83,26 +84,26 @@ py::tuple load_case(const std::string& dir, const std::string& input_format) {
         if (const std::optional<golden::fp8_input_format> f8 = golden::fp8_format_from_name(input_format)) {
             // FP8: the inputs quantised per tensor (golden/rounded_inputs.hpp quantise_fp8), as
             // `attnref generate --golden DIR --input-format fp8e4m3` derives them.
-            fp8.emplace(golden::quantise_case_fp8(*lc, *f8, "input_format"));
-            rounded.emplace(*lc, *f8, 0, false);
+            fp8.emplace(golden::quantise_case_fp8(*lc, *f8, "input_format: " + input_format));
+            rounded = std::make_shared<const golden::loaded_case>(golden::derived_case(*lc, *f8, 0, false));
             grad_output = fp8->effective.grad_output;
             inputs = "the golden inputs quantised to " + input_format + " with per-tensor power-of-two scales (" + golden::fp8_descales_text(*fp8) +
-                     "; reference certified for them: case " + rounded->loaded().m.spec.name + ")";
+                     "; reference certified for them: case " + rounded->m.spec.name + ")";
         } else if (!input_format.empty()) {
             const std::optional<binary_format> f = format_from_name(input_format);
-            if (!f) throw std::invalid_argument("input_format: expected None, float64, float32, bfloat16, float16, fp8e4m3 or fp8e5m2, got '" + input_format + "'");
+            if (!f) throw std::invalid_argument("input_format: expected None, " + golden::input_selection_list(false) + ", got '" + input_format + "'");
             if (!golden::inputs_finite_in(lc->data, *f))
                 throw std::invalid_argument("input_format: rounding the inputs of " + lc->m.spec.name + " to " + input_format + " overflows");
-            rounded.emplace(*lc, *f, 0, false);
+            rounded = std::make_shared<const golden::loaded_case>(golden::derived_case(*lc, *f, 0, false));
             if (!lc->data.grad_output.empty()) grad_output = golden::round_inputs(lc->data, *f).grad_output;
             inputs = "the golden inputs rounded to nearest even to " + input_format + " (reference certified for them: case " +
-                     rounded->loaded().m.spec.name + ")";
+                     rounded->m.spec.name + ")";
         }
     }
-    const py::tuple t = case_tuple(rounded ? rounded->loaded() : *lc, &grad_output);
+    const py::tuple t = case_tuple(rounded ? *rounded : *lc, &grad_output);
     py::dict codes, descales;  // FP8: role -> uint8 codes (the input's shape), role -> descale
     if (fp8) {
-        const golden::loaded_case& d = rounded->loaded();
+        const golden::loaded_case& d = *rounded;
         for (const golden::fp8_tensor& x : fp8->tensors) {
             std::vector<std::size_t> shape{x.codes.size()};
             for (const golden::input_tensor_layout& l : golden::input_layout(d.m.spec))
@@ -129,30 +130,18 @@ using f64 = py::array_t<double, py::array::c_style | py::array::forcecast>;
 /// (verdict, reason, text report, JSON report, JUnit report, inputs rounded to (format name or ""),
 /// the line saying which inputs). Every tensor is judged in `dtype` unless `formats` names its own
 /// ({"output": "float32", "grad_query": "float16", …}). input_format: "auto", "case" or a format,
-/// as `attnref check --input-format` (choose_inputs; auto: the output's format, else the first
+/// as `attnref check --input-format` (resolve_inputs; auto: the output's format, else the first
 /// gradient's). policy: "" or a policy name of `attnref run --arith` (check --policy).
 py::tuple check(const std::string& dir, const std::optional<f64>& output, const std::optional<f64>& weights, const std::optional<f64>& lse,
                 const std::string& dtype, const std::string& model, const std::string& empty_lse,
                 const std::vector<std::pair<std::string, f64>>& gradients, const std::string& backward,
                 const std::map<std::string, std::string>& formats, const std::string& input_format, const std::string& policy) {
+    // The library's rules (check/request.hpp): the policy, the inputs it implies; Python's argument names.
     golden::check_options opt;
-    if (!policy.empty()) {
-        opt.policy = roundoffs_of_policy(policy);
-        if (!opt.policy) {
-            std::string names;
-            for (const policy_entry& p : policy_names) names += (names.empty() ? "" : ", ") + std::string(p.name);
-            throw std::invalid_argument("policy: no policy '" + policy + "' (expected None or one of " + names + ")");
-        }
-    }
-    std::string inputs_choice = input_format;
-    if (const std::string f8(fp8_input_format_of_policy(policy)); !f8.empty()) {  // a policy with FP8 inputs implies them
-        if (inputs_choice == "auto") inputs_choice = f8;
-        else if (inputs_choice != f8)
-            throw std::invalid_argument("input_format: policy " + policy + " reads its inputs in " + f8 + ", not " + input_format);
-    }
-    if (inputs_choice != "auto" && inputs_choice != "case" && !format_from_name(inputs_choice) && !golden::fp8_format_from_name(inputs_choice))
-        throw std::invalid_argument("input_format: expected 'auto', 'case', 'float64', 'float32', 'bfloat16', 'float16', 'fp8e4m3' or 'fp8e5m2', got '" +
-                                    input_format + "'");
+    const std::optional<golden::input_selection> chosen = golden::input_selection_from_name(input_format);
+    if (!chosen) throw std::invalid_argument("input_format: expected " + golden::input_selection_list() + ", got '" + input_format + "'");
+    golden::input_selection inputs = *chosen;
+    opt.policy = golden::resolve_policy(policy, !policy.empty(), inputs, golden::python_front_end());
     if (backward != "unknown") {
         opt.declared_backward = backward_algorithm_from_name(backward);
         if (!opt.declared_backward)
@@ -190,14 +179,16 @@ py::tuple check(const std::string& dir, const std::optional<f64>& output, const 
         output || gradients.empty() ? c.format : format_of(gradients.front().first).value_or(c.format);
     golden::check_result r;
     std::string text, json, junit;
-    golden::input_choice judged;
+    golden::resolved_inputs judged;
     {
         py::gil_scoped_release release;
+        std::vector<std::string> roles;
+        for (const auto& [role, g] : gradients) roles.push_back(role);
+        golden::check_memory_required(dir, weights.has_value(), lse.has_value(), roles, opt.policy.has_value());
         const golden::loaded_case original = golden::load_case(dir);
-        std::optional<golden::rounded_case_dir> rounded;
-        judged = golden::choose_inputs(original, inputs_choice, auto_format, opt.policy.has_value(), !gradients.empty(), rounded, 0,
-                                       "input_format=");
-        const golden::loaded_case& lc = rounded ? rounded->loaded() : original;
+        judged = golden::resolve_inputs(original, inputs, auto_format, opt.policy.has_value(), !gradients.empty(), 0,
+                                        golden::python_front_end().input_option);
+        const golden::loaded_case& lc = judged.judged(original);
         auto require = [&](const char* name, const py::array& a, const std::vector<std::size_t>& shape) {
             std::vector<std::size_t> got(a.shape(), a.shape() + a.ndim());
             if (got != shape) throw std::invalid_argument(std::string(name) + ": expected shape " + golden::shape_text(shape) + ", got " + golden::shape_text(got));
@@ -254,6 +245,8 @@ void bind_golden(py::module_& m) {
           py::arg("formats") = std::map<std::string, std::string>{}, py::arg("input_format") = std::string("auto"),
           py::arg("policy") = std::string());
     // The precision policies' names (policies.hpp), as `attnref run --arith` and `check --policy` take them.
+    // The input formats of load_case/check (golden/input_selection.hpp), without "auto" and "case".
+    m.def("_input_format_names", [] { return golden::input_selection_names(false); });
     m.def("_policy_names", [] {
         std::vector<std::string> names;
         for (const policy_entry& p : policy_names) names.emplace_back(p.name);

@@ -72,7 +72,7 @@ for name, kind, flags in CASES:
             shm = {t["role"]: t["sha256"] for t in mm["tensors"]}
             expect(all(sha[r] == shm[r] for r in ROLES[kind]), f"{name}: fast and MPFI gradients byte for byte")
             expect(FAST_SUFFIX_START not in mm["reference"]["method"], f"{name}: --method mpfi records the MPFI ladder's gradients")
-        rc, so, se = run("generate", "--golden", case, "--verify", "--quiet")
+        rc, so, se = run("generate", "--golden", case, "--verify")
         expect(rc == 0 and "identical" in so, f"{name}: generate --golden --verify regenerates it identically (exit {rc}) {se.strip()}")
 
     # attnref's float64 textbook backward as the candidate.

@@ -186,7 +186,7 @@ expect(rc == 1, f"the same with one element moved by 1% fails `attnref check` (e
 
 # ---- 3. regeneration from the case's own stored inputs -----------------------------------------
 
-rc, so, se = run("generate", "--quiet", "--golden", case, "--verify")
+rc, so, se = run("generate", "--golden", case, "--verify")
 expect(rc == 0 and "identical" in so, f"generate --golden CASE --verify: identical (exit {rc})")
 tampered = tampered_copy(case, "tampered", "mine", "key", (0, 0, 0, 0), 1)
 rc, so, se = run("generate", "--quiet", "--golden", tampered, "--verify")
@@ -314,7 +314,7 @@ if rc == 0:
     expect(rc == 0 and names == sorted(os.listdir(os.path.join(regen, "mine_bwd"))) and
            all(open(os.path.join(bcase, n), "rb").read() == open(os.path.join(regen, "mine_bwd", n), "rb").read() for n in names),
            f"generate --golden CASE --out OTHER rewrites the backward case byte for byte ({len(names)} files) [{se.strip()}]")
-    rc, so, se = run("generate", "--quiet", "--golden", bcase, "--verify")
+    rc, so, se = run("generate", "--golden", bcase, "--verify")
     expect(rc == 0 and "identical" in so, f"generate --golden CASE --verify: identical (exit {rc})")
     # A float64 autograd candidate through `attnref check --grad-*`.
     flags = []

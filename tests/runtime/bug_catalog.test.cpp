@@ -7,7 +7,7 @@
 // format, so each kernel here computes on the golden inputs rounded to nearest even to the format
 // (the storage conversions of its precision policy), and it is judged by golden::check against the
 // case `attnref check --input-format auto` judges it against: golden/rounded_inputs.hpp's
-// choose_inputs picks the inputs (for a 16-bit candidate, or a declared policy, the golden inputs
+// resolve_inputs picks the inputs (for a 16-bit candidate, or a declared policy, the golden inputs
 // rounded to the candidate's format, their reference certified on the fly by the fast certified
 // path; for float32 and float64 the case's own) and check() applies the data-aware bound with the
 // vacuity, decoy and zero-trust rules. Judging a 16-bit kernel against the reference of the float64
@@ -126,25 +126,24 @@ std::vector<double> run_in(const row_kind& f, const case_spec& s, const case_dat
 }
 
 /// The case a row's candidates are judged against: what `attnref check --input-format auto` picks
-/// (choose_inputs): for bf16, fp16 and a declared policy the golden inputs rounded to nearest even to
-/// the candidate's format with their certified reference (a derived case in a temporary directory,
-/// removed with `rounded`), else the committed case. The kernels compute on its inputs.
+/// (resolve_inputs): for bf16, fp16 and a declared policy the golden inputs rounded to nearest even to
+/// the candidate's format with their certified reference (a derived case in memory), else the
+/// committed case. The kernels compute on its inputs.
 struct golden_case {
     std::string name;  // the committed case's
     loaded_case lc;    // the judged case: its inputs are the kernels' inputs, its output the reference
     std::vector<double> expected;
     std::size_t row = 0;  // output row length
-    std::optional<rounded_case_dir> rounded;
     bool rounded_inputs = false;
-    std::string inputs;  // choose_inputs' line
+    std::string inputs;  // resolve_inputs' line
 };
 
 void load(golden_case& g, const loaded_case& committed, const row_kind& f) {
     g.name = committed.m.spec.name;
-    const input_choice j = choose_inputs(committed, "auto", f.format, f.policy != nullptr, false, g.rounded, 1);
+    const resolved_inputs j = resolve_inputs(committed, *input_selection_from_name("auto"), f.format, f.policy != nullptr, false, 1);
     g.rounded_inputs = j.rounded_to.has_value();
     g.inputs = j.text;
-    g.lc = g.rounded_inputs ? g.rounded->loaded() : committed;
+    g.lc = j.judged(committed);
     g.expected = g.lc.reference(*g.lc.entry("output"));
     g.row = output_shape(g.lc.m.spec).back();
 }
@@ -383,7 +382,7 @@ double excess_over_own_error(const std::vector<double>& w, const std::vector<dou
 }
 
 /// Runs the whole catalog in one row (a format, or a declared policy) over every committed case,
-/// each candidate judged by golden::check against the case choose_inputs picks (see the file
+/// each candidate judged by golden::check against the case resolve_inputs picks (see the file
 /// comment); prints the counts per bug, attnref's own correct candidates' PASS count and every
 /// inconclusive cell. Asserts that no cell passes, that no wrong kernel is
 /// inconclusive on a case where attnref's own correct kernel passes (there the gate decides), and

@@ -26,6 +26,9 @@ ATTNREF_GOLDEN_FN check_result check(const loaded_case& lc, std::span<const doub
                                      const check_options& opt = {});
 /// `attnref check`: the case and the candidate's .npy files, then check() (check/check.hpp).
 ATTNREF_GOLDEN_FN check_result run_check(const check_request& rq);
+/// The same against a case already loaded (or made in memory: check/request.hpp's derived case);
+/// rq.golden is then not read.
+ATTNREF_GOLDEN_FN check_result run_check(const check_request& rq, const loaded_case& lc);
 
 /// The verdict as the table `attnref check` prints (`colour`: ANSI colours on the verdict column).
 ATTNREF_GOLDEN_FN std::string report_table(const check_result& r, bool colour);

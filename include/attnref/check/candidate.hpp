@@ -25,6 +25,7 @@
 #include "attnref/io/npy.hpp"
 #include "attnref/bounds/tolerance.hpp"
 #include "attnref/golden/case.hpp"
+#include "attnref/golden/input_selection.hpp"
 
 namespace attnref::golden {
 
@@ -70,7 +71,10 @@ struct check_request {
     /// The lse the candidate writes for rows whose keys are all masked (FlashAttention 2/3: +inf).
     empty_row_lse empty_lse = empty_row_lse::minus_inf;
     std::optional<backward_algorithm> declared_backward;  ///< as check_options::declared_backward
-    std::optional<tolerance::policy_roundoffs> policy;    ///< as check_options::policy
+    std::optional<tolerance::policy_roundoffs> policy;    ///< as check_options::policy (check/request.hpp resolve_policy)
+    /// Which inputs the verdict is about (check/request.hpp resolve_check; run_check itself judges
+    /// against the case it is given).
+    input_selection inputs;
 };
 
 /// A shape as Python writes it: (2, 3), (4,).

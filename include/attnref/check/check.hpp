@@ -88,9 +88,10 @@ ATTNREF_GOLDEN_FN check_result check(const loaded_case& lc, std::span<const doub
 
 /// `attnref check`: loads the case and the candidate's .npy files (read_candidate: each in its own
 /// file's format, or rq.dtype), then check(). Throws data_error (exit 2) for unusable inputs.
-ATTNREF_GOLDEN_FN check_result run_check(const check_request& rq) {
+ATTNREF_GOLDEN_FN check_result run_check(const check_request& rq) { return run_check(rq, load_case(rq.golden)); }
+
+ATTNREF_GOLDEN_FN check_result run_check(const check_request& rq, const loaded_case& lc) {
     namespace tol = attnref::tolerance;
-    const loaded_case lc = load_case(rq.golden);
     const case_spec& spec = lc.m.spec;
     if (rq.output.empty() && rq.gradients.empty())
         throw data_error("command line: give --output or at least one gradient (--grad-query, --grad-key, --grad-value, …)");

@@ -7,7 +7,8 @@
 ///   conventions and inputs become attnref's types; compute_case runs a case under any precision
 ///   policy through them; empty_rows_of, exact_logits;
 /// - load_case (manifest, every file's sha256, tensor headers against the case's shapes, inputs
-///   decoded — grad_output too in backward cases; safe_io's rules throughout) and
+///   decoded — grad_output too in backward cases; safe_io's rules throughout), load_generated_case
+///   (the same checks on a case made in this process, its files kept in memory) and
 ///   loaded_case::reference (a golden output, weights, lse or gradient tensor, by manifest entry);
 /// - case_file / generated_case, compare_case and write_case (atomic, file by file, manifest last).
 /// Certification (generate_case) is in golden/generate.hpp, which needs MPFR and MPFI; this header
@@ -20,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -349,9 +351,11 @@ ATTNREF_GOLDEN_FN void write_case(const std::filesystem::path& dir, const genera
 /// every tensor's header checked against the case's shapes, and the inputs decoded. data_error
 /// names the file and field on any problem.
 struct loaded_case {
-    std::filesystem::path dir;
+    std::filesystem::path dir;  ///< the case directory (a case in memory: its name, for messages)
     manifest m;
     case_data data;
+    /// A case made in this process (load_generated_case): its files, read from here instead of dir.
+    std::shared_ptr<const std::vector<case_file>> memory;
 
     /// The manifest entry of a role's float64 values ("output", "weights", "lse", and in backward
     /// cases the gradients "grad_query", … of gradient_layout), or nullptr.
@@ -363,17 +367,27 @@ struct loaded_case {
     /// A golden tensor's float64 values, read again from the case directory with the same rules
     /// as load_case (regular file inside the case, exactly the manifest's dtype and shape).
     std::vector<double> reference(const tensor_entry& t) const {
-        require_regular_file(dir / t.file, "golden tensor", dir);
         try {
+            if (memory) return npy::to_double(npy::parse(file_bytes(t.file), (dir / t.file).string(), npy::expectation{{t.dtype}, t.shape}));
+            require_regular_file(dir / t.file, "golden tensor", dir);
             return npy::read_double(dir / t.file, npy::expectation{{t.dtype}, t.shape});
         } catch (const npy::error& e) {
             throw data_error(e.what());
         }
     }
+    /// A file of a case in memory; data_error when the case has no such file.
+    std::span<const std::byte> file_bytes(const std::string& name) const {
+        for (const case_file& f : *memory)
+            if (f.name == name) return f.bytes;
+        throw data_error((dir / name).string() + ": no such file in the case made in memory");
+    }
 };
 
 /// Reads a case directory (see loaded_case); data_error naming the file and field on any problem.
 ATTNREF_GOLDEN_FN loaded_case load_case(const std::filesystem::path& dir);
+/// A case made in this process (generate_case) read as load_case reads its directory — the manifest
+/// parsed again, every file's sha256 and header checked, the inputs decoded — from its files in memory.
+ATTNREF_GOLDEN_FN loaded_case load_generated_case(generated_case g);
 
 #if ATTNREF_GOLDEN_BODIES
 namespace detail {
@@ -405,6 +419,32 @@ inline void check_tensor_file(const tensor_entry& t, std::size_t i, const std::f
         (void)npy::read_header(p, npy::expectation{{t.dtype}, t.shape});
     } catch (const npy::error& e) {
         throw data_error(e.what());
+    }
+}
+/// Decodes the inputs of lc.m (every input role of the case's layout) into lc.data; read(entry, shape)
+/// returns the entry's array (throwing npy::error as npy::read does).
+template <class Read>
+void decode_inputs(loaded_case& lc, const std::string& manifest_file, Read&& read) {
+    for (const input_tensor_layout& layout : input_layout(lc.m.spec)) {
+        const std::string role(generator::role_name(layout.role));
+        const tensor_entry* entry = nullptr;
+        for (const tensor_entry& t : lc.m.tensors)
+            if (t.role == role && !t.target) entry = &t;
+        if (!entry) throw data_error(manifest_file + ": field 'tensors': no tensor with role '" + role + "'");
+        npy::array a;
+        try {
+            a = read(*entry, layout.shape);
+        } catch (const npy::error& e) {
+            throw data_error(e.what());
+        }
+        const std::string path = (lc.dir / entry->file).string();
+        if (layout.role == generator::role::mask) {
+            if (a.descr != "|b1") throw data_error(path + ": header field 'descr': expected '|b1', got '" + a.descr + "'");
+            lc.data.mask = npy::to_uint8(a);
+        } else {
+            if (a.descr != "<f8") throw data_error(path + ": header field 'descr': expected '<f8', got '" + a.descr + "'");
+            *lc.data.real(layout.role) = npy::to_double(a);
+        }
     }
 }
 }  // namespace detail
@@ -439,27 +479,35 @@ ATTNREF_GOLDEN_FN loaded_case load_case(const std::filesystem::path& dir) {
     });
     for (const std::string& e : errors)
         if (!e.empty()) throw data_error(e);
-    for (const input_tensor_layout& layout : input_layout(s)) {
-        const std::string role(generator::role_name(layout.role));
-        const tensor_entry* entry = nullptr;
-        for (const tensor_entry& t : lc.m.tensors)
-            if (t.role == role && !t.target) entry = &t;
-        if (!entry) throw data_error(manifest_file + ": field 'tensors': no tensor with role '" + role + "'");
-        npy::array a;
+    detail::decode_inputs(lc, manifest_file, [&](const tensor_entry& t, const std::vector<std::size_t>& shape) {
+        return npy::read(dir / t.file, npy::expectation{{t.dtype}, shape});
+    });
+    return lc;
+}
+
+ATTNREF_GOLDEN_FN loaded_case load_generated_case(generated_case g) {
+    loaded_case lc;
+    lc.dir = g.m.spec.name;
+    lc.memory = std::make_shared<const std::vector<case_file>>(std::move(g.files));
+    const std::string manifest_file = (lc.dir / "manifest.json").string();
+    const std::span<const std::byte> text = lc.file_bytes("manifest.json");
+    lc.m = parse_manifest(std::string(reinterpret_cast<const char*>(text.data()), text.size()), manifest_file);
+    check_case_memory(lc.m.spec, manifest_file);
+    for (std::size_t i = 0; i < lc.m.tensors.size(); ++i) {  // as check_tensor_file: sha256, then the header
+        const tensor_entry& t = lc.m.tensors[i];
+        const std::string field = "tensors[" + std::to_string(i) + "]", path = (lc.dir / t.file).string();
+        const std::span<const std::byte> b = lc.file_bytes(t.file);
+        if (sha256_hex(b) != t.sha256) throw data_error(path + ": sha256 does not match " + manifest_file + " field '" + field + ".sha256'");
         try {
-            a = npy::read(dir / entry->file, npy::expectation{{entry->dtype}, layout.shape});
+            (void)npy::parse_layout(b.first(std::min<std::size_t>(b.size(), npy::max_prefix_bytes)), b.size(), path,
+                                    npy::expectation{{t.dtype}, t.shape});
         } catch (const npy::error& e) {
             throw data_error(e.what());
         }
-        const std::string path = (dir / entry->file).string();
-        if (layout.role == generator::role::mask) {
-            if (a.descr != "|b1") throw data_error(path + ": header field 'descr': expected '|b1', got '" + a.descr + "'");
-            lc.data.mask = npy::to_uint8(a);
-        } else {
-            if (a.descr != "<f8") throw data_error(path + ": header field 'descr': expected '<f8', got '" + a.descr + "'");
-            *lc.data.real(layout.role) = npy::to_double(a);
-        }
     }
+    detail::decode_inputs(lc, manifest_file, [&](const tensor_entry& t, const std::vector<std::size_t>& shape) {
+        return npy::parse(lc.file_bytes(t.file), (lc.dir / t.file).string(), npy::expectation{{t.dtype}, shape});
+    });
     return lc;
 }
 #endif  // ATTNREF_GOLDEN_BODIES

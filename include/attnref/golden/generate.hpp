@@ -1,7 +1,7 @@
 #pragma once
 /// \file golden/generate.hpp
 /// Generating a golden case: the inputs from the generator, the certified reference — by default
-/// through the fast path (fast_certify.hpp: double-double with rigorous bounds, undecided rows sent
+/// through the fast path (certify/fast.hpp: double-double with rigorous bounds, undecided rows sent
 /// to the MPFI ladder), or through the MPFI ladder alone (certify.hpp, Ziv's escalation); both give
 /// the same bytes, a correctly rounded value being unique — every file serialised in memory with
 /// its sha256, and the manifest. Backward cases (outputs.gradients) also certify their gradients
@@ -64,7 +64,7 @@ inline std::uint64_t interval_bytes() {
 /// Estimated peak memory (bytes) of generate_case for `spec` by `method` on `threads` threads, from
 /// the shapes alone (saturating at 2^64 − 1), with its parts for messages and docs.
 ///
-/// fast (fast_certify.hpp): the inputs (the case's values, a copy, their .npy bytes: 24 bytes per
+/// fast (certify/fast.hpp): the inputs (the case's values, a copy, their .npy bytes: 24 bytes per
 /// input value); per output element (output, weights, lse) its certified value for each of the nk
 /// targets, the undecided flag and the serialised .npy (kept, and once more while comparing with a
 /// case on disk): 8·nk + 1 + 2·(8 + 4·(nk − 1)); mha: the double-word projections Q, K, V, the merged
@@ -93,7 +93,7 @@ struct generate_memory {
 inline constexpr std::uint64_t generate_program_bytes = std::uint64_t{32} << 20;
 
 /// True when the fast path sends the whole case to the MPFI ladder whatever the data (its
-/// whole-case conditions, fast_certify.hpp): soft-capping, or a scale or ALiBi slope of nonzero
+/// whole-case conditions, certify/fast.hpp): soft-capping, or a scale or ALiBi slope of nonzero
 /// magnitude outside [2^-400, 2^40]; with `data`, also an input value so.
 inline bool fast_path_declines(const case_spec& spec, const case_data* data = nullptr) {
     auto out_of_range = [](double x) { return x != 0 && !(std::fabs(x) >= 0x1p-400 && std::fabs(x) <= 0x1p40); };

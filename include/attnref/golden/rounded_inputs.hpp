@@ -17,8 +17,8 @@
 ///                                  case recording each input's '<f8' file sha256
 ///   rounded_case(lc, f, threads)   the derived case certified (generate_case: the fast certified forward,
 ///                                  fast_certify.hpp, and the certified backward for gradient cases)
-///   rounded_case_dir               the derived case written to a fresh temporary directory and loaded
-///                                  back (load_case's checks), removed again when it goes out of scope
+///   derived_case(lc, f, threads)   the derived case certified and read back in memory (load_case's
+///                                  checks, load_generated_case)
 ///   fp8 inputs (fp8e4m3, fp8e5m2): every real input tensor and grad_output quantised per tensor
 ///                                  as FlashAttention-3, cuDNN and Transformer Engine take FP8 inputs
 ///                                  (core/formats.hpp fp8_tensor_scale: s = 2^e the largest power of
@@ -26,14 +26,16 @@
 ///                                  descale 1/s); the derived case's inputs are the effective values
 ///                                  codes·descale (exact), named name + "_inputs_fp8e4m3"
 ///   quantise_fp8(data, f)          the codes, scales and effective inputs of every tensor
-///   choose_inputs(lc, choice, …)   which inputs a verdict is about (`attnref check --input-format`,
-///                                  attnref.check(input_format=)): the rule, the derived case, the report line
+///   input_selection, resolve_inputs(lc, choice, …)  which inputs a verdict is about (`attnref check
+///                                  --input-format`, attnref.check(input_format=)), its names once; the
+///                                  rule, the derived case in memory, the report line
 /// Needs MPFR and MPFI (generate.hpp).
 
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <variant>
 #include <string>
@@ -45,6 +47,7 @@
 #include "attnref/core/formats.hpp"
 #include "attnref/golden/case.hpp"
 #include "attnref/golden/generate.hpp"
+#include "attnref/golden/input_selection.hpp"
 #include "attnref/golden/sha256.hpp"
 #include "attnref/bounds/tolerance/names.hpp"
 
@@ -56,19 +59,6 @@ inline std::vector<std::vector<double>*> rounded_roles(case_data& d) {
     return {&d.query, &d.key, &d.value, &d.w_q, &d.w_k, &d.w_v, &d.w_o, &d.b_q, &d.b_k, &d.b_v, &d.b_o, &d.grad_output};
 }
 }  // namespace rounded_detail
-
-/// The FP8 input formats (OCP 8-bit floating point, 2023): E4M3FN (max 448, no infinity) and E5M2.
-enum class fp8_input_format { e4m3, e5m2 };
-inline constexpr std::pair<const char*, fp8_input_format> fp8_input_format_names[] = {
-    {"fp8e4m3", fp8_input_format::e4m3},
-    {"fp8e5m2", fp8_input_format::e5m2},
-};
-inline std::string fp8_format_name(fp8_input_format f) { return f == fp8_input_format::e4m3 ? "fp8e4m3" : "fp8e5m2"; }
-inline std::optional<fp8_input_format> fp8_format_from_name(std::string_view n) {
-    for (const auto& [name, f] : fp8_input_format_names)
-        if (n == name) return f;
-    return std::nullopt;
-}
 
 /// What the inputs are rounded to: a binary_format (round to nearest even) or an FP8 format with a
 /// per-tensor scale.
@@ -242,41 +232,11 @@ inline generated_case rounded_case(const loaded_case& lc, const input_rounding& 
     return generate_case(spec, threads, progress, certification_method::fast, &data);
 }
 
-/// The derived case in a fresh temporary directory (removed by the destructor), loaded back.
-class rounded_case_dir {
-public:
-    rounded_case_dir(const loaded_case& lc, const input_rounding& f, std::size_t threads, bool with_gradients = true) {
-        std::error_code ec;
-        std::string pattern = (std::filesystem::temp_directory_path(ec) / "attnref-inputs-XXXXXX").string();
-        if (ec) throw data_error("cannot find a temporary directory for the rounded-inputs case: " + ec.message());
-        std::vector<char> buf(pattern.begin(), pattern.end());
-        buf.push_back('\0');
-        if (!::mkdtemp(buf.data())) throw data_error("cannot create a temporary directory for the rounded-inputs case (" + pattern + ")");
-        root_ = buf.data();
-        try {
-            const generated_case g = rounded_case(lc, f, threads, {}, with_gradients);
-            dir_ = root_ / g.m.spec.name;
-            write_case(dir_, g);
-            lc_ = load_case(dir_);
-        } catch (...) {  // the destructor does not run for a constructor that throws
-            std::error_code ec;
-            std::filesystem::remove_all(root_, ec);
-            throw;
-        }
-    }
-    rounded_case_dir(const rounded_case_dir&) = delete;
-    rounded_case_dir& operator=(const rounded_case_dir&) = delete;
-    ~rounded_case_dir() {
-        std::error_code ec;
-        if (!root_.empty()) std::filesystem::remove_all(root_, ec);
-    }
-    const loaded_case& loaded() const { return lc_; }
-    const std::filesystem::path& dir() const { return dir_; }
-
-private:
-    std::filesystem::path root_, dir_;
-    loaded_case lc_;
-};
+/// The derived case certified and read back in memory (load_generated_case: load_case's checks on
+/// its files, which never touch the disk).
+inline loaded_case derived_case(const loaded_case& lc, const input_rounding& f, std::size_t threads, bool with_gradients = true) {
+    return load_generated_case(rounded_case(lc, f, threads, {}, with_gradients));
+}
 
 /// The FP8 inputs of a derived case as files for users, in DIR/fp8/ (the derived case's directory
 /// DIR: its '<f8' inputs are the effective values code·descale, its reference theirs):
@@ -348,81 +308,76 @@ inline std::string fp8_files_difference(const std::filesystem::path& dir, const 
     return "";
 }
 
-/// The inputs a verdict is about: nullopt the case's own, else the format the golden inputs were
-/// rounded to (the checker then judges against `rounded`'s case), and the report's line saying so.
-struct input_choice {
+/// The inputs a verdict is about: the derived case when the golden inputs were rounded or quantised
+/// (`derived`, in memory; nullptr for the case's own), the format, and the report's line saying so.
+struct resolved_inputs {
     std::optional<binary_format> rounded_to;
+    std::optional<fp8_input_format> fp8;
     std::string text;
-    std::optional<fp8_input_format> fp8;  // the inputs quantised to FP8 (rounded then holds the derived case)
-    input_choice() = default;
-    input_choice(std::optional<binary_format> r, std::string t, std::optional<fp8_input_format> f = std::nullopt)
-        : rounded_to(r), text(std::move(t)), fp8(f) {}
+    std::shared_ptr<const loaded_case> derived;
+    /// The case the candidate is judged against: the derived one, or `original`.
+    const loaded_case& judged(const loaded_case& original) const { return derived ? *derived : original; }
 };
 
-/// Which inputs a candidate is judged on (`attnref check --input-format CHOICE`, attnref.check's
-/// input_format=). choice: "case" (the case's own inputs), a format name F (the golden inputs rounded
-/// to nearest even to F), fp8e4m3 or fp8e5m2 (the inputs quantised per tensor, quantise_fp8; `fp8`
-/// then says so and `rounded` holds the derived case; non-finite inputs or a reference that cannot be
-/// certified throw data_error), or "auto": the candidate's format `candidate`, rounded only for 16-bit
-/// candidates and declared policies — for float32 and float64 the inputs' rounding is far inside the
-/// bound (the verdicts are the same), and certifying the rounded inputs' gradients costs seconds; a
-/// declared policy's bounds count every storage rounding with its widest roundoff, so the inputs are
-/// rounded for it too. The case's own inputs stay when they are exact in F, when rounding them would
-/// overflow, or when the rounded inputs' reference cannot be certified (an exact zero or a tie of
-/// their gradients); the line says which. Otherwise `rounded` holds the derived case (rounded_case_dir,
-/// with its gradients when with_gradients), certified with `threads` threads. `option` names the choice
-/// in the line and in errors: "--input-format" (the command: "--input-format auto") or a keyword
-/// ending in '=' ("input_format=": "input_format='auto'"). An unknown choice throws data_error.
-inline input_choice choose_inputs(const loaded_case& lc, const std::string& choice, std::optional<binary_format> candidate,
-                                   bool policy_declared, bool with_gradients, std::optional<rounded_case_dir>& rounded,
-                                   std::size_t threads = 0, const std::string& option = "--input-format") {
+/// Which inputs a candidate is judged on. "case": the case's own; a format F: the golden inputs
+/// rounded to nearest even to F; fp8e4m3 or fp8e5m2: the inputs quantised per tensor (quantise_fp8;
+/// non-finite inputs, an overflowing code·descale or a reference that cannot be certified throw
+/// data_error); "auto": the candidate's format `candidate`, rounded only for 16-bit candidates and
+/// declared policies — for float32 and float64 the inputs' rounding is far inside the bound (the
+/// verdicts are the same), and certifying the rounded inputs' gradients costs seconds; a declared
+/// policy's bounds count every storage rounding with its widest roundoff, so the inputs are rounded
+/// for it too. The case's own inputs stay when they are exact in F, when rounding them would overflow,
+/// or when the rounded inputs' reference cannot be certified (an exact zero or a tie of their
+/// gradients); the line says which. The derived case (with its gradients when with_gradients) is
+/// certified with `threads` threads and held in memory. `option` names the choice in the line and in
+/// errors: "--input-format" (the command: "--input-format auto") or a keyword ending in '='
+/// ("input_format=": "input_format='auto'").
+inline resolved_inputs resolve_inputs(const loaded_case& lc, const input_selection& choice, std::optional<binary_format> candidate,
+                                      bool policy_declared, bool with_gradients, std::size_t threads = 0,
+                                      const std::string& option = "--input-format") {
     const bool keyword = !option.empty() && option.back() == '=';
-    const std::string named = keyword ? option + "'" + choice + "'" : option + " " + choice;
+    const std::string name = input_selection_name(choice);
+    const std::string named = keyword ? option + "'" + name + "'" : option + " " + name;
     const std::string own = lc.m.spec.inputs.from_files ? "the case's own" : std::string("the case's own (") +
                                                                                std::string(format_name(lc.m.spec.inputs.format)) + ")";
-    if (choice == "case") return {std::nullopt, "the golden inputs, " + own + " (" + named + ")"};
-    if (const std::optional<fp8_input_format> f8 = fp8_format_from_name(choice)) {
+    auto kept = [&](std::string why) { return resolved_inputs{std::nullopt, std::nullopt, "the golden inputs, " + own + why, nullptr}; };
+    if (choice.k == input_selection::kind::case_inputs) return kept(" (" + named + ")");
+    if (choice.k == input_selection::kind::fp8) {
         // FP8: always the quantised inputs (FP8 rounding is far outside any bound for the case's own
         // inputs); a case whose quantised inputs cannot be made or certified is a usage error, not a
         // fallback to inputs the kernel did not read.
         const std::string where = keyword ? option.substr(0, option.size() - 1) : "command line: " + option;
-        const fp8_quantised q = quantise_case_fp8(lc, *f8, where + ": " + choice);
+        const fp8_quantised q = quantise_case_fp8(lc, choice.fp8, where + ": " + name);
+        resolved_inputs r{std::nullopt, choice.fp8, "", nullptr};
         try {
-            rounded.emplace(lc, *f8, threads, with_gradients);
+            r.derived = std::make_shared<const loaded_case>(derived_case(lc, choice.fp8, threads, with_gradients));
         } catch (const check_failure& e) {
-            throw data_error(where + ": " + choice + ": the reference for the inputs of " + lc.m.spec.name + " quantised to " + choice +
+            throw data_error(where + ": " + name + ": the reference for the inputs of " + lc.m.spec.name + " quantised to " + name +
                              " could not be certified: " + e.what());
         }
-        return {std::nullopt,
-                "the golden inputs quantised to " + choice + " with per-tensor power-of-two scales (amax rule, saturating; " +
-                    fp8_descales_text(q) + "; the kernel's effective input is code·descale) (" + named +
-                    "; reference certified for them: case " + rounded->loaded().m.spec.name + ")",
-                *f8};
+        r.text = "the golden inputs quantised to " + name + " with per-tensor power-of-two scales (amax rule, saturating; " +
+                 fp8_descales_text(q) + "; the kernel's effective input is code·descale) (" + named +
+                 "; reference certified for them: case " + r.derived->m.spec.name + ")";
+        return r;
     }
     std::optional<binary_format> f = candidate;
-    if (choice != "auto") {
-        f = format_from_name(choice);
-        if (!f)
-            throw data_error((keyword ? option.substr(0, option.size() - 1) : "command line: " + option) +
-                             ": expected auto, case, float64, float32, bfloat16, float16, fp8e4m3 or fp8e5m2, got '" + choice + "'");
-    }
-    if (choice == "auto" && f && !policy_declared && unit_roundoff(*f) <= unit_roundoff(binary_format::float32))
-        return {std::nullopt, "the golden inputs, " + own + " (" + named + ": rounded only for 16-bit candidates and declared policies)"};
-    if (!f || inputs_exact_in(lc.data, *f))
-        return {std::nullopt, "the golden inputs, " + own + (f ? std::string(", exact in ") + std::string(format_name(*f)) : std::string())};
-    if (!inputs_finite_in(lc.data, *f))
-        return {std::nullopt, "the golden inputs, " + own + " (rounding them to " + std::string(format_name(*f)) + " would overflow)"};
+    if (choice.k == input_selection::kind::rounded) f = choice.format;
+    if (choice.k == input_selection::kind::automatic && f && !policy_declared && unit_roundoff(*f) <= unit_roundoff(binary_format::float32))
+        return kept(" (" + named + ": rounded only for 16-bit candidates and declared policies)");
+    if (!f || inputs_exact_in(lc.data, *f)) return kept(f ? std::string(", exact in ") + std::string(format_name(*f)) : std::string());
+    const std::string fn(format_name(*f));
+    if (!inputs_finite_in(lc.data, *f)) return kept(" (rounding them to " + fn + " would overflow)");
+    resolved_inputs r{f, std::nullopt, "", nullptr};
     try {
-        rounded.emplace(lc, *f, threads, with_gradients);
+        r.derived = std::make_shared<const loaded_case>(derived_case(lc, *f, threads, with_gradients));
     } catch (const check_failure& e) {  // e.g. an exact zero or a tie of the rounded inputs' gradients no interval can certify
-        return {std::nullopt, "the golden inputs, " + own + " (the reference for them rounded to " + std::string(format_name(*f)) +
-                                  " could not be certified: " + e.what() + ")"};
+        return kept(" (the reference for them rounded to " + fn + " could not be certified: " + e.what() + ")");
     } catch (const data_error& e) {
-        return {std::nullopt, "the golden inputs, " + own + " (the reference for them rounded to " + std::string(format_name(*f)) +
-                                  " could not be made: " + e.what() + ")"};
+        return kept(" (the reference for them rounded to " + fn + " could not be made: " + e.what() + ")");
     }
-    return {f, "the golden inputs rounded to nearest even to " + std::string(format_name(*f)) + " (" + named +
-                   "; reference certified for them: case " + rounded->loaded().m.spec.name + ")"};
+    r.text = "the golden inputs rounded to nearest even to " + fn + " (" + named + "; reference certified for them: case " +
+             r.derived->m.spec.name + ")";
+    return r;
 }
 
 }  // namespace attnref::golden
