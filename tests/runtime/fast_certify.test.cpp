@@ -1175,7 +1175,7 @@ BOOST_AUTO_TEST_CASE(fast_gradients_escalated_by_groups_equal_committed) {
     BOOST_TEST(m.gradients == golden::gradients_fast_bytes(big, 2) + group);
 
     const std::uint64_t saved = golden::max_memory();
-    golden::set_max_memory(total / 2 + golden::generate_program_bytes);
+    golden::set_max_memory(total / 2 + golden::program_bytes);
     std::string what;
     try {  // the gradient rung needs no group's backward: decided within the limit
         (void)golden::certify_gradients_fast(spec, lc.data, 2, formats, {}, &stats, fo);
