@@ -16,4 +16,4 @@ add_test(NAME python_install
 add_test(NAME python_api_promises
   COMMAND /usr/bin/python3 -m pytest -q -p no:cacheprovider ${PROJECT_SOURCE_DIR}/tests/python/test_api_promises.py)
 set_tests_properties(python_api_promises PROPERTIES
-  ENVIRONMENT "PYTHONPATH=${ATTNREF_PYTHON_BUILD_DIR};PYTHONDONTWRITEBYTECODE=1")
+  ENVIRONMENT "PYTHONPATH=${ATTNREF_PYTHON_BUILD_DIR};PYTHONDONTWRITEBYTECODE=1;ATTNREF_BIN=$<TARGET_FILE:attnref_cli>")

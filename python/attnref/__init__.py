@@ -365,6 +365,14 @@ _BYTES_POLICY, _BYTES_BIN50, _BYTES_MPFR, _BYTES_FAST = 16, 80, {134: 96, 267: 1
 _BYTES_INTERVAL = 368
 
 
+def _python_copies(arrays: Dict[str, Optional[np.ndarray]], conv: Dict[str, Any], gradients: bool) -> int:
+    """This package's own copies around a certified call: the inputs' snapshot and the masks' copies,
+    the float64 output, weights and lse it returns, and with gradients the backward case's copies."""
+    inputs = sum(0 if a is None else int(a.size) for a in arrays.values())
+    masks = sum(0 if conv[n] is None else int(conv[n].size) for n in ("mask", "additive_mask"))
+    return 2 * 8 * (inputs + masks) + (8 * 2 * inputs if gradients else 0)
+
+
 def _memory_estimate(kind: str, arrays: Dict[str, Optional[np.ndarray]], heads: int, kv_heads: int, conv: Dict[str, Any],
                      arith: str, gradients: bool = False) -> Tuple[int, int]:
     """(bytes the call allocates, bytes the certified path's MPFI escalation can add), from the shapes.
@@ -372,9 +380,9 @@ def _memory_estimate(kind: str, arrays: Dict[str, Optional[np.ndarray]], heads: 
     Counted: the reference's snapshot of the inputs and masks; output, weights and lse (always
     computed) in the arithmetic's type and as float64; for mha the projected heads; for the
     certified path its per-thread copies of one head's q, k, v (double-double with error terms).
-    The escalation recomputes undecided rows in MPFI intervals over whole tensors. The certified
-    gradients run the backward in MPFI intervals: the forward's weights, the logits' gradient, the
-    gradients (and their copies in the certification), per-thread rows of one head."""
+    The escalation recomputes undecided rows in MPFI intervals over whole tensors. With gradients:
+    the backward case's copies of the inputs and dO here; the fast certified backward's own buffers
+    and its MPFI escalation are the library's estimate (golden/memory.hpp), which _run adds."""
     def count(a: Optional[np.ndarray]) -> int:
         return 0 if a is None else int(a.size)
     inputs = sum(count(a) for a in arrays.values())
@@ -400,10 +408,9 @@ def _memory_estimate(kind: str, arrays: Dict[str, Optional[np.ndarray]], heads: 
         base += _BYTES_FAST * values + 32 * heads_values + min(threads, max(b * h, 1)) * per_thread
         escalation = _BYTES_INTERVAL * (values + heads_values)
         if gradients:
-            grads = inputs + 2 * out  # the gradients have the inputs' shapes; dO and O the output's
-            rows = min(threads, max(b * h, 1)) * (sq * dk + 2 * sk * (dk + dv) + 4 * sk + dk + dv)
+            # The backward case's copies of the inputs, dO and the broadcast masks (the gradients'
+            # own buffers are the library's estimate, _run adds it).
             base += 8 * (2 * inputs + 2 * out + 2 * (masks + b * h * sq * sk * (1 if masks else 0)))
-            base += _BYTES_INTERVAL * (3 * b * h * sq * sk + 3 * grads + b * h * sq + 4 * heads_values + rows)
     else:
         size = _BYTES_MPFR[int(arith[5:])] if arith.startswith("mpfr:") else _BYTES_BIN50 if arith == "bin50" else _BYTES_POLICY
         base += (size + 12) * values + size * (heads_values + inputs)
@@ -428,6 +435,12 @@ def _run(kind: str, arrays: Dict[str, Optional[np.ndarray]], heads: int, kv_head
                                arrays.get("w_v"), arrays.get("w_o"), arrays.get("b_q"), arrays.get("b_k"), arrays.get("b_v"),
                                arrays.get("b_o"), heads, kv_heads, **conv)
     estimate, escalation = _memory_estimate(kind, arrays, heads, kv_heads, conv, arith, do is not None)
+    if arith == "certified":
+        # The certified path's buffers and escalation: the library's estimate of the case the call is,
+        # as `attnref generate [--gradients]` makes it (golden/memory.hpp); here only this package's copies.
+        library = _attnref._certified_memory(call, do)
+        if library is not None:
+            estimate, escalation = _python_copies(arrays, conv, do is not None) + library[0], library[1]
     if estimate > limit:
         raise MemoryLimitError(f"max_memory: this call would need about {_gib(estimate)} ({estimate} bytes; output, weights "
                                f"and lse of {arith!r}), above max_memory={_gib(limit)}; raise max_memory= or make the call smaller")
@@ -441,7 +454,7 @@ def _run(kind: str, arrays: Dict[str, Optional[np.ndarray]], heads: int, kv_head
     gradients: Dict[str, np.ndarray] = {}
     certification = list(r["certification"])
     if do is not None:
-        g = _attnref._gradients(call, do)
+        g = _attnref._gradients(call, do, limit)
         gradients = dict(g["gradients"])
         for a in gradients.values():
             a.setflags(write=False)

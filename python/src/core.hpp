@@ -87,7 +87,7 @@ result compute_certified(const call& c, bool escalate = true);
 /// Certified gradients of a call (sdpa: grad_query, grad_key, grad_value; mha: also grad_w_q …
 /// grad_w_o and, with biases, grad_b_q … grad_b_o), each the correctly rounded float64 of the exact
 /// gradient for the upstream gradient dO (`grad_output`, shaped like the output): the call as a golden
-/// backward case, certified by golden::certify_gradients as `attnref generate` certifies (gradients.cpp).
+/// backward case, certified by golden::certify_gradients_fast as `attnref generate --gradients` certifies (gradients.cpp).
 struct gradient_tensor {
     std::string role;
     std::vector<std::size_t> shape;
@@ -98,7 +98,12 @@ struct gradient_result {
     std::vector<certify::tensor_report> certifications;
     std::vector<int> precisions_bits;
 };
-gradient_result compute_certified_gradients(const call& c, const array_ref& grad_output);
+gradient_result compute_certified_gradients(const call& c, const array_ref& grad_output, std::uint64_t max_memory);
+/// The library's estimate (golden/memory.hpp, as `attnref generate [--gradients]` estimates the case
+/// the call is) of the certified path's bytes: (the fast path's buffers, and the fast backward's with
+/// grad_output; the forward's MPFI escalation of undecided rows). The backward's own escalation is
+/// checked against max_memory when it runs. nullopt: no case describes the call.
+std::optional<std::pair<std::uint64_t, std::uint64_t>> certified_memory(const call& c, const array_ref* grad_output);
 
 /// `arith`: a policy name of policies.hpp (inputs first rounded to its storage format) or
 /// "mpfr:BITS" for a compiled precision (mpfr_bits()). Returns false for an unknown name.

@@ -63,11 +63,37 @@ void backward_case_of(const call& c, const array_ref& grad_output, golden::case_
     spec.outputs.gradients = true;
 }
 
-gradient_result compute_certified_gradients(const call& c, const array_ref& grad_output) {
+std::optional<std::pair<std::uint64_t, std::uint64_t>> certified_memory(const call& c, const array_ref* grad_output) {
+    golden::case_spec spec;
+    golden::case_data data;
+    try {
+        backward_case_of(c, grad_output ? *grad_output : array_ref{}, spec, data);
+    } catch (const std::invalid_argument&) {
+        return std::nullopt;  // an mha call no case describes (x of different widths): the caller's own model
+    }
+    spec.outputs.gradients = grad_output != nullptr;
+    spec.outputs.weights = spec.outputs.lse = true;  // always computed: the weights feed the bounds
+    const golden::generate_memory m = golden::generate_memory_estimate(spec, golden::certification_method::fast, c.conv.threads, &data);
+    // The fast backward's buffers; its MPFI ladder for undecided elements runs only where it fits the
+    // limit (certify_gradients_fast checks it against max_memory() when it escalates).
+    const std::uint64_t gradients = grad_output ? golden::gradients_fast_bytes(spec, c.conv.threads) : 0;
+    if (m.fast == 0) return std::pair{m.total - golden::program_bytes + gradients, std::uint64_t{0}};  // the fast path declines: MPFI throughout
+    return std::pair{golden::safe_io_detail::sat_add(m.fast, gradients), m.escalation};
+}
+
+gradient_result compute_certified_gradients(const call& c, const array_ref& grad_output, std::uint64_t max_memory) {
+    // The call's max_memory= is the limit the library's escalation checks, for this call only.
+    struct limit {
+        std::uint64_t saved = golden::max_memory();
+        explicit limit(std::uint64_t m) { golden::set_max_memory(m); }
+        ~limit() { golden::set_max_memory(saved); }
+    } scoped(max_memory);
     golden::case_spec spec;
     golden::case_data data;
     backward_case_of(c, grad_output, spec, data);
-    certify::result cert = golden::certify_gradients(spec, data, c.conv.threads, {certify::float64_target});
+    // The fast certified backward, as `attnref generate --gradients` certifies (golden/generate.hpp
+    // certify_gradients_fast: what it leaves undecided goes through the MPFI ladder; the same values).
+    certify::result cert = golden::certify_gradients_fast(spec, data, c.conv.threads, {certify::float64_target});
     gradient_result r;
     const std::vector<golden::gradient_tensor_layout> layout = golden::gradient_layout(spec);
     for (std::size_t t = 0; t < layout.size(); ++t) r.tensors.push_back({layout[t].role, layout[t].shape, std::move(cert.values[t][0])});

@@ -195,14 +195,14 @@ PYBIND11_MODULE(_attnref, m) {
 
     m.def(
         "_gradients",
-        [](const py_call& pc, const f64_array& grad_output) {
+        [](const py_call& pc, const f64_array& grad_output, std::uint64_t max_memory) {
             array_ref g;
             g.data = grad_output.data();
             for (py::ssize_t d = 0; d < grad_output.ndim(); ++d) g.shape.push_back(static_cast<std::size_t>(grad_output.shape(d)));
             gradient_result r;
             {
                 py::gil_scoped_release release;
-                r = compute_certified_gradients(pc.c, g);
+                r = compute_certified_gradients(pc.c, g, max_memory);
             }
             py::dict grads;
             for (gradient_tensor& t : r.tensors) grads[t.role.c_str()] = to_numpy(t.values, t.shape, false);
@@ -211,7 +211,18 @@ PYBIND11_MODULE(_attnref, m) {
             d["certification"] = certification_list(r.certifications);
             return d;
         },
-        py::arg("call"), py::arg("grad_output"));
+        py::arg("call"), py::arg("grad_output"), py::arg("max_memory"));
+    m.def(
+        "_certified_memory",
+        [](const py_call& pc, const std::optional<f64_array>& grad_output) {
+            array_ref g;
+            if (grad_output) {
+                g.data = grad_output->data();
+                for (py::ssize_t d = 0; d < grad_output->ndim(); ++d) g.shape.push_back(static_cast<std::size_t>(grad_output->shape(d)));
+            }
+            return certified_memory(pc.c, grad_output ? &g : nullptr);
+        },
+        py::arg("call"), py::arg("grad_output") = py::none());
 
     m.def("_mpfr_bits", &mpfr_bits);
 

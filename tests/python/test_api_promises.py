@@ -182,7 +182,7 @@ import numpy as np, attnref
 shape, arith = json.loads(sys.argv[1]), sys.argv[2]
 q = np.random.default_rng(0).standard_normal(shape)
 kw = {}
-if arith == "gradients":  # certified, with the MPFI backward
+if arith == "gradients":  # certified, with the fast certified backward
     arith, kw = "certified", {"grad_output": q[::-1].copy()}
 small = {n: a[:, :, :4] for n, a in kw.items()}
 attnref.sdpa(q[:, :, :4], q[:, :, :4], q[:, :, :4], arith=arith, **small)  # warm up: code, thread pools, MPFR caches
@@ -205,7 +205,7 @@ print(json.dumps([estimate, status("VmHWM") - before]))
 @pytest.mark.parametrize("shape, arith", [((1, 2, 1200, 8), "certified"), ((1, 2, 1200, 8), "float64"),
                                           ((1, 2, 700, 8), "bf16"), ((1, 1, 400, 4), "bin50"),
                                           ((1, 1, 500, 4), "mpfr:134"), ((1, 1, 500, 4), "mpfr:267"),
-                                          ((1, 2, 128, 16), "gradients")])
+                                          ((1, 4, 256, 32), "gradients")])
 def test_memory_estimate_covers_the_measured_peak(shape, arith):
     import json
     r = subprocess.run([sys.executable, "-c", MEASURE, json.dumps(shape), arith], capture_output=True, text=True, timeout=120)
@@ -225,13 +225,13 @@ def test_escalation_beyond_the_limit_is_refused_not_run():
     kw = dict(key_lengths=[0], empty_rows="uniform")
     ref = attnref.sdpa(q, k, v, **kw)
     assert ref.output.tolist() == [[[[1.0, 1.0]]]] and ref.certification[0]["escalated"] == 1
-    # A limit above the fast path's estimate but below the escalation's: refused when escalation is needed.
-    from attnref import _memory_estimate
-    conv = dict(mask=None, additive_mask=None, threads=0)
-    base, escalation = _memory_estimate("sdpa", {"q": q, "k": k, "v": v}, 0, 0, conv, "certified")
-    assert escalation > 0
+    # A limit just above the fast path's estimate (read from its refusal) but below what escalating
+    # the undecided row adds: refused when the escalation is needed, never run past the limit.
+    with pytest.raises(attnref.MemoryLimitError) as e:
+        attnref.sdpa(q, k, v, max_memory=1, **kw)
+    base = int(one_line(e).split("(")[1].split(" bytes")[0])
     with pytest.raises(attnref.MemoryLimitError, match=r"max_memory: 1 element\(s\) .*MPFI") as e:
-        attnref.sdpa(q, k, v, max_memory=base + escalation // 2, **kw)
+        attnref.sdpa(q, k, v, max_memory=base + 1, **kw)
     one_line(e)
 
 
@@ -282,3 +282,24 @@ def test_bfloat16_torch_tensors_are_read_exactly():
     # The same values as float64 (bfloat16 -> float32 -> float64 is exact): the same certified output.
     r64 = attnref.sdpa(q.double().numpy(), k.double().numpy(), v.double().numpy())
     assert np.array_equal(r.output, r64.output)
+
+
+# --- certified gradients take the fast certified backward, as `attnref generate --gradients` --------
+
+def test_certified_gradients_take_the_fast_backward_and_match_the_mpfi_ladder(tmp_path):
+    g = np.random.default_rng(5)
+    q, k, v = g.standard_normal((1, 2, 6, 4)), g.standard_normal((1, 2, 7, 4)), g.standard_normal((1, 2, 7, 3))
+    do = g.standard_normal((1, 2, 6, 3))
+    r = attnref.sdpa(q, k, v, causal="bottom_right", grad_output=do)
+    grads = [c for c in r.certification if c["tensor"].startswith("grad_")]
+    assert grads and all(c["precisions_bits"] == [106] for c in grads), grads  # decided by the fast rung
+    # The same gradients from the MPFI ladder alone (a different algorithm), through the command.
+    src = tmp_path / "in"
+    src.mkdir()
+    for name, a in (("query", q), ("key", k), ("value", v), ("grad_output", do)):
+        np.save(src / f"{name}.npy", a)
+    exe = os.environ.get("ATTNREF_BIN", "attnref")
+    subprocess.run([exe, "generate", "--name", "g", "--kind", "sdpa", "--inputs-from", str(src), "--causal", "bottom_right",
+                    "--gradients", "--method", "mpfi", "--out", str(tmp_path), "--quiet"], check=True)
+    for role in ("grad_query", "grad_key", "grad_value"):
+        assert np.array_equal(r.gradients[role], np.load(tmp_path / "g" / f"{role}.npy")), role
