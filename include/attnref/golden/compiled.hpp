@@ -4,7 +4,7 @@
 /// every definition inline. Compiled (attnref::golden_compiled, which defines ATTNREF_GOLDEN_COMPILED
 /// for its users): the checker's entry points and reports (check/api.hpp) and the case reader and
 /// writer (golden/manifest.hpp, golden/case.hpp) are defined once in that library
-/// (verify/golden_library.cpp, which also defines ATTNREF_GOLDEN_DEFINE), and the files linking it
+/// (src/check/compiled.cpp, which also defines ATTNREF_GOLDEN_DEFINE), and the files linking it
 /// see only their declarations.
 ///
 ///   ATTNREF_GOLDEN_FN      `inline` header-only, nothing compiled: on each such declaration and definition

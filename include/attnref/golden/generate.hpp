@@ -33,7 +33,7 @@
 // Compiled use (the build's internal target attnref_certify_compiled, which defines
 // ATTNREF_GENERATE_COMPILED): the certification entry points below (certify_case_fast,
 // certify_gradients, certify_gradients_groups, certify_gradients_fast, generate_case) are declared
-// here and defined once in that library (verify/generate_library.cpp, which defines
+// here and defined once in that library (src/golden/generate.cpp, which defines
 // ATTNREF_GENERATE_DEFINE), so the tools and tests linking it compile none of the certification
 // machinery. Header-only use: every definition, inline.
 #if defined(ATTNREF_GENERATE_COMPILED)

@@ -86,7 +86,7 @@
 
 // Compiled use (the build's internal target attnref_study_compiled, which defines
 // ATTNREF_STUDY_COMPILED): run_point, which instantiates the measurements for every policy, is
-// declared here and defined once in that library (verify/study_library.cpp, which defines
+// declared here and defined once in that library (src/study/study.cpp, which defines
 // ATTNREF_STUDY_DEFINE); `attnref study` and study.test link it. Header-only use: defined inline.
 #if defined(ATTNREF_STUDY_COMPILED)
 #define ATTNREF_STUDY_FN
