@@ -9,10 +9,13 @@ Prints one line: the best wall time in seconds of forward + backward over REPEAT
 warm-up, with torch.set_num_threads(THREADS), and the process CPU time (all threads,
 time.process_time) of that run.
 """
+import os
 import sys
-import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_timing import best_of  # noqa: E402
 
 
 def main():
@@ -35,14 +38,7 @@ def main():
         out.backward(grad_out)
         return xx.grad, wi.grad, wo.grad
 
-    run()
-    best, best_cpu = float("inf"), float("inf")
-    for _ in range(repeats):
-        t0, c0 = time.perf_counter(), time.process_time()
-        dx, dwi, dwo = run()
-        t, c = time.perf_counter() - t0, time.process_time() - c0
-        if t < best:
-            best, best_cpu = t, c
+    best, best_cpu, (dx, dwi, dwo) = best_of(run, repeats)
     assert dx.dtype == dt and dx.shape == x.shape
     print(f"{best:.6f} {best_cpu:.6f}")
 

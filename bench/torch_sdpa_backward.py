@@ -6,10 +6,13 @@ softmax(q·kᵀ/√d)·v and the backward of sum(dO ∘ out) (autograd: dQ, dK, 
 wall time in seconds of forward + backward over REPEATS runs after one warm-up, with
 torch.set_num_threads(THREADS), and the process CPU time (all threads, time.process_time) of that run.
 """
+import os
 import sys
-import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_timing import best_of  # noqa: E402
 
 
 def main():
@@ -29,14 +32,7 @@ def main():
         out.backward(grad_out)
         return qq.grad, kk.grad, vv.grad
 
-    run()
-    best, best_cpu = float("inf"), float("inf")
-    for _ in range(repeats):
-        t0, c0 = time.perf_counter(), time.process_time()
-        dq, dk, dv = run()
-        t, c = time.perf_counter() - t0, time.process_time() - c0
-        if t < best:
-            best, best_cpu = t, c
+    best, best_cpu, (dq, dk, dv) = best_of(run, repeats)
     assert dq.dtype == dt and dq.shape == shape
     print(f"{best:.6f} {best_cpu:.6f}")
 

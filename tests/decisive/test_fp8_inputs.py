@@ -23,21 +23,10 @@ import sys
 
 import numpy as np
 
-attnref, golden, work = sys.argv[1], sys.argv[2], sys.argv[3]
-shutil.rmtree(work, ignore_errors=True)
-os.makedirs(work)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import attnref, golden, work, failures, expect, run, finish  # noqa: E402,F401
+
 case = os.path.join(golden, "sdpa_basic")
-failures = []
-
-
-def expect(cond, what):
-    print(("ok: " if cond else "FAIL: ") + what)
-    if not cond:
-        failures.append(what)
-
-
-def run(*args):
-    return subprocess.run([attnref, *args], capture_output=True, text=True)
 
 
 # Every E4M3FN code and its value, from the format's definition (OCP 8-bit FP, 2023): S.EEEE.MMM,
@@ -134,5 +123,4 @@ expect(v.get("verdict") == "FAIL", f"P's static scale 256 not divided out: FAIL 
 p, v = check(bits, "--policy", "fp8e4m3_fa3_bf16", "--input-format", "bfloat16")
 expect(p.returncode == 2 and "fp8e4m3" in p.stderr, "--policy fp8e4m3_fa3_bf16 --input-format bfloat16: exit 2 (" + p.stderr.strip() + ")")
 
-print(f"{len(failures)} failure(s)")
-sys.exit(1 if failures else 0)
+finish()

@@ -29,23 +29,10 @@ import sys
 
 import numpy as np
 
-attnref, golden, work = sys.argv[1], sys.argv[2], sys.argv[3]
-shutil.rmtree(work, ignore_errors=True)
-os.makedirs(work)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import attnref, golden, work, failures, expect, run, finish  # noqa: E402,F401
+
 case = os.path.join(golden, "sdpa_bwd_basic")
-failures = []
-
-
-def expect(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    else:
-        print("ok:", what)
-
-
-def run(*args):
-    return subprocess.run([attnref, *args], capture_output=True, text=True)
 
 
 def check(*args):
@@ -182,5 +169,4 @@ np.save(f"{work}/seed_w_wrong.npy", w)
 p = run("check", "--golden", sm, "--output", f"{sf}/output.npy", "--weights", f"{work}/seed_w_wrong.npy", "--lse", f"{sf}/lse.npy")
 expect(p.returncode == 1 and "FAIL" in p.stdout, "a seed-masked key given weight 1e-3: FAIL (" + p.stdout[-300:] + ")")
 
-print(f"{len(failures)} failure(s)")
-sys.exit(1 if failures else 0)
+finish()

@@ -1022,6 +1022,22 @@ BOOST_AUTO_TEST_CASE(mha_fast_gradients_equal_mpfi_across_conventions) {
 
 namespace {
 
+/// The message certify_gradients_fast refuses with under a memory limit of `limit` bytes ("" when it
+/// certifies); the limit is restored afterwards.
+std::string uncertified_under(std::uint64_t limit, const golden::case_spec& spec, const golden::case_data& data,
+                              const std::vector<format_description>& formats, fast::fast_stats& stats, const fast::fast_options& fo) {
+    const std::uint64_t saved = golden::max_memory();
+    golden::set_max_memory(limit);
+    std::string what;
+    try {
+        (void)golden::certify_gradients_fast(spec, data, 2, formats, {}, &stats, fo);
+    } catch (const certify::uncertified_error& x) {
+        what = x.what();
+    }
+    golden::set_max_memory(saved);
+    return what;
+}
+
 /// A committed case's gradients as its files store them: [tensor][target] (stored() form).
 std::vector<std::vector<std::vector<double>>> committed_gradients(const fs::path& dir, const golden::loaded_case& lc,
                                                                  const std::vector<std::string>& targets) {
@@ -1174,22 +1190,11 @@ BOOST_AUTO_TEST_CASE(fast_gradients_escalated_by_groups_equal_committed) {
     const golden::generate_memory m = golden::generate_memory_estimate(big, golden::certification_method::fast, 2, nullptr, true);
     BOOST_TEST(m.gradients == golden::gradients_fast_bytes(big, 2) + group);
 
-    const std::uint64_t saved = golden::max_memory();
-    golden::set_max_memory(total / 2 + golden::program_bytes);
-    std::string what;
-    try {  // the gradient rung needs no group's backward: decided within the limit
-        (void)golden::certify_gradients_fast(spec, lc.data, 2, formats, {}, &stats, fo);
-    } catch (const certify::uncertified_error& x) {
-        what = x.what();
-    }
+    // The gradient rung needs no group's backward: decided within the limit; without it, refused.
+    std::string what = uncertified_under(total / 2 + golden::program_bytes, spec, lc.data, formats, stats, fo);
     BOOST_TEST(what.empty(), what);
     fo.gradient_rung = false;
-    try {
-        (void)golden::certify_gradients_fast(spec, lc.data, 2, formats, {}, &stats, fo);
-    } catch (const certify::uncertified_error& x) {
-        what = x.what();
-    }
-    golden::set_max_memory(saved);
+    what = uncertified_under(total / 2 + golden::program_bytes, spec, lc.data, formats, stats, fo);
     BOOST_TEST_MESSAGE(what);
     BOOST_TEST(what.find("(batch, kv head) group") != std::string::npos);
     BOOST_TEST(what.find("raise it with --max-memory") != std::string::npos);
@@ -1217,15 +1222,7 @@ BOOST_AUTO_TEST_CASE(mha_fast_gradients_escalate_to_the_whole_case) {
     BOOST_TEST(compared > 4000u);
     BOOST_TEST(differ == 0u);
 
-    const std::uint64_t saved = golden::max_memory();
-    golden::set_max_memory(golden::gradients_mpfi_bytes(spec) / 2);
-    std::string what;
-    try {
-        (void)golden::certify_gradients_fast(spec, lc.data, 2, formats, {}, &stats, fo);
-    } catch (const certify::uncertified_error& x) {
-        what = x.what();
-    }
-    golden::set_max_memory(saved);
+    const std::string what = uncertified_under(golden::gradients_mpfi_bytes(spec) / 2, spec, lc.data, formats, stats, fo);
     BOOST_TEST_MESSAGE(what);
     BOOST_TEST(what.find("the MPFI ladder for the whole multi-head case would need about") != std::string::npos);
     BOOST_TEST(what.find("raise it with --max-memory") != std::string::npos);

@@ -1,0 +1,16 @@
+"""The timing loop of the PyTorch reference benches (torch_sdpa_backward.py, torch_mha_backward.py)."""
+import time
+
+
+def best_of(run, repeats):
+    """Runs `run` once to warm up, then `repeats` times; returns (best wall seconds, the process CPU
+    seconds of that run, its result)."""
+    run()
+    best, best_cpu, result = float("inf"), float("inf"), None
+    for _ in range(repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        r = run()
+        t, c = time.perf_counter() - t0, time.process_time() - c0
+        if t < best:
+            best, best_cpu, result = t, c, r
+    return best, best_cpu, result
