@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "attnref/golden/check.hpp"
+#include "attnref/check/checker.hpp"
 #include "attnref/multiprecision/policies.hpp"
 
 using namespace attnref;

@@ -48,7 +48,7 @@
 
 #include "attnref/io/npy.hpp"
 #include "attnref/bounds/tolerance.hpp"
-#include "attnref/golden/check.hpp"
+#include "attnref/check/checker.hpp"
 #include "torch_mha.hpp"
 
 namespace fs = std::filesystem;

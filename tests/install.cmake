@@ -44,7 +44,7 @@ file(MAKE_DIRECTORY ${root}/moved)
 file(RENAME ${stage} ${prefix})
 set(exe ${prefix}/bin/attnref)
 foreach(f ${exe} ${prefix}/share/attnref/golden/suite.json ${prefix}/share/attnref/golden/sdpa_basic/manifest.json
-          ${prefix}/share/attnref/tools/plot_study.py ${prefix}/include/attnref/golden/check.hpp)
+          ${prefix}/share/attnref/tools/plot_study.py ${prefix}/include/attnref/check/checker.hpp)
   if(NOT EXISTS ${f})
     message(FATAL_ERROR "not installed: ${f}")
   endif()

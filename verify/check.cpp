@@ -25,7 +25,7 @@
 #include <fmt/format.h>
 
 #include "attnref/check/request.hpp"
-#include "attnref/golden/check.hpp"
+#include "attnref/check/checker.hpp"
 #include "commands.hpp"
 
 namespace attnref::verify {

@@ -126,7 +126,7 @@ case_spec ad_hoc_case(const generate_args& a) {
     s.inputs.seed = a.seed;
     s.outputs = {!a.no_weights, !a.no_lse, a.targets};
     if (a.gradients) {
-        // The gradients' bound (golden/check.hpp) needs the stored weights and lse.
+        // The gradients' bound (check/checker.hpp) needs the stored weights and lse.
         if (a.no_weights || a.no_lse)
             throw data_error("command line: --gradients: a backward case stores the weights and lse; drop --no-weights and --no-lse");
         s.outputs.gradients = true;  // grad_output from the generator, like the suite's backward cases

@@ -21,7 +21,7 @@
 #include "commands.hpp"
 #include "attnref/golden/case.hpp"
 #include "attnref/check/gradients.hpp"
-#include "attnref/golden/check.hpp"
+#include "attnref/check/checker.hpp"
 #include "attnref/golden/memory.hpp"
 #include "attnref/golden/rounded_inputs.hpp"
 #include "attnref/golden/safe_io.hpp"

@@ -4,7 +4,7 @@
 #define BOOST_TEST_MODULE attnref_gate
 #include <boost/test/included/unit_test.hpp>
 
-#include <attnref/golden/check.hpp>
+#include <attnref/check/checker.hpp>
 
 #include "my_attention.hpp"
 

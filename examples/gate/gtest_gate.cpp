@@ -3,7 +3,7 @@
 // is the installed golden/mha_seed_example.
 #include <gtest/gtest.h>
 
-#include <attnref/golden/check.hpp>
+#include <attnref/check/checker.hpp>
 
 #include "my_attention.hpp"
 

@@ -1,5 +1,5 @@
 """Gating against committed golden cases from Python: attnref.load_case and attnref.check, the same
-verdicts as the `attnref check` command (include/attnref/golden/check.hpp)."""
+verdicts as the `attnref check` command (include/attnref/check/checker.hpp)."""
 import os
 import shutil
 

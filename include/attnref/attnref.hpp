@@ -6,7 +6,7 @@
 #include "attnref/core/backward.hpp"
 #include "attnref/core/fixed_shape.hpp"
 #include "attnref/core/fp_environment.hpp"
-#include "attnref/core/invariants.hpp"
+#include "attnref/bounds/invariants.hpp"
 #include "attnref/core/mask.hpp"
 #include "attnref/core/math.hpp"
 #include "attnref/core/multi_head_attention.hpp"

@@ -13,7 +13,7 @@ vacuous (as large as the row's largest |expected|, or not finite) or the output 
 
 Gradients: with a Reference computed with ``grad_output=``, ``grad_query=``, ``grad_key=``,
 ``grad_value=`` (mha also ``grad_w_q`` ... ``grad_b_o``) are judged by the checker's own gradient
-rules (golden/check.hpp check_gradients: the data-aware gradient bound of docs/backward.md, its
+rules (check/checker.hpp check_gradients: the data-aware gradient bound of docs/backward.md, its
 vacuity and decoy rules, the gradient invariants), exactly as ``attnref check --grad-*`` judges a
 backward case; ``actual`` may then be None.
 """
@@ -383,7 +383,7 @@ def _judge_forward(a: np.ndarray, ref: Any, fmt: str, model: str, weights: Any, 
                 if bad:
                     unit = " ULP" if model == "ulp" else ""
                     raise AssertionError(_not_close(prefix, "Attention", r, shapes, unit=unit) + how)
-            _raise_broken_invariant(judged, prefix, "Attention weights", "index ", " (include/attnref/core/invariants.hpp)", how)
+            _raise_broken_invariant(judged, prefix, "Attention weights", "index ", " (include/attnref/bounds/invariants.hpp)", how)
             raise AssertionError(f"{prefix}Attention FAIL: {judged['reason']}\n{how}")
         if verdict != "INCONCLUSIVE":
             return

@@ -19,7 +19,7 @@
 #include "attnref/core/attention.hpp"
 #include "attnref/check/judge_forward.hpp"
 #include "attnref/certify/report.hpp"
-#include "attnref/core/invariants.hpp"
+#include "attnref/bounds/invariants.hpp"
 #include "attnref/core/multi_head_attention.hpp"
 #include "attnref/core/problem.hpp"
 #include "attnref/bounds/tolerance.hpp"

@@ -7,7 +7,7 @@
 #include <pybind11/stl.h>
 
 #include "attnref/certify/report.hpp"
-#include "attnref/core/invariants.hpp"
+#include "attnref/bounds/invariants.hpp"
 #include "attnref/bounds/tolerance/compare.hpp"
 #include "attnref/bounds/tolerance/zero_trust.hpp"
 

@@ -11,7 +11,7 @@
 
 #include "attnref/golden/case.hpp"
 
-#include "attnref/golden/check.hpp"
+#include "attnref/check/checker.hpp"
 #include "attnref/check/gradients.hpp"  // gradient_roles
 #include "attnref/check/request.hpp"
 #include "attnref/golden/rounded_inputs.hpp"

@@ -7,7 +7,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "attnref/golden/check.hpp"
+#include "attnref/check/checker.hpp"
 #include "attnref/check/gradients.hpp"  // check_gradients, gradient_reference (not among the compiled entry points)
 #include "backward_case.hpp"
 #include "dicts.hpp"

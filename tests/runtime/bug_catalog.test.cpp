@@ -63,7 +63,7 @@
 
 #include "attnref/core/formats.hpp"
 #include "attnref/bounds/tolerance.hpp"
-#include "attnref/golden/check.hpp"
+#include "attnref/check/checker.hpp"
 #include "attnref/check/judgment.hpp"  // correctly_rounded (the compiled checker declares only its entry points)
 #include "attnref/golden/case.hpp"
 #include "attnref/golden/rounded_inputs.hpp"

@@ -17,7 +17,7 @@
 #include "attnref/core/formats.hpp"
 #include "attnref/multiprecision/multiprecision.hpp"
 #include "attnref/bounds/tolerance.hpp"
-#include "attnref/golden/check.hpp"
+#include "attnref/check/checker.hpp"
 // The internals this file tests by name (the entry points and reports come compiled: attnref::golden_compiled).
 #include "attnref/check/forward.hpp"
 #include "attnref/check/gradients.hpp"

@@ -27,7 +27,7 @@
 ///   tolerance/zero_trust.hpp   vacuity and zero-trust
 /// (invariants.hpp, which the checker applies to weights and lse alongside, is included too.)
 
-#include "attnref/core/invariants.hpp"
+#include "attnref/bounds/invariants.hpp"
 #include "attnref/bounds/tolerance/compare.hpp"
 #include "attnref/bounds/tolerance/data_aware.hpp"
 #include "attnref/bounds/tolerance/names.hpp"

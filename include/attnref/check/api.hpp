@@ -3,9 +3,9 @@
 /// The checker's entry points and reports, declared: check(), run_check() (check/check.hpp) and
 /// report_table(), report_json(), report_junit() (check/report.hpp).
 ///
-/// Two ways to use them. Header-only (the CMake target attnref::golden): golden/check.hpp includes
+/// Two ways to use them. Header-only (the CMake target attnref::golden): check/checker.hpp includes
 /// every definition, inline. Compiled (attnref::golden_compiled, which defines
-/// ATTNREF_GOLDEN_COMPILED): they are defined once in that static library, and golden/check.hpp
+/// ATTNREF_GOLDEN_COMPILED): they are defined once in that static library, and check/checker.hpp
 /// includes only these declarations and the types they take — a test file that gates a kernel
 /// then compiles none of the checker's bound drivers, gradients or reports.
 

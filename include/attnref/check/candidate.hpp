@@ -21,7 +21,7 @@
 
 #include "attnref/core/backward.hpp"
 #include "attnref/core/formats.hpp"
-#include "attnref/core/invariants.hpp"
+#include "attnref/bounds/invariants.hpp"
 #include "attnref/io/npy.hpp"
 #include "attnref/bounds/tolerance.hpp"
 #include "attnref/golden/case.hpp"

@@ -16,7 +16,7 @@
 
 #include <fmt/format.h>
 
-#include "attnref/core/invariants.hpp"
+#include "attnref/bounds/invariants.hpp"
 #include "attnref/bounds/tolerance.hpp"
 #include "attnref/check/candidate.hpp"
 #include "attnref/check/decoy_rows.hpp"

@@ -25,7 +25,7 @@
 #include "attnref/bounds/backward_bounds.hpp"
 #include "attnref/bounds/backward_probabilistic.hpp"
 #include "attnref/core/formats.hpp"
-#include "attnref/core/invariants.hpp"
+#include "attnref/bounds/invariants.hpp"
 #include "attnref/core/parallel.hpp"
 #include "attnref/bounds/tolerance.hpp"
 #include "attnref/check/candidate.hpp"

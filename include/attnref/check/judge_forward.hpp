@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "attnref/core/invariants.hpp"
+#include "attnref/bounds/invariants.hpp"
 #include "attnref/core/multi_head_attention.hpp"
 #include "attnref/core/precision.hpp"
 #include "attnref/core/problem.hpp"

@@ -28,7 +28,7 @@
 #include <fmt/format.h>
 
 #include "attnref/core/attention.hpp"
-#include "attnref/core/invariants.hpp"
+#include "attnref/bounds/invariants.hpp"
 #include "attnref/core/multi_head_attention.hpp"
 #include "attnref/core/precision.hpp"
 #include "attnref/core/problem.hpp"

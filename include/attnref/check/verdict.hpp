@@ -16,7 +16,7 @@
 #include <fmt/format.h>
 
 #include "attnref/core/backward.hpp"
-#include "attnref/core/invariants.hpp"
+#include "attnref/bounds/invariants.hpp"
 #include "attnref/bounds/tolerance.hpp"
 
 namespace attnref::golden {

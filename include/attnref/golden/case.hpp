@@ -117,7 +117,7 @@ inline std::vector<std::uint8_t> empty_rows_of(const case_spec& spec, const case
 }
 
 /// A case's inputs converted (rounded) once to Input, with the case's shapes: the one place a
-/// computation under a policy (compute_case here, compute_case_gradients in golden/check.hpp) turns
+/// computation under a policy (compute_case here, compute_case_gradients in check/checker.hpp) turns
 /// case_data into typed inputs. Views point into this object, which must outlive them.
 /// A multi-head case's projections as views of its vectors (biases when the case has them), with
 /// the role table's shapes.

@@ -7,7 +7,7 @@
 /// its sha256, and the manifest. Backward cases (outputs.gradients) also certify their gradients
 /// (certify_gradients: attnref's templated backward, backward.hpp, in MPFI through the same ladder;
 /// or, on request, certify_gradients_fast: the fast SDPA backward, certify/fast/backward.hpp). Needs MPFR, MPFI and Boost.Multiprecision (the CMake target attnref::multiprecision);
-/// loading and checking a case (golden/case.hpp, golden/check.hpp) do not.
+/// loading and checking a case (golden/case.hpp, check/checker.hpp) do not.
 
 #include <algorithm>
 #include <cstdint>

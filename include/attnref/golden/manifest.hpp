@@ -518,7 +518,7 @@ ATTNREF_GOLDEN_FN void complete_and_validate(case_spec& s, const std::string& fi
     check_count("the output", output_shape(s));
     check_count("the weights (B·H·Sq·Sk)", weights_shape(s));
     for (const gradient_tensor_layout& g : gradient_layout(s)) check_count("the gradient '" + g.role + "'", g.shape);
-    // The gradients' bound (golden/check.hpp) needs the stored weights and lse.
+    // The gradients' bound (check/checker.hpp) needs the stored weights and lse.
     if (s.outputs.gradients && !s.outputs.weights) fail("outputs.weights", "must be true when outputs.gradients is true");
     if (s.outputs.gradients && !s.outputs.lse) fail("outputs.lse", "must be true when outputs.gradients is true");
     if (s.inputs.from_files) {

@@ -1,5 +1,5 @@
 #pragma once
-/// \file golden/check.hpp
+/// \file check/checker.hpp
 /// The checker, whole: a candidate's outputs (spans in memory, or .npy files) against a loaded
 /// golden case under one tolerance model (tolerance.hpp), plus invariants on its weights and lse
 /// (invariants.hpp) and its gradients. One header per concern, in include/attnref/check/:

@@ -1,5 +1,5 @@
 #pragma once
-/// \file core/invariants.hpp
+/// \file bounds/invariants.hpp
 /// Properties every correct attention implementation's outputs satisfy, as functions over plain
 /// views, so they can gate other implementations' results (the checker) as well as attnref's own
 /// (tests, static_assert). Each returns an invariant_report: ok, how many elements were checked and
