@@ -10,3 +10,10 @@ if(TARGET attnref_cli AND NOT ATTNREF_SANITIZE)
   add_test(NAME decisive_fp8_inputs COMMAND ${ATTNREF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/decisive/test_fp8_inputs.py
     $<TARGET_FILE:attnref_cli> ${PROJECT_SOURCE_DIR}/golden ${CMAKE_CURRENT_BINARY_DIR}/decisive_fp8)
 endif()
+# The kernel-size catalog, reduced (bench/kernel_catalog.py --reduced: two shapes, 14 FlashAttention-style
+# bf16 kernels each, ≈ 15 s): correct kernels PASS declared and never FAIL; detectable bugs FAIL declared
+# but for the known misses the catalog lists.
+if(TARGET attnref_cli AND NOT ATTNREF_SANITIZE)
+  add_test(NAME kernel_catalog_reduced COMMAND ${ATTNREF_PYTHON} ${PROJECT_SOURCE_DIR}/bench/kernel_catalog.py
+    $<TARGET_FILE:attnref_cli> ${CMAKE_CURRENT_BINARY_DIR}/kernel_catalog --reduced)
+endif()
