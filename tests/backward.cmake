@@ -48,3 +48,13 @@ if(TARGET attnref_cli AND NOT ATTNREF_SANITIZE)
     "set -x; mkdir -p ${_b}/hostile && cd ${_b}/hostile && ${ATTNREF_PYTHON} -c \"import numpy as n;g=n.load('${_s}/grad_query.npy');n.save('ok.npy',g.astype(n.float32));n.save('shape.npy',g[:1].astype(n.float32));n.save('int.npy',g.astype(n.int32));b=g.astype(n.float32);b[0,0,0,0]=n.nan;n.save('nan.npy',b)\" && a=$<TARGET_FILE:attnref_cli> && { $a check --golden ${_s} --grad-w-q ok.npy 2> e1; test $? -eq 2 && grep -q -- '--grad-w-q' e1; } && { $a check --golden ${_golden}/sdpa_basic --grad-query ok.npy 2> e2; test $? -eq 2 && grep -q \"role 'grad_query'\" e2; } && { $a check --golden ${_s} --grad-query shape.npy; test $? -eq 2; } && { $a check --golden ${_s} --grad-query int.npy; test $? -eq 2; } && { $a check --golden ${_s} --grad-query nan.npy > o4; test $? -eq 1 && grep -q '^FAIL' o4; } && { $a check --golden ${_s} --grad-query ok.npy --tolerance ulp; test $? -eq 2; } && { $a check --golden ${_s} --grad-query ok.npy --backward-algorithm bogus; test $? -eq 2; } && $a check --golden ${_s} --grad-query ok.npy --tolerance baseline && $a check --golden ${_s} --grad-query ok.npy")
 endif()
 
+# Exact zeros and NaN the mathematics forces (certify/forced_zeros.hpp, docs/backward.md): the six backward
+# cases whose FP8-quantised inputs give keys equal in a feature certify (`generate --golden --input-format
+# fp8e4m3`, MPFI ladder; `check --input-format fp8e4m3` PASSes), their grad_query recomputed in 110-digit
+# decimal (forced zeros +0, the rest correctly rounded), an ad-hoc equal-feature case through the fast
+# backward; multi-head gradients under --empty-rows nan (grad_b_k +0; rows empty in every head, also GQA:
+# NaN exactly where an independent numpy backward has them). About 5 s.
+if(TARGET attnref_cli)
+  add_test(NAME backward_forced_zeros COMMAND ${ATTNREF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/backward/forced_zeros.py
+    $<TARGET_FILE:attnref_cli> ${PROJECT_SOURCE_DIR}/golden ${CMAKE_CURRENT_BINARY_DIR}/backward_forced_zeros)
+endif()

@@ -204,3 +204,53 @@ def test_mha_gradients_agree_with_torch_float64_autograd():
             assert not g.any() and np.linalg.norm(e) <= 1e-12 * np.linalg.norm(t["w_k"].grad.numpy())
             continue
         assert np.linalg.norm(g - e) <= 1e-12 * np.linalg.norm(e), n
+
+
+def test_sdpa_gradients_certify_keys_equal_in_a_feature():
+    """bf16 inputs whose keys share a feature (all keys: feature 1; keys 0-2: feature 2, the only keys
+    causal rows 0-2 see): dQ of those features is exactly 0 (Σ_j dS_ij = 0), certified as +0, not
+    UncertifiedError; the other elements agree with a float64 numpy backward."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    q, k, v, do = (np.round(rng.standard_normal((1, 2, 6, 4)) * 8) / 8 for _ in range(4))
+    k[..., 1] = 0.375
+    k[..., :3, 2] = -1.25
+    t = lambda a: torch.tensor(a, dtype=torch.bfloat16)
+    r = attnref.sdpa(t(q), t(k), t(v), causal="top_left", grad_output=t(do))
+    g = r.grad_query
+    assert np.all(g[..., 1] == 0) and not np.any(np.signbit(g[..., 1]))
+    assert np.all(g[..., 1:3, 2] == 0) and not np.any(np.signbit(g[..., 1:3, 2]))
+    s = 1 / np.sqrt(4)
+    ref = np.zeros_like(q)
+    for h in range(2):
+        for i in range(6):
+            lg = s * k[0, h, :i + 1] @ q[0, h, i]
+            p = np.exp(lg - lg.max())
+            p /= p.sum()
+            dp = v[0, h, :i + 1] @ do[0, h, i]
+            ref[0, h, i] = s * (p * (dp - p @ dp)) @ k[0, h, :i + 1]
+    np.testing.assert_allclose(g, ref, rtol=0, atol=1e-12)
+
+
+def test_mha_gradients_certify_under_the_nan_policy():
+    """empty_rows="nan" with biases: grad_b_k is +0 (the softmax's shift invariance); with rows empty in
+    every head (batch 1 keeps 3 keys, causal bottom_right, window 1/1), the gradients certify, NaN
+    exactly where the nan rule carries the empty rows' NaN (rows of grad_query of those positions)."""
+    rng = np.random.default_rng(5)
+    B, S, E, H = 2, 8, 8, 2
+    x = [np.round(rng.standard_normal((B, S, E)) * 8) / 8 for _ in range(3)]
+    w = [np.round(rng.standard_normal((E, E)) * 4) / 16 for _ in range(4)]
+    b = [np.round(rng.standard_normal(E) * 4) / 16 for _ in range(4)]
+    do = np.round(rng.standard_normal((B, S, E)) * 8) / 8
+    r = attnref.mha(*x, *w, *b, heads=H, empty_rows="nan", grad_output=do)
+    assert np.all(r.grad_b_k == 0) and not np.any(np.signbit(r.grad_b_k))
+    assert all(np.all(np.isfinite(getattr(r, n))) for n in ("grad_query", "grad_key", "grad_w_q", "grad_w_o"))
+    r = attnref.mha(*x, *w, *b, heads=H, empty_rows="nan", key_lengths=[8, 3], causal="bottom_right", window=(1, 1),
+                    grad_output=do)
+    assert np.all(r.grad_b_k == 0) and not np.any(np.signbit(r.grad_b_k))
+    # Batch 1: row i sees keys i-1 .. i of the first 3, so rows 4-7 are empty in both heads.
+    nan_rows = np.isnan(r.grad_query).all(axis=2)
+    assert nan_rows[1, 4:].all() and not nan_rows[0].any() and not nan_rows[1, :4].any()
+    assert np.isfinite(r.grad_query[np.logical_not(nan_rows)]).all()
+    assert np.isnan(r.grad_key[1]).all() and np.isfinite(r.grad_key[0]).all()
+    assert np.isfinite(r.grad_b_o).all() and np.isnan(r.grad_w_o).all()

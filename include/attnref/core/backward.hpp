@@ -48,8 +48,9 @@
 ///            kv head are NaN.
 /// Otherwise, keys masked for every query of a kv head get dK = dV = 0 exactly, and a query row with
 /// exactly one attendable key gets dS = 0 exactly (so dQ_i = 0 and no dK from it), decided from the mask.
-/// For multi-head attention without soft-capping and outside the nan policy, the key-bias gradient
-/// db_k is exactly 0 (the softmax is invariant to the per-row shift q'_i·b_k) and is returned as 0.
+/// For multi-head attention without soft-capping, the key-bias gradient db_k is exactly 0 under every
+/// empty-row policy (the softmax is invariant to the per-row shift q'_i·b_k, and an empty row's output
+/// does not depend on b_k) and is returned as 0.
 ///
 /// Multi-head attention (weights y = x·W + b, multi_head_attention.hpp): the projections and the
 /// head outputs are recomputed, then
@@ -443,11 +444,13 @@ constexpr mha_gradients<Policy> multi_head_attention_backward(tensor_view<const 
     // The key bias shifts every logit of a query row by the same q'_i·b_k, which the softmax ignores:
     // ∂L/∂b_k = Σ_j dk'_j = Σ_i q'_i·(s·Σ_j dS_ij) = 0 exactly, since Σ_j dS_ij = D_i − D_i·Σ_j P_ij = 0
     // for every attendable row (any mask, ALiBi, additive or seed offsets, any scale placement) and
-    // dS = 0 in empty rows under the zero and uniform policies. Not under soft-capping (tanh breaks the
-    // shift invariance) nor the nan policy (NaN rows). Set structurally from the options, for every
-    // arithmetic, as the single-key rule above: the computed sum is rounding noise around an exact 0,
-    // which no interval can certify.
-    if (!o.attention.softcap && o.attention.softmax.empty_rows != empty_row_policy::nan)
+    // dS = 0 in empty rows under the zero and uniform policies; under the nan policy an empty row's
+    // output is NaN whatever b_k, so the loss does not depend on b_k there either (the NaN that dK
+    // carries from such a row is the nan rule's, not a derivative in b_k). Not under soft-capping (tanh
+    // breaks the shift invariance). Set structurally from the options, for every arithmetic, as the
+    // single-key rule above: the computed sum is rounding noise around an exact 0, which no interval
+    // can certify.
+    if (!o.attention.softcap)
         for (std::size_t c = 0; c < r.grad_b_k.size(); ++c) r.grad_b_k[c] = T(0);
     linear_backward_into<Policy>(x_v, p.w_v, dv.view(), r.grad_x_v.view(), r.grad_w_v.view(), r.grad_b_v.view(), threads, "w_v");
     return r;

@@ -26,6 +26,7 @@
 #include "attnref/certify/fast/backward.hpp"
 #include "attnref/certify/fast/gradient_rung.hpp"
 #include "attnref/certify/fast/problem_of.hpp"
+#include "attnref/certify/forced_zeros.hpp"
 #include "attnref/core/formats.hpp"
 #include "attnref/multiprecision/multiprecision.hpp"
 #include "attnref/golden/case.hpp"
@@ -167,12 +168,13 @@ inline std::vector<T> flat(const tensor<T, N>& t) {
 /// uniform_precision<mpfr_interval<D>> on the exact inputs and dO, so each gradient interval encloses
 /// the exact gradient; an undecided element recomputes the whole backward at the next rung.
 /// Exact zeros certify because the backward produces them structurally (decided from the mask,
-/// never from an interval): masked keys, empty rows under the zero and uniform policies, and query
-/// rows with exactly one attendable key (dS = 0, backward.hpp). NaN is allowed exactly where the
-/// backward puts it by construction for sdpa under the nan policy: dQ of the rows the mask leaves
+/// never from an interval): masked keys, empty rows under the zero and uniform policies, query
+/// rows with exactly one attendable key (dS = 0, backward.hpp) and mha's grad_b_k without
+/// soft-capping; and, set here, an sdpa dQ_ic whose feature c of the keys is the same over the row's
+/// attendable keys (certify/forced_zeros.hpp: Σ_j dS_ij = 0). NaN is allowed exactly where the
+/// backward puts it by construction under the nan policy: for sdpa dQ of the rows the mask leaves
 /// empty, dK and dV of every key of a kv head one of whose query rows is empty (backward.hpp's file
-/// comment). For mha under the nan policy no NaN is allowed (not derived here), so such a case with
-/// an empty row is refused as uncertifiable.
+/// comment); for mha what those NaN reach through the projections (certify::mha_nan_gradients).
 ATTNREF_GENERATE_FN certify::result certify_gradients(const case_spec& spec, const case_data& data, std::size_t threads,
                                          const std::vector<format_description>& targets,
                                          const std::function<void(const std::string&)>& progress = {});
@@ -204,12 +206,21 @@ ATTNREF_GENERATE_FN certify::result certify_gradients(const case_spec& spec, con
                 }
         opts.nan_allowed = {std::move(dq), std::move(dk), std::move(dv)};
     }
+    if (spec.kind == case_kind::mha && spec.conventions.empty_rows == empty_row_policy::nan) {
+        const certify::mha_gradient_dims md{d.batch, d.heads, d.kv_heads, d.query_length, d.key_length, d.head_dim_qk, d.head_dim_v,
+                                            layout[0].shape.back(), layout[1].shape.back(), layout[2].shape.back(), layout[6].shape.back()};
+        opts.nan_allowed = certify::mha_nan_gradients(md, empty_rows_of(spec, data));
+        opts.nan_allowed.resize(layout.size());  // without projection biases: no bias gradients
+    }
+    const case_views c = views_of(spec, data, threads);
+    // dQ elements that are exactly 0 by the keys' equal feature (certify/forced_zeros.hpp), set as such.
+    const std::vector<std::uint8_t> dq_zero =
+        c.sdpa() ? certify::forced_zero_query_gradients(c.o, c.q.extents, c.k) : std::vector<std::uint8_t>{};
     opts.progress = [&](std::size_t rung, int bits, std::size_t pending) {
         if (!progress) return;
         if (rung == 0) progress(spec.name + ": computing the gradients' enclosure at " + std::to_string(bits) + " bits");
         else progress(spec.name + ": " + std::to_string(pending) + " gradient element(s) uncertified, escalating to " + std::to_string(bits) + " bits");
     };
-    const case_views c = views_of(spec, data, threads);
     return certify::certify(
         names, targets,
         [&]<unsigned D>(std::integral_constant<unsigned, D>) {
@@ -220,6 +231,8 @@ ATTNREF_GENERATE_FN certify::result certify_gradients(const case_spec& spec, con
                 const tensor_view<const double, 4> g{data.grad_output.data(), {d.batch, d.heads, d.query_length, d.head_dim_v}};
                 const attention_gradients<P> a = scaled_dot_product_attention_backward<P, double, double, double, double>(c.q, c.k, c.v, g, c.o);
                 r = {generate_detail::flat(a.grad_query), generate_detail::flat(a.grad_key), generate_detail::flat(a.grad_value)};
+                for (std::size_t n = 0; n < dq_zero.size(); ++n)
+                    if (dq_zero[n]) r[0][n] = T(0);
             } else {
                 const tensor_view<const double, 3> g{data.grad_output.data(), {d.batch, d.query_length, d.output_dim}};
                 const mha_gradients<P> a = multi_head_attention_backward<P, double, double, double>(c.x_q, c.x_k, c.x_v, c.w, c.mo, g);
@@ -386,6 +399,13 @@ ATTNREF_GENERATE_FN group_escalation certify_gradients_groups(const case_spec& s
         else progress(spec.name + ": " + std::to_string(pending) + " gradient element(s) uncertified, escalating to " + std::to_string(bits) + " bits");
     };
     const case_views c = views_of(spec, data, 1);
+    // dQ elements exactly 0 by the keys' equal feature (certify/forced_zeros.hpp), as certify_gradients sets them.
+    std::vector<std::size_t> dq_zero;  // positions m in e.index[0]
+    {
+        const std::vector<std::uint8_t> z = certify::forced_zero_query_gradients(c.o, c.q.extents, c.k);
+        for (std::size_t m = 0; m < e.index[0].size() && !z.empty(); ++m)
+            if (z[e.index[0][m]]) dq_zero.push_back(m);
+    }
     e.result = certify::certify(
         names, targets,
         [&]<unsigned D>(std::integral_constant<unsigned, D>, const certify::request& req) {
@@ -424,6 +444,7 @@ ATTNREF_GENERATE_FN group_escalation certify_gradients_groups(const case_spec& s
                     ++e.group_computations[k];
                 },
                 &thread_cleanup<T>::run);
+            for (std::size_t m : dq_zero) out[0][m] = T(0);
             return out;
         },
         opts);

@@ -15,6 +15,8 @@
 /// Structural values, as core/backward.hpp produces them: masked keys have dS = 0, a row with one
 /// attendable key dS = 0, an empty row dS = 0 (zero and uniform policies; uniform rows still feed dV
 /// with P = 1/Sk), and under the nan policy dQ of an empty row and dK, dV of its kv head are NaN.
+/// And as the MPFI ladder sets it (certify/forced_zeros.hpp): dQ_ic = 0 exactly where the exact keys'
+/// feature c is the same over row i's attendable keys (Σ_j dS_ij = 0), without soft-capping.
 
 #include <algorithm>
 #include <atomic>
@@ -31,6 +33,7 @@
 #include "attnref/certify/fast/attention_row.hpp"
 #include "attnref/certify/fast/certify_fast.hpp"
 #include "attnref/certify/fast/triple_dot.hpp"
+#include "attnref/certify/forced_zeros.hpp"
 #include "attnref/core/parallel.hpp"
 
 namespace attnref::fast {
@@ -250,7 +253,14 @@ inline void group_backward(const fast_problem& p, const projections* pr, tensor_
             }
             dot_bounded(dsh.data(), dsl.data(), dse.data(), Sk, kn.data(), dwi ? knl.data() : nullptr, dwi ? kne.data() : nullptr, dk, dk,
                         kcn, kmx, kecn, kemx, oh.data(), ol.data(), oe.data());
-            for (std::size_t c = 0; c < dk; ++c) out.put(0, b, h, i, c, scaled({oh[c], ol[c]}, oe[c], hc.scale, hc.scale_err));
+            for (std::size_t c = 0; c < dk; ++c) {
+                // Exact inputs whose feature c is the same over the attendable keys: dQ_ic = 0 exactly
+                // (Σ_j dS_ij = 0; certify/forced_zeros.hpp), which no bound around the sum can decide.
+                if (!dwi && !o.softcap && ::attnref::certify::constant_over_allowed(kn.data() + c, dk, Sk, ws.allowed.data()))
+                    out.put_exact(0, b, h, i, c, 0.0);
+                else
+                    out.put(0, b, h, i, c, scaled({oh[c], ol[c]}, oe[c], hc.scale, hc.scale_err));
+            }
         }
     }
     if (group_nan || group_failed) {
@@ -605,8 +615,9 @@ inline fast_gradients mha_gradients_fast(const fast_problem& p, tensor_view<cons
     input_gradient(dk, p.params.w_k, Ek, sinks[1]);
     input_gradient(dv, p.params.w_v, Ev, sinks[2]);
     // (14d) the weights' and biases' gradients.
-    // grad_b_k = Σ_j dK_j = 0 exactly: Σ_j dS_ij = 0 in every row (core/backward.hpp), as the MPFI backward sets it.
-    const bool bk_zero = !o.softcap && o.softmax.empty_rows != empty_row_policy::nan;
+    // grad_b_k = Σ_j dK_j = 0 exactly: Σ_j dS_ij = 0 in every row (core/backward.hpp), as the MPFI backward
+    // sets it, under every empty-row policy (the nan policy's empty rows are declined above).
+    const bool bk_zero = !o.softcap;
     weight_gradients(dq, p.x_q, sinks[3], sinks[7], false, fo.threads);
     weight_gradients(dk, p.x_k, sinks[4], sinks[8], bk_zero, fo.threads);
     weight_gradients(dv, p.x_v, sinks[5], sinks[9], false, fo.threads);
