@@ -17,3 +17,9 @@ if(TARGET attnref_cli AND NOT ATTNREF_SANITIZE)
   add_test(NAME kernel_catalog_reduced COMMAND ${ATTNREF_PYTHON} ${PROJECT_SOURCE_DIR}/bench/kernel_catalog.py
     $<TARGET_FILE:attnref_cli> ${CMAKE_CURRENT_BINARY_DIR}/kernel_catalog --reduced)
 endif()
+# Weights and lse under the kernel's own policy and undeclared in its format (tests/decisive/
+# measure_weights_lse.sh on three cases and five policies, ≈ 20 s; the full table: docs/verdicts-by-format.md).
+if(TARGET attnref_cli AND NOT ATTNREF_SANITIZE)
+  add_test(NAME decisive_weights_lse_follow_the_policy COMMAND ${PROJECT_SOURCE_DIR}/tests/decisive/measure_weights_lse.sh
+    $<TARGET_FILE:attnref_cli> "sdpa_[bst][aod]*" bf16 fp16 bf16_materialised fp32_p_fp8e4m3_s256 fp8e4m3_fa3_bf16)
+endif()

@@ -152,9 +152,21 @@ inline void judge_weights_lse(forward_reference& ref, const candidate& c, const 
     const tol::candidate_format format = c.format;
     const tol::candidate_format wf = c.weights_format.value_or(format);  // the format the candidate's weights come in
     const tol::candidate_format lf = c.lse_format.value_or(format);
-    const double u = tol::unit_roundoff(format), u_acc = tol::accumulate_roundoff(format);
+    // Where the candidate's softmax rounds: its declared policy's formats, or every kernel of its format
+    // (tolerance::softmax_roundoffs_of); the logits' own rounding needs each row's largest |S_ij|.
+    const tol::softmax_roundoffs sr = tol::softmax_roundoffs_of(format, opt.policy);
+    const double u = sr.u, u_acc = sr.u_acc;
     auto golden_weights = [&]() -> const std::vector<double>& { return ref.weights(); };
     auto case_scales = [&]() -> const tol::data_aware_scales& { return ref.scales(); };
+    std::vector<double> max_abs_logit;  // per row (b, h, i), when sr.u_logits > 0
+    if (sr.u_logits > 0 && (!c.weights.empty() || !c.lse.empty())) {
+        const tensor<double, 4> logits = exact_logits(views);
+        max_abs_logit.assign(d.batch * d.heads * d.query_length, 0.0);
+        const double* all = logits.data();
+        for (std::size_t r = 0; r < max_abs_logit.size(); ++r)
+            for (std::size_t j = 0; j < d.key_length; ++j)
+                if (const double x = all[r * d.key_length + j]; std::isfinite(x)) max_abs_logit[r] = std::max(max_abs_logit[r], std::fabs(x));
+    }
     // Invariants on the weights and lse the candidate returned.
     invariant_context ctx{views.o.mask, spec.conventions.empty_rows, opt.empty_lse};
     const extents_t<4> wext{d.batch, d.heads, d.query_length, d.key_length};
@@ -162,15 +174,17 @@ inline void judge_weights_lse(forward_reference& ref, const candidate& c, const 
         tensor_view<const double, 4> p{c.weights.data(), wext};
         // Computed with the candidate's accumulation, stored in the weights' format; a weight in the
         // subnormal range of either is rounded with an absolute error of half its subnormal spacing.
-        const double u_w = tol::unit_roundoff(wf);
-        const double eta = half_subnormal_spacing(u_acc, tol::weights_floor(format)) + half_subnormal_spacing(u_w, tol::weights_floor(wf));
+        // A declared policy rounds P to its own format first (u_p, and η_P/S near underflow).
+        const double u_w = sr.u_p > 0 ? (1 + sr.u_p) * (1 + tol::unit_roundoff(wf)) - 1 : tol::unit_roundoff(wf);
+        const double eta = half_subnormal_spacing(u_acc, tol::weights_floor(format)) + half_subnormal_spacing(tol::unit_roundoff(wf), tol::weights_floor(wf)) +
+                           (1 + tol::unit_roundoff(wf)) * sr.p_floor;
         res.invariants.push_back(rows_sum_to_one(p, ctx, u_acc, u_w, eta));
         res.invariants.push_back(masked_weights_are_zero(p, ctx));
         res.invariants.push_back(weights_in_unit_interval(p, ctx));
         // Against the golden weights, element by element (tolerance::weights_bound; any model).
         if (lc.entry("weights")) {
             const std::vector<double>& pe = golden_weights();
-            const auto bound_at = tol::weights_bound_at(pe, format, wf, case_scales());
+            const auto bound_at = tol::weights_bound_at(pe, sr, format, wf, case_scales(), max_abs_logit);
             res.tensors.push_back(judged("weights", tol::compare(c.weights, pe, wf, bound_at), tol::find_vacuous(pe, d.key_length, bound_at),
                                          "row scale max p", wf));
         }
@@ -183,12 +197,16 @@ inline void judge_weights_lse(forward_reference& ref, const candidate& c, const 
             // candidate's accumulation (u_acc); P and lse are rounded once more to their storage
             // formats. Weights below the smallest normal of the formats P is computed and stored in
             // may be flushed or rounded to it.
-            const std::vector<double> eps = case_scales().logit_bounds(u, u_acc);
+            std::vector<double> eps = case_scales().logit_bounds(u, u_acc);
+            if (sr.u_logits > 0)
+                for (std::size_t r = 0; r < eps.size(); ++r) eps[r] = tol::softmax_epsilon(case_scales(), r, sr, max_abs_logit[r]);
             const tensor<double, 4> logits = exact_logits(views);
             res.invariants.push_back(weights_match_lse(tensor_view<const double, 4>{c.weights.data(), wext}, logits.view(),
                                                        tensor_view<const double, 3>{c.lse.data(), {d.batch, d.heads, d.query_length}},
-                                                       ctx, u_acc, eps, std::max(tol::weights_floor(format), tol::weights_floor(wf)),
-                                                       tol::unit_roundoff(wf), tol::unit_roundoff(lf)));
+                                                       ctx, u_acc, eps,
+                                                       std::max(tol::weights_floor(format), tol::weights_floor(wf)) + (1 + tol::unit_roundoff(wf)) * sr.p_floor,
+                                                       sr.u_p > 0 ? (1 + sr.u_p) * (1 + tol::unit_roundoff(wf)) - 1 : tol::unit_roundoff(wf),
+                                                       tol::unit_roundoff(lf)));
         }
         // lse against the reference (tolerance::lse_bound). Empty rows are pinned by the candidate's
         // declared convention (--empty-row-lse), not by the golden −inf.
@@ -196,7 +214,7 @@ inline void judge_weights_lse(forward_reference& ref, const candidate& c, const 
             const std::vector<double> le = lc.reference(*t);
             const empty_row_lse_check er =
                 check_empty_row_lse(c.lse, le, ctx.mask, d.batch, d.heads, d.query_length, d.key_length, opt.empty_lse);
-            const auto bound_at = tol::lse_bound_at(le, format, lf, case_scales());
+            const auto bound_at = tol::lse_bound_at(le, sr, lf, case_scales(), max_abs_logit);
             tensor_report lr = judged("lse", tol::compare(er.compared, le, lf, bound_at), tol::find_vacuous(le, 1, bound_at, tol::lse_vacuity_scale),
                                       "ln 2 (the normaliser e^lse off by 2x)", lf);
             fail_wrong_empty_rows(lr, er.wrong, opt.empty_lse);
