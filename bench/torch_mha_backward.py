@@ -15,14 +15,11 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_timing import best_of  # noqa: E402
+from torch_timing import arguments, best_of  # noqa: E402
 
 
 def main():
-    batch, length, model_dim, heads, threads, repeats = (int(a) for a in sys.argv[1:7])
-    torch.set_num_threads(threads)
-    g = torch.Generator().manual_seed(1)
-    dt = torch.float64
+    batch, length, model_dim, heads, repeats, g, dt = arguments()
     x = torch.rand(length, batch, model_dim, generator=g, dtype=dt) * 2 - 1
     w_in = (torch.rand(3 * model_dim, model_dim, generator=g, dtype=dt) * 2 - 1) / model_dim ** 0.5
     b_in = torch.rand(3 * model_dim, generator=g, dtype=dt) * 0.2 - 0.1

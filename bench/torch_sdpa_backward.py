@@ -12,14 +12,11 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_timing import best_of  # noqa: E402
+from torch_timing import arguments, best_of  # noqa: E402
 
 
 def main():
-    batch, length, model_dim, heads, threads, repeats = (int(a) for a in sys.argv[1:7])
-    torch.set_num_threads(threads)
-    g = torch.Generator().manual_seed(1)
-    dt = torch.float64
+    batch, length, model_dim, heads, repeats, g, dt = arguments()
     d = model_dim // heads
     shape = (batch, heads, length, d)
     q, k, v = (torch.rand(shape, generator=g, dtype=dt) * 2 - 1 for _ in range(3))

@@ -1,5 +1,17 @@
-"""The timing loop of the PyTorch reference benches (torch_sdpa_backward.py, torch_mha_backward.py)."""
+"""The arguments and the timing loop of the PyTorch reference benches (torch_sdpa_backward.py,
+torch_mha_backward.py)."""
+import sys
 import time
+
+import torch
+
+
+def arguments():
+    """BATCH LENGTH MODEL_DIM HEADS THREADS REPEATS from the command line, torch's threads set:
+    (batch, length, model_dim, heads, repeats, a generator seeded 1, float64)."""
+    batch, length, model_dim, heads, threads, repeats = (int(a) for a in sys.argv[1:7])
+    torch.set_num_threads(threads)
+    return batch, length, model_dim, heads, repeats, torch.Generator().manual_seed(1), torch.float64
 
 
 def best_of(run, repeats):
