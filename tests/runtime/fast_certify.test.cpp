@@ -1022,6 +1022,19 @@ BOOST_AUTO_TEST_CASE(mha_fast_gradients_equal_mpfi_across_conventions) {
 
 namespace {
 
+/// A committed gradient case with the fast path's bounds inflated 2^40, so that its gradients escalate.
+struct escalating_case {
+    fs::path dir;
+    golden::loaded_case lc;
+    case_targets targets;
+    fast::fast_options fo;
+    fast::fast_stats stats;
+    explicit escalating_case(const char* name)
+        : dir(fs::path(ATTNREF_SOURCE_DIR "/golden") / name), lc(golden::load_case(dir)), targets(targets_of(lc.m.spec)) {
+        fo.bound_scale = 0x1p40;
+    }
+};
+
 /// The message certify_gradients_fast refuses with under a memory limit of `limit` bytes ("" when it
 /// certifies); the limit is restored afterwards.
 std::string uncertified_under(std::uint64_t limit, const golden::case_spec& spec, const golden::case_data& data,
@@ -1161,13 +1174,13 @@ BOOST_AUTO_TEST_CASE(gradient_rung_gives_the_committed_bytes) {
 /// backward), while without it the case is inconclusive (uncertified_error) naming the limit; and
 /// generate's estimate counts one group, not the whole case.
 BOOST_AUTO_TEST_CASE(fast_gradients_escalated_by_groups_equal_committed) {
-    const fs::path dir = fs::path(ATTNREF_SOURCE_DIR "/golden") / "sdpa_bwd_gqa";
-    const golden::loaded_case lc = golden::load_case(dir);
+    escalating_case x("sdpa_bwd_gqa");
+    const fs::path& dir = x.dir;
+    const golden::loaded_case& lc = x.lc;
     const golden::case_spec& spec = lc.m.spec;
-    const auto [targets, formats] = targets_of(spec);
-    fast::fast_options fo;
-    fo.bound_scale = 0x1p40;
-    fast::fast_stats stats;
+    const auto& [targets, formats] = x.targets;
+    fast::fast_options& fo = x.fo;
+    fast::fast_stats& stats = x.stats;
     golden::group_escalation e;
     const certify::result r = golden::certify_gradients_fast(spec, lc.data, 2, formats, {}, &stats, fo, &e);
     const std::size_t total = golden::gradients_group_mpfi_bytes(spec);
@@ -1205,13 +1218,13 @@ BOOST_AUTO_TEST_CASE(fast_gradients_escalated_by_groups_equal_committed) {
 /// ladder's estimate the case is inconclusive, naming the estimate and the limit. The estimate of
 /// `generate` at (1, 2048, 1024, 16) counts the fast backward's buffers, not the whole-case ladder.
 BOOST_AUTO_TEST_CASE(mha_fast_gradients_escalate_to_the_whole_case) {
-    const fs::path dir = fs::path(ATTNREF_SOURCE_DIR "/golden") / "mha_bwd_bias_gqa";
-    const golden::loaded_case lc = golden::load_case(dir);
+    escalating_case x("mha_bwd_bias_gqa");
+    const fs::path& dir = x.dir;
+    const golden::loaded_case& lc = x.lc;
     const golden::case_spec& spec = lc.m.spec;
-    const auto [targets, formats] = targets_of(spec);
-    fast::fast_options fo;
-    fo.bound_scale = 0x1p40;
-    fast::fast_stats stats;
+    const auto& [targets, formats] = x.targets;
+    fast::fast_options& fo = x.fo;
+    fast::fast_stats& stats = x.stats;
     const certify::result r = golden::certify_gradients_fast(spec, lc.data, 2, formats, {}, &stats, fo);
     BOOST_TEST(stats.escalated_elements > 1000u);
     const auto want = committed_gradients(dir, lc, targets);
