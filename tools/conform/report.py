@@ -1,0 +1,2 @@
+def markdown(result):
+    return ""
