@@ -183,8 +183,9 @@ def seed_style_case(judge, case, mask01, vroot):
     return judge.generate_ad_hoc(case.name + "_seed", inputs, flags, vroot)
 
 
-def run_all(args):
-    impls, missing = implementations(args.impl)
+def run_all(args, impls=None, missing=()):
+    if impls is None:
+        impls, missing = implementations(args.impl)
     judge = Judge(args.attnref)
     only = None
     if args.only:
@@ -254,7 +255,6 @@ def row_of(e, explain):
     r["verdict"] = rep.get("verdict", "ERROR")
     r["max_abs_error"] = s.get("max_abs_error")
     r["worst_in_bound_units"] = s.get("worst_in_bound_units")
-    key = (impl.name, e["format"], case.name)
     if r["verdict"] == "PASS":
         r["label"], r["explanation"] = "pass", ""
     elif r["verdict"] == "ERROR":
@@ -263,10 +263,10 @@ def row_of(e, explain):
     elif e.get("rejudged"):
         r["label"], r["explanation"] = e["rejudged"]
     else:
-        known = explain.get(key) or explain.get((impl.name, "*", case.name))
+        known = explain(impl.name, e["format"], case, s.get("failing", []))
         what = ", ".join(s.get("failing", [])) or "?"
         if known:
-            r["label"], r["explanation"] = known
+            r["label"], r["explanation"] = known[0], f"{what} {r['verdict']}: {known[1]}"
         else:
             r["label"] = "unexplained"
             r["explanation"] = f"{what} {r['verdict']}"
@@ -301,7 +301,7 @@ def main():
                 return 0
             print("$ " + " ".join(e.get("argv", [])))
             print(e.get("text", ""), end="")
-            r = row_of(e, explanations.EXPLAINED)
+            r = row_of(e, explanations.explain)
             print(f"{r['verdict']}  {r['label']}: {r['explanation']}")
             return 0 if r["verdict"] == "PASS" else 1
     result = {"schema": "attnref.conformance", "schema_version": 1,
@@ -310,7 +310,7 @@ def main():
               "versions": versions(), "skipped_implementations": missing, "tables": []}
     for impl in impls:
         for fmt in impl.formats:
-            rows = [row_of(e, explanations.EXPLAINED) for e in entries if e["impl"] is impl and e["format"] == fmt]
+            rows = [row_of(e, explanations.explain) for e in entries if e["impl"] is impl and e["format"] == fmt]
             result["tables"].append({"implementation": impl.name, "title": impl.title, "format": fmt, "rows": rows})
     if args.json:
         with open(args.json, "w") as f:
