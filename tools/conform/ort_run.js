@@ -15,7 +15,7 @@ const ARRAYS = {
 };
 
 async function runJob(job) {
-  const session = await ort.InferenceSession.create(job.model, {
+  const inference = await ort.InferenceSession.create(job.model, {
     executionProviders: ['cpu'], intraOpNumThreads: 1, interOpNumThreads: 1,
   });
   const feeds = {};
@@ -25,7 +25,7 @@ async function runJob(job) {
     buf.set(raw);
     feeds[x.name] = new ort.Tensor(x.type, ARRAYS[x.type](buf), x.dims);
   }
-  const result = await session.run(feeds);
+  const result = await inference.run(feeds);
   const dims = {};
   for (const o of job.outputs) {
     const t = result[o.name];
@@ -33,7 +33,7 @@ async function runJob(job) {
     fs.writeFileSync(o.file, Buffer.from(d.buffer, d.byteOffset, d.byteLength));
     dims[o.name] = { dims: t.dims, type: t.type };
   }
-  await session.release();
+  await inference.release();
   return dims;
 }
 
